@@ -1,0 +1,157 @@
+"""Typed surface of the Rust extension ``fastnnef._native``.
+
+This file is the contract between the Python package and ``rust/python.rs``. Rust errors
+arrive as the classes of ``fastnnef.exceptions`` named below each function.
+
+Encodings (the ``encoding`` argument of ``dat_encode`` / ``ArtefactWriter.add_tensor``):
+
+========================  ===========================  =====================================
+encoding                  numpy array given            ``.dat`` written
+========================  ===========================  =====================================
+f16 f32 f64               float16/32/64                code 0, 16/32/64 bits
+i8 i16 i32 i64            int8/16/32/64                code 4 (signed int)
+u8 u16 u32 u64            uint8/16/32/64               code 1 (unsigned int)
+bool                      bool                         code 5, 1 bit packed MSB first
+qu8 / qi8 / qi32          uint8 / int8 / int32 codes   code 2 / 3 / 3 (graph.quant by caller)
+q4_0                      float16/32 (or bf16 bits)    vendor 0x5452 code 0x3040 (GGML order)
+q4_0_legacy               float16/32 (or bf16 bits)    vendor 0x5452 code 0x2040
+========================  ===========================  =====================================
+
+``bf16=True`` says the array is int16/uint16 holding bfloat16 bits (numpy has no bf16);
+it is then accepted by ``f32`` (exact) and ``f16`` (raises ``T2NErrorDtypeOverflow`` if a
+finite value exceeds f16's range) and by the Q4_0 encodings.
+Arrays may be non-contiguous (any strides); they are read in C order without a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+TRACT_VERSION: str
+"""The tract version linked into this extension, e.g. ``"0.23.9"``."""
+
+DAT_MAX_PAYLOAD: int
+"""Largest ``.dat`` payload in bytes (u32::MAX)."""
+
+# --- .dat codec -----------------------------------------------------------------------
+
+def dat_encode(array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0) -> bytes:
+    """Encode one tensor as ``.dat`` bytes (for small tensors, tests and tools).
+
+    Raises T2NErrorInvalidArgument (unknown encoding, dtype mismatch, rank > 8),
+    T2NErrorTensorTooLarge, T2NErrorDtypeOverflow, T2NErrorImpossibleQuantization.
+    """
+
+def dat_decode(data: bytes) -> DatTensor:
+    """Parse ``.dat`` bytes. Raises T2NErrorDatFormat naming the bad field."""
+
+class DatTensor:
+    """A decoded ``.dat`` file."""
+
+    item_type: int
+    vendor: int
+    bits: int
+    shape: list[int]
+    encoding: str
+    """One of the encodings above (``q4_0``/``q4_0_legacy`` for vendor blocks)."""
+    def array(self) -> npt.NDArray:
+        """The values: the stored dtype for standard types, float32 (dequantized) for Q4_0."""
+    def payload(self) -> bytes:
+        """The raw payload bytes after the 128-byte header."""
+
+# --- Q4_0 -----------------------------------------------------------------------------
+
+def q4_0_quantize(array: npt.NDArray, bf16: bool = False, percentile: float = 1.0) -> npt.NDArray[np.uint8]:
+    """Quantize a float array (flattened in C order, blocks of 32) to Q4_0 blocks, GGML
+    nibble order: ``n_blocks * 18`` bytes. Reference recipe (nnef-format.md §2.1).
+    Raises T2NErrorImpossibleQuantization when the element count is not a multiple of 32."""
+
+def q4_0_dequantize(blocks: npt.NDArray[np.uint8], shape: Sequence[int]) -> npt.NDArray[np.float32]:
+    """Inverse of ``q4_0_quantize`` (GGML nibble order)."""
+
+# --- artefact sink --------------------------------------------------------------------
+
+class ArtefactWriter:
+    """Streams ``graph.nnef``, ``graph.quant`` and tensors into a directory, ``.tar`` or
+    ``.tgz`` in one pass. Everything goes to a temporary name beside ``path``; ``finish``
+    renames it into place atomically, ``abort`` (or dropping the writer unfinished)
+    removes it. An existing ``path`` is never touched before ``finish``; ``finish``
+    replaces an existing archive file, and refuses (FileExistsError-like
+    T2NErrorArtefactIO) to replace an existing non-empty directory.
+
+    Members are written in the order given; callers pass ``graph.nnef``, ``graph.quant``
+    and then labels in byte order for reproducible output. Archives use fixed metadata
+    (mtime 315532800, uid/gid 0, mode 0644) and gzip is one member compressed on all
+    cores (deterministic for a given level, whatever the thread count).
+    """
+
+    def __init__(self, path: str, format: str, compression_level: int = 0) -> None:
+        """``format`` is ``"dir"``, ``"tar"`` or ``"tgz"``; ``compression_level`` 0..9
+        (tgz only; 0 = stored deflate blocks)."""
+    def add_file(self, name: str, data: bytes) -> None:
+        """Add a member with the given bytes (``graph.nnef``, ``graph.quant``)."""
+    def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0) -> int:
+        """Encode ``array`` and add it as ``<label>.dat``; returns the bytes written.
+        The GIL is released while encoding and writing. Labels are validated (no empty
+        component, no ``..``, no leading ``/`` or ``.`` component)."""
+    def finish(self) -> str:
+        """Flush, fsync-free close, atomic rename; returns the final path."""
+    def abort(self) -> None:
+        """Remove everything written so far. Idempotent."""
+
+# --- tract, in-process ----------------------------------------------------------------
+
+class TractModel:
+    """An NNEF artefact loaded by the linked tract (registries tract_core, tract_pulse,
+    tract_extra, tract_transformers), optimized and planned once, runnable many times."""
+
+    @staticmethod
+    def load(path: str, optimize: bool = True) -> TractModel:
+        """Load a directory, ``.tar`` or ``.tgz`` (gzip detected by magic bytes).
+        Raises T2NErrorTract with tract's full error chain and the path."""
+    @staticmethod
+    def load_bytes(data: bytes, optimize: bool = True) -> TractModel:
+        """Load a ``.tar`` / ``.tgz`` held in memory."""
+    def input_names(self) -> list[str]: ...
+    def output_names(self) -> list[str]: ...
+    def input_facts(self) -> list[tuple[str, list[Union[int, str]]]]:
+        """(dtype, dims) per input; dtype as in tract (``f32``, ``i64``, ``bool`` ...),
+        a symbolic dim as its expression string (e.g. ``"S"``)."""
+    def output_facts(self) -> list[tuple[str, list[Union[int, str]]]]: ...
+    def properties(self) -> dict[str, str]:
+        """The ``tract_core_properties`` entries whose values are strings."""
+    def run(self, inputs: Sequence[npt.NDArray]) -> list[npt.NDArray]:
+        """Run on numpy arrays whose dtypes equal the declared ones exactly (else
+        T2NErrorInvalidArgument naming the input, expected and given dtype). Symbolic
+        dims are solved from the input shapes. The GIL is released while tract runs."""
+
+def compare(expected: npt.NDArray, got: npt.NDArray, approximation: str) -> CompareReport:
+    """tract's ``close_enough`` rule (tract.md §5.2) with a full report. ``approximation``
+    is ``exact|close|approximate|very|super|ultra`` or ``custom:ATOL,RTOL,OUTLIERS``.
+    ``expected`` is cast to ``got``'s dtype first when both are unquantized floats, and
+    the tolerance row is chosen by that dtype."""
+
+class CompareReport:
+    ok: bool
+    approximation: str
+    atol: float
+    rtol: float
+    max_outlier_fraction: float
+    expected_shape: list[int]
+    got_shape: list[int]
+    expected_dtype: str
+    got_dtype: str
+    shape_mismatch: bool
+    n_elements: int
+    n_fail: int
+    fail_fraction: float
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: Optional[list[int]]
+    worst_expected: Optional[float]
+    worst_got: Optional[float]
+    def __str__(self) -> str: ...

@@ -1,0 +1,21 @@
+//! fastnnef's Rust core: plain modules that know nothing of Python, each with its own
+//! unit tests and criterion benches. The PyO3 bindings live in `python/` behind the
+//! `python` feature (maturin turns it on), so `cargo test` never links libpython.
+//!
+//! | module        | responsibility                                                     |
+//! |---------------|--------------------------------------------------------------------|
+//! | `error`       | the one error enum, mapped onto `fastnnef.exceptions` in Python    |
+//! | `dat`         | `.dat` header + payload encoding/decoding for every dtype          |
+//! | `quant`       | Q4_0 quantization / dequantization, parallel over blocks           |
+//! | `archive`     | single-pass sink: directory, `.tar`, `.tgz` (parallel gzip)        |
+//! | `tract_check` | load/run artefacts with the linked tract, tract's `--approx` rule  |
+#![deny(missing_docs)]
+
+pub mod archive;
+pub mod dat;
+pub mod error;
+pub mod quant;
+pub mod tract_check;
+
+#[cfg(feature = "python")]
+mod python;
