@@ -1,0 +1,126 @@
+"""The inference-target base class and the model/IO record handed to its hooks."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
+
+from torch import nn
+
+from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIoQuantity
+from fastnnef.utils import SemanticVersion
+
+LOGGER = logging.getLogger(__name__)
+
+# Attribute by which the exporter's IO-flattening wrapper module points at the user's model.
+WRAPPED_MODEL_ATTR = "__wrapped_model__"
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's model behind the exporter's IO-flattening wrapper (``model`` if not wrapped)."""
+    return getattr(model, WRAPPED_MODEL_ATTR, model)
+
+
+def as_version(version: Union[SemanticVersion, str]) -> SemanticVersion:
+    """Accept a ``SemanticVersion`` or a ``"X.Y.Z"`` string."""
+    if isinstance(version, SemanticVersion):
+        return version
+    if isinstance(version, str):
+        return SemanticVersion.from_str(version)
+    raise T2NErrorInvalidArgument(
+        f"version must be a SemanticVersion or a string like '0.23.9', got {version!r}"
+    )
+
+
+@dataclass
+class UnfoldModelInfo:
+    """The exported model and its IO, before and after flattening (argument of ``post_export``).
+
+    ``flat_inputs`` / ``flat_outputs`` are the tensors of the NNEF graph's inputs and outputs,
+    in the order of ``input_names`` / ``output_names``; ``flat_outputs`` come from the
+    eager forward and are the check's reference values.
+    """
+
+    model: nn.Module
+    original_inputs: Any
+    original_outputs: Any
+    flat_inputs: Sequence[Any]
+    flat_outputs: Sequence[Any]
+    input_names: List[str]
+    output_names: List[str]
+
+    @property
+    def original_model(self) -> nn.Module:
+        """The user's model, unwrapped from the exporter's IO wrapper."""
+        return unwrap_model(self.model)
+
+    def validate(self) -> None:
+        """Raise ``T2NErrorIoQuantity`` when names and flattened tensors differ in number."""
+        for kind, names, values in (
+            ("input", self.input_names, self.flat_inputs),
+            ("output", self.output_names, self.flat_outputs),
+        ):
+            if len(names) != len(values):
+                raise T2NErrorIoQuantity(
+                    f"{len(names)} {kind} names {list(names)} for {len(values)} flattened "
+                    f"{kind} tensors: give one name per flattened {kind}"
+                )
+
+
+class InferenceTarget:
+    """Base class of inference targets: a version, ``check_io``, and hooks around the export.
+
+    Same API as torch_to_nnef's ``InferenceTarget`` (0.24 ``post_export`` signature). The
+    hooks are called in this order: ``pre_trace`` → ``post_trace`` → ``specific_fragments``
+    → ``post_export``. Hooks must not change the target: one target may serve several
+    exports at once.
+    """
+
+    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = []
+
+    def __init__(self, version: Union[SemanticVersion, str], check_io: bool = False) -> None:
+        self.version = as_version(version)
+        self.check_io = check_io
+        supported = self.OFFICIAL_SUPPORTED_VERSIONS
+        if supported and not supported[-1] <= self.version <= supported[0]:
+            LOGGER.warning(
+                "%s: version %s is outside the officially supported range %s..%s",
+                type(self).__name__,
+                self.version.to_str(),
+                supported[-1].to_str(),
+                supported[0].to_str(),
+            )
+
+    @property
+    def has_dynamic_axes(self) -> bool:
+        """Whether the user asked for dynamic axes (the base target supports none)."""
+        return False
+
+    def pre_trace(
+        self,
+        model: nn.Module,
+        input_names: Optional[List[str]],
+        output_names: Optional[List[str]],
+    ) -> None:
+        """Called after IO wrapping, before tracing: validate target options against the IO."""
+
+    def post_trace(self, nnef_graph: Any, active_custom_extensions: List[str]) -> None:
+        """Called once the NNEF graph is built; may append extension lines (without the keyword)."""
+
+    def specific_fragments(self, model: nn.Module) -> Dict[str, str]:
+        """Extra NNEF fragments to write, name → text (written before the other fragments)."""
+        return {}
+
+    def post_export(
+        self,
+        model_info: UnfoldModelInfo,
+        nnef_graph: Any,
+        exported_filepath: Path,
+        debug_bundle_path: Optional[Path] = None,
+    ) -> None:
+        """Called once the artefact is written; targets run ``check_io`` here."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.version.to_str()}>"

@@ -1,0 +1,58 @@
+"""The strict Khronos NNEF target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, List, Optional, Union
+
+from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
+from fastnnef.utils import SemanticVersion
+
+
+class KhronosNNEF(InferenceTarget):
+    """Export to the strict Khronos NNEF specification (drop-in for torch_to_nnef's).
+
+    Difference: ``check_io`` does not use NNEF-Tools' PyTorch interpreter nor the ``tar``
+    CLI; the strict artefact is loaded and run by the tract linked into fastnnef and
+    compared at the ``approximate`` tolerance. No extra dependency is needed.
+    """
+
+    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = [
+        SemanticVersion.from_str("1.0.5")
+    ]
+
+    def __init__(self, version: Union[SemanticVersion, str], check_io: bool = True) -> None:
+        super().__init__(version, check_io)
+
+    @classmethod
+    def latest_version(cls) -> SemanticVersion:
+        """The newest supported NNEF specification version."""
+        return cls.OFFICIAL_SUPPORTED_VERSIONS[0]
+
+    @classmethod
+    def latest(cls) -> KhronosNNEF:
+        """``cls(cls.latest_version())``: NNEF 1.0.5 with ``check_io=True``."""
+        return cls(cls.latest_version())
+
+    def post_export(
+        self,
+        model_info: UnfoldModelInfo,
+        nnef_graph: Any,
+        exported_filepath: Path,
+        debug_bundle_path: Optional[Path] = None,
+    ) -> Any:
+        """If ``check_io``, run the artefact with the linked tract and compare the outputs."""
+        if not self.check_io:
+            return None
+        from fastnnef.check import check_io  # the check pulls in the native extension
+
+        return check_io(
+            artefact=exported_filepath,
+            inputs=model_info.flat_inputs,
+            expected_outputs=model_info.flat_outputs,
+            input_names=model_info.input_names,
+            output_names=model_info.output_names,
+            tolerance="approximate",
+            debug_bundle_path=debug_bundle_path,
+            tract_binary_path=None,
+        )

@@ -1,0 +1,1 @@
+"""Op handlers, fragments and module extractors that turn IR ops into NNEF."""

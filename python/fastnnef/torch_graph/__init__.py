@@ -1,0 +1,1 @@
+"""Tracing and the intermediate representation of PyTorch graphs."""
