@@ -1,0 +1,207 @@
+"""Public export API (same names, signatures and defaults as ``torch_to_nnef.export``)."""
+
+from __future__ import annotations
+
+import logging
+import typing as T
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from fastnnef.exceptions import (
+    T2NErrorInvalidArgument,
+    T2NErrorIoQuantity,
+)
+from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
+from fastnnef.nnef.graph import NNEFGraph
+from fastnnef.nnef.serialize import write_artefact
+from fastnnef.op.convert import Converter
+from fastnnef.op.registry import load_handlers
+from fastnnef.tensor_export import (
+    export_tensors_from_disk_to_nnef,
+    export_tensors_to_nnef,
+    iter_torch_tensors_from_disk,
+)
+from fastnnef.torch_graph.harden import harden_jit_for_export
+from fastnnef.torch_graph.ir import build_ir
+from fastnnef.torch_graph.ir_naming import DEFAULT_VARNAME_SCHEME, VariableNamingScheme
+from fastnnef.torch_graph.trace import trace_model
+from fastnnef.utils import SemanticVersion
+
+__all__ = [
+    "export_model_to_nnef",
+    "export_tensors_to_nnef",
+    "export_tensors_from_disk_to_nnef",
+    "iter_torch_tensors_from_disk",
+]
+
+log = logging.getLogger("fastnnef")
+
+
+def resolve_artefact_path(file_path_export: T.Union[Path, str], compression_level: T.Optional[int]) -> tuple[Path, str]:
+    """The reference's suffix + compression_level rule (torch_to_nnef-api.md §3)."""
+    path = Path(file_path_export)
+    if ".nnef" not in path.suffixes:
+        raise T2NErrorInvalidArgument(
+            f"file_path_export {str(path)!r} has no '.nnef' suffix: use e.g. 'model.nnef' "
+            "(directory/.tar/.tgz chosen by compression_level) or 'model.nnef.tgz'"
+        )
+    if compression_level is not None and (
+        isinstance(compression_level, bool) or not isinstance(compression_level, int)
+        or not 0 <= compression_level <= 9
+    ):
+        raise T2NErrorInvalidArgument(
+            f"compression_level must be None (directory), 0 (.tar) or 1..9 (.tgz), got {compression_level!r}"
+        )
+    is_tgz = path.suffix == ".tgz"
+    base = path.with_suffix("") if is_tgz else path
+    if compression_level is None:
+        return base, "dir"
+    if is_tgz or compression_level > 0:
+        return base.with_name(base.name + ".tgz"), "tgz"
+    return base.with_name(base.name + ".tar"), "tar"
+
+
+def _check_names(names: T.Optional[T.Sequence[str]], what: str) -> T.Optional[list[str]]:
+    if names is None:
+        return None
+    names = list(names)
+    if not all(isinstance(n, str) and n for n in names):
+        raise T2NErrorInvalidArgument(f"{what} must be non-empty strings, got {names!r}")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise T2NErrorInvalidArgument(f"Each str in {what} must be different: {dup} repeated")
+    return names
+
+
+def export_model_to_nnef(
+    model: nn.Module,
+    args: T.Any,
+    file_path_export: T.Union[Path, str],
+    inference_target: InferenceTarget,
+    input_names: T.Optional[T.List[str]] = None,
+    output_names: T.Optional[T.List[str]] = None,
+    compression_level: T.Optional[int] = 0,
+    log_level: int = logging.INFO,
+    nnef_variable_naming_scheme: VariableNamingScheme = DEFAULT_VARNAME_SCHEME,
+    check_io_names_qte_match: bool = True,
+    debug_bundle_path: T.Optional[Path] = None,
+    custom_extensions: T.Optional[T.List[str]] = None,
+    allow_same_io_names: bool = False,
+    auto_harden_jit: bool = True,
+    load_extra_op_modules: T.Optional[T.List[str]] = None,
+    discover_extra_entrypoints: bool = False,
+    strict_extra_imports: bool = False,
+    skip_eager_forward: bool = False,
+) -> Path:
+    """Export ``model(*args)`` to an NNEF artefact for ``inference_target``; return its path.
+
+    The model is traced once (its outputs from that run are the check_io references), the
+    graph is converted in one linear pass, and the artefact is streamed by the Rust sink to
+    a temporary name beside the target, then renamed. The model is not modified.
+
+    ``file_path_export`` + ``compression_level``: ``m.nnef`` + None -> directory ``m.nnef``;
+    + 0 -> ``m.nnef.tar``; + 1..9 -> ``m.nnef.tgz``; ``m.nnef.tgz`` + 0..9 -> ``m.nnef.tgz``.
+
+    Example:
+        >>> from fastnnef.export import export_model_to_nnef
+        >>> from fastnnef.inference_target import TractNNEF
+        >>> path = export_model_to_nnef(
+        ...     nn.Sequential(nn.Linear(1, 5), nn.ReLU()), torch.rand(3, 1),
+        ...     tmp_dir / "mlp.nnef.tgz", TractNNEF.latest(),
+        ...     input_names=["inp"], output_names=["out"])
+        >>> path.name
+        'mlp.nnef.tgz'
+    """
+    logging.getLogger("fastnnef").setLevel(log_level)
+    if not isinstance(model, nn.Module):
+        raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(inference_target, InferenceTarget):
+        raise T2NErrorInvalidArgument(
+            "inference_target must be an InferenceTarget such as TractNNEF.latest() or "
+            f"KhronosNNEF.latest(), got {type(inference_target).__name__}"
+        )
+    if custom_extensions is not None and not isinstance(custom_extensions, list):
+        raise T2NErrorInvalidArgument(
+            f"custom_extensions must be a list (order matters to tract), got {type(custom_extensions).__name__}"
+        )
+    if load_extra_op_modules or discover_extra_entrypoints:
+        raise T2NErrorInvalidArgument(
+            "load_extra_op_modules / discover_extra_entrypoints (t2n_extra:: custom ops) are not "
+            "supported by fastnnef yet: register handlers with fastnnef.op.registry.handler"
+        )
+    naming = VariableNamingScheme(nnef_variable_naming_scheme).value
+    input_names = _check_names(input_names, "input_names")
+    output_names = _check_names(output_names, "output_names")
+    if input_names and output_names and not allow_same_io_names:
+        same = sorted(set(input_names) & set(output_names))
+        if same:
+            raise T2NErrorInvalidArgument(
+                f"names {same} are both inputs and outputs: rename them, or pass "
+                "allow_same_io_names=True if the output is the unchanged input"
+            )
+    path, fmt = resolve_artefact_path(file_path_export, compression_level)
+
+    if isinstance(model, torch.jit.ScriptModule) and auto_harden_jit:
+        model = harden_jit_for_export(model, args)
+
+    inference_target.pre_trace(model, input_names, output_names)
+    traced = trace_model(model, args, input_names, output_names)
+    if check_io_names_qte_match:
+        n_graph_inputs = len(list(traced.graph.inputs())) - 1
+        if n_graph_inputs != len(traced.flat_inputs):
+            raise T2NErrorIoQuantity(
+                f"tracing kept {n_graph_inputs} of {len(traced.flat_inputs)} inputs (unused "
+                "inputs are dropped): remove them, or pass check_io_names_qte_match=False"
+            )
+    dynamic = _dynamic_axes_by_index(inference_target, traced.input_names, traced.flat_inputs)
+    ir = build_ir(traced, dynamic)
+    in_names = traced.input_names[: len(ir.inputs)]
+
+    version = inference_target.version
+    graph = NNEFGraph(strict=_is_strict(inference_target))
+    if not graph.strict:
+        graph.use_registry("tract_core")
+    converter = Converter(graph, inference_target, load_handlers(), naming, version)
+    converter.declare_inputs(ir, in_names)
+    converter.reserve_outputs(ir, traced.output_names, in_names)
+    converter.convert(ir)
+    converter.finish_outputs(ir, traced.output_names)
+
+    extensions: list[str] = []
+    inference_target.post_trace(graph, extensions)
+    extensions += [e for e in custom_extensions or [] if e not in extensions]
+    graph.extensions = extensions
+    fragments = dict(inference_target.specific_fragments(model))
+    fragments.update(graph.fragments)
+    graph.fragments = fragments
+
+    written = write_artefact(path, fmt, compression_level or 0, graph)
+    model_info = UnfoldModelInfo(
+        model=model,
+        original_inputs=args,
+        original_outputs=traced.flat_outputs,
+        flat_inputs=traced.flat_inputs[: len(ir.inputs)],
+        flat_outputs=traced.flat_outputs,
+        input_names=in_names,
+        output_names=traced.output_names,
+    )
+    inference_target.post_export(model_info, graph, written, debug_bundle_path=debug_bundle_path)
+    return written
+
+
+def _is_strict(target: InferenceTarget) -> bool:
+    from fastnnef.inference_target.khronos import KhronosNNEF
+
+    return isinstance(target, KhronosNNEF)
+
+
+def _dynamic_axes_by_index(
+    target: InferenceTarget, input_names: list[str], inputs: list[torch.Tensor]
+) -> dict[int, dict[int, str]]:
+    """{flat input index: {axis: symbol}}, axes made non-negative by the target."""
+    if not target.has_dynamic_axes:
+        return {}
+    resolve = getattr(target, "dynamic_axes_of_input")
+    return {i: resolve(name, inputs[i].dim()) for i, name in enumerate(input_names)}

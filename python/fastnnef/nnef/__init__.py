@@ -1,0 +1,1 @@
+"""The NNEF graph model (``graph.py``) and its text writer (``writer.py``)."""

@@ -1,0 +1,233 @@
+"""The NNEF graph as fastnnef builds it: tensors, operations, variables, extensions.
+
+The graph knows nothing of torch's IR; op handlers build it through ``NNEFGraph.op``.
+Tensor shapes hold ints, or ``Sym`` expressions for dynamic axes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import torch
+
+from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorStrictNNEFSpec
+
+
+class Sym(str):
+    """A symbolic dimension expression (``S``, ``S+P``), written bare in the graph text."""
+
+
+Dim = Union[int, Sym]
+
+NNEF_KEYWORDS = frozenset(
+    "version extension fragment graph tensor integer scalar logical string true false "
+    "for in if else yield length_of shape_of range_of".split()
+)
+_IDENT_BAD = re.compile(r"[^A-Za-z0-9_]")
+
+
+def sanitize_identifier(name: str) -> str:
+    """Map any string onto a valid NNEF identifier (tract's lexical rules, §6.2)."""
+    ident = _IDENT_BAD.sub("_", name) or "v"
+    if ident[0].isdigit():
+        ident = "v" + ident
+    if ident in NNEF_KEYWORDS:
+        ident += "_"
+    return ident
+
+
+@dataclass(frozen=True, eq=False)
+class NTensor:
+    """A value of the graph: its identifier, tract datum type and shape."""
+
+    name: str
+    dtype: str
+    shape: tuple[Dim, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) and not isinstance(d, Sym) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class Tuple:
+    """An NNEF tuple literal ``(a, b)`` (lists are written from Python lists)."""
+
+    items: tuple[Any, ...]
+
+
+@dataclass
+class NVariable:
+    """A weight stored in ``<label>.dat``; ``data`` references the torch tensor (no copy)."""
+
+    tensor: NTensor
+    label: str
+    data: torch.Tensor
+    encoding: str
+    bf16: bool = False
+    quant: Optional[str] = None  # graph.quant right-hand side, for torch-quantized tensors
+
+
+@dataclass
+class NOp:
+    """One assignment ``outputs = kind(args..., attrs...)``."""
+
+    kind: str
+    args: tuple[Any, ...]
+    attrs: dict[str, Any]
+    outputs: tuple[NTensor, ...]
+
+
+@dataclass
+class NExternal:
+    """A graph input declaration."""
+
+    tensor: NTensor
+
+
+@dataclass
+class NAlias:
+    """``out = copy(src)``-style alias, used for outputs that must carry their own name."""
+
+    tensor: NTensor
+    source: NTensor
+
+
+Statement = Union[NOp, NExternal, NVariable, NAlias]
+
+#: Ops of the tract_core registry need ``extension tract_registry tract_core;`` (nnef-format §6.3).
+REGISTRY_PREFIXES = (
+    ("tract_core_", "tract_core"),
+    ("tract_transformers_", "tract_transformers"),
+    ("tract_extra_", "tract_extra"),
+    ("tract_pulse_", "tract_pulse"),
+)
+
+
+@dataclass
+class NNEFGraph:
+    """A whole ``graph.nnef`` (+ ``graph.quant``) document being built."""
+
+    name: str = "network"
+    strict: bool = False  # KhronosNNEF: no tract extensions allowed
+    inputs: list[NTensor] = field(default_factory=list)
+    outputs: list[NTensor] = field(default_factory=list)
+    body: list[Statement] = field(default_factory=list)
+    variables: dict[str, NVariable] = field(default_factory=dict)
+    registries: list[str] = field(default_factory=list)
+    extensions: list[str] = field(default_factory=list)
+    fragments: dict[str, str] = field(default_factory=dict)
+    _used_names: set[str] = field(default_factory=set)
+    _name_counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    # --- names ------------------------------------------------------------------------
+    def fresh_name(self, base: str) -> str:
+        """A new unique identifier derived from ``base``; linear-time over a whole export."""
+        base = sanitize_identifier(base)
+        if base not in self._used_names:
+            self._used_names.add(base)
+            return base
+        n = self._name_counters.get(base, 0)
+        while True:
+            n += 1
+            candidate = f"{base}_{n}"
+            if candidate not in self._used_names:
+                self._name_counters[base] = n
+                self._used_names.add(candidate)
+                return candidate
+
+    def reserve_name(self, name: str) -> None:
+        """Claim an exact identifier (user-given IO names); error if taken or invalid."""
+        if sanitize_identifier(name) != name:
+            raise T2NErrorInvalidArgument(
+                f"{name!r} is not a valid NNEF identifier: use letters, digits and '_' "
+                "only, not starting with a digit, and no NNEF keyword"
+            )
+        if name in self._used_names:
+            raise T2NErrorInvalidArgument(f"the name {name!r} is used twice in the graph")
+        self._used_names.add(name)
+
+    # --- building -----------------------------------------------------------------------
+    def add_input(self, name: str, dtype: str, shape: Sequence[Dim]) -> NTensor:
+        tensor = NTensor(name, dtype, tuple(shape))
+        self.inputs.append(tensor)
+        self.body.append(NExternal(tensor))
+        return tensor
+
+    def add_variable(
+        self,
+        name: str,
+        label: str,
+        data: torch.Tensor,
+        dtype: str,
+        shape: Sequence[Dim],
+        encoding: str,
+        bf16: bool = False,
+        quant: Optional[str] = None,
+    ) -> NTensor:
+        """Declare a weight; a label already declared returns its existing tensor (tied weights)."""
+        known = self.variables.get(label)
+        if known is not None:
+            return known.tensor
+        tensor = NTensor(name, dtype, tuple(shape))
+        var = NVariable(tensor, label, data, encoding, bf16, quant)
+        self.variables[label] = var
+        self.body.append(var)
+        return tensor
+
+    def op(
+        self,
+        kind: str,
+        args: Iterable[Any],
+        attrs: Optional[dict[str, Any]] = None,
+        *,
+        name: str,
+        dtype: str,
+        shape: Sequence[Dim],
+    ) -> NTensor:
+        """Append a single-output op; ``name`` is a base, made unique here."""
+        out = NTensor(self.fresh_name(name), dtype, tuple(shape))
+        self.op_multi(kind, args, attrs, outputs=(out,))
+        return out
+
+    def op_multi(
+        self, kind: str, args: Iterable[Any], attrs: Optional[dict[str, Any]], *, outputs: Sequence[NTensor]
+    ) -> tuple[NTensor, ...]:
+        """Append an op whose output tensors the caller has named (``fresh_name``)."""
+        self._note_registry(kind)
+        op = NOp(kind, tuple(args), dict(attrs or {}), tuple(outputs))
+        self.body.append(op)
+        return op.outputs
+
+    def alias(self, name: str, source: NTensor) -> NTensor:
+        tensor = NTensor(name, source.dtype, source.shape)
+        self.body.append(NAlias(tensor, source))
+        return tensor
+
+    def use_registry(self, registry: str) -> None:
+        if self.strict:
+            raise T2NErrorStrictNNEFSpec(
+                f"this graph needs the tract registry {registry!r}, which strict NNEF "
+                "(KhronosNNEF) does not have: export with TractNNEF instead"
+            )
+        if registry not in self.registries:
+            self.registries.append(registry)
+
+    def _note_registry(self, kind: str) -> None:
+        for prefix, registry in REGISTRY_PREFIXES:
+            if kind.startswith(prefix):
+                self.use_registry(registry)
+                return

@@ -1,0 +1,1 @@
+"""aten handler families, one module each (imported by ``op.registry.FAMILIES``)."""

@@ -1,0 +1,219 @@
+"""Elementwise math: binary arithmetic, comparisons, logic, unary functions."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from fastnnef.nnef.graph import NTensor
+from fastnnef.op.aten._common import Operand, elementwise, operands, promote
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
+from fastnnef.op.registry import handler
+
+
+def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
+    if alpha == 1:
+        return value
+    if isinstance(value, NTensor):
+        (v,) = operands(ctx, [value], ctx.out_dtype(), value.rank)
+        return ctx.tmp("mul", [v, float(alpha) if ctx.out_dtype() in FLOAT_DTYPES else int(alpha)],
+                       dtype=ctx.out_dtype(), shape=value.shape, suffix="alpha")
+    return value * alpha
+
+
+@handler("aten::add", args="x x f?")
+def add(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+    """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor"""
+    return elementwise(ctx, "add", [a, _scaled(ctx, b, alpha if alpha is not None else 1)])
+
+
+@handler("aten::sub", args="x x f?")
+def sub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+    """aten::sub(Tensor self, Tensor other, Scalar alpha=1) -> Tensor"""
+    return elementwise(ctx, "sub", [a, _scaled(ctx, b, alpha if alpha is not None else 1)])
+
+
+@handler("aten::rsub", args="x x f?")
+def rsub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+    """aten::rsub(Tensor self, Scalar other, Scalar alpha=1) -> Tensor  (other - self*alpha)"""
+    return elementwise(ctx, "sub", [b, _scaled(ctx, a, alpha if alpha is not None else 1)])
+
+
+@handler("aten::mul", "aten::multiply", args="x x")
+def mul(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::mul(Tensor self, Tensor other) -> Tensor"""
+    return elementwise(ctx, "mul", [a, b])
+
+
+@handler("aten::div", "aten::divide", "aten::true_divide", args="x x s?")
+def div(ctx: OpContext, a: Operand, b: Operand, rounding_mode: Optional[str]) -> NTensor:
+    """aten::div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor"""
+    out = ctx.out_dtype()
+    if rounding_mode is None or out in FLOAT_DTYPES and rounding_mode is None:
+        return elementwise(ctx, "div", [a, b])
+    if out in FLOAT_DTYPES:
+        q = ctx.tmp("div", operands(ctx, [a, b], out, len(ctx.out_shape())), dtype=out,
+                    shape=ctx.out_shape(), suffix="q")
+        if rounding_mode == "floor":
+            return ctx.emit("floor", [q])
+        # trunc: sign(q) * floor(|q|)
+        fl = ctx.tmp("floor", [ctx.tmp("abs", [q], dtype=out, shape=q.shape, suffix="abs")],
+                     dtype=out, shape=q.shape, suffix="floor")
+        return ctx.emit("mul", [ctx.tmp("sign", [q], dtype=out, shape=q.shape, suffix="sign"), fl])
+    return _int_div(ctx, a, b, rounding_mode)
+
+
+def _int_div(ctx: OpContext, a: Operand, b: Operand, mode: str) -> NTensor:
+    """Integer division with torch's rounding (tract's integer div truncates)."""
+    out = ctx.out_dtype()
+    rank = len(ctx.out_shape())
+    fa, fb = operands(ctx, [a, b], "f32", rank)
+    q = ctx.tmp("div", [fa, fb], dtype="f32", shape=ctx.out_shape(), suffix="q")
+    if mode == "floor":
+        r = ctx.tmp("floor", [q], dtype="f32", shape=q.shape, suffix="floor")
+    else:
+        r = ctx.tmp("mul", [ctx.tmp("sign", [q], dtype="f32", shape=q.shape, suffix="sign"),
+                            ctx.tmp("floor", [ctx.tmp("abs", [q], dtype="f32", shape=q.shape, suffix="abs")],
+                                    dtype="f32", shape=q.shape, suffix="fl")],
+                    dtype="f32", shape=q.shape, suffix="trunc")
+    return ctx.emit("tract_core_cast", [r], {"to": out})
+
+
+@handler("aten::floor_divide", args="x x")
+def floor_divide(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::floor_divide(Tensor self, Tensor other) -> Tensor"""
+    if ctx.out_dtype() in FLOAT_DTYPES:
+        rank = len(ctx.out_shape())
+        q = ctx.tmp("div", operands(ctx, [a, b], ctx.out_dtype(), rank), dtype=ctx.out_dtype(),
+                    shape=ctx.out_shape(), suffix="q")
+        return ctx.emit("floor", [q])
+    return _int_div(ctx, a, b, "floor")
+
+
+@handler("aten::remainder", args="x x")
+def remainder(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::remainder(Tensor self, Tensor other) -> Tensor  (a - floor(a/b)*b, sign of b)"""
+    out = ctx.out_dtype()
+    rank = len(ctx.out_shape())
+    compute = out if out in FLOAT_DTYPES else "f32"
+    fa, fb = operands(ctx, [a, b], compute, rank)
+    shape = ctx.out_shape()
+    q = ctx.tmp("floor", [ctx.tmp("div", [fa, fb], dtype=compute, shape=shape, suffix="q")],
+                dtype=compute, shape=shape, suffix="fl")
+    r = ctx.tmp("sub", [fa, ctx.tmp("mul", [q, fb], dtype=compute, shape=shape, suffix="qb")],
+                dtype=compute, shape=shape, suffix="r")
+    return ctx.emit("tract_core_cast", [r], {"to": out}) if compute != out else ctx.emit("copy", [r])
+
+
+@handler("aten::pow", args="x x")
+def pow_(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::pow(Tensor self, Tensor exponent) -> Tensor"""
+    if isinstance(b, (int, float)) and isinstance(a, NTensor):
+        if b == 2:
+            return elementwise(ctx, "sqr", [a])
+        if b == 0.5:
+            return elementwise(ctx, "sqrt", [a])
+        if b == 1:
+            return elementwise(ctx, "copy", [a])
+    return elementwise(ctx, "pow", [a, b])
+
+
+for _aten, _nnef in (("maximum", "max"), ("minimum", "min"), ("fmax", "max"), ("fmin", "min")):
+    def _make(kind: str) -> None:
+        @handler(f"aten::{_aten}", args="x x")
+        def _minmax(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+            """aten::maximum/minimum(Tensor self, Tensor other) -> Tensor"""
+            return elementwise(ctx, kind, [a, b])
+    _make(_nnef)
+
+for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("le", "le"), ("ge", "ge"),
+                     ("greater", "gt"), ("less", "lt"), ("greater_equal", "ge"), ("less_equal", "le"),
+                     ("not_equal", "ne")):
+    def _make_cmp(kind: str) -> None:
+        @handler(f"aten::{_aten}", args="x x")
+        def _compare(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+            """aten::eq/ne/lt/gt/le/ge(Tensor self, Tensor other) -> Tensor (bool)"""
+            return elementwise(ctx, kind, [a, b], compute=promote([a, b]))
+    _make_cmp(_nnef)
+
+
+def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
+    rank = len(ctx.out_shape())
+    out = []
+    for v in (a, b):
+        if isinstance(v, NTensor) and v.dtype != "bool":
+            v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], dtype="bool", shape=v.shape, suffix="nz")
+        out.append(ctx.to_rank(v, rank) if isinstance(v, NTensor) else bool(v))
+    return out
+
+
+@handler("aten::logical_and", "aten::__and__", "aten::bitwise_and", args="x x")
+def logical_and(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::logical_and(Tensor self, Tensor other) -> Tensor"""
+    if ctx.out_dtype() != "bool":
+        raise ctx.unsupported("bitwise and on integers", "tract_core_bitand is not emitted yet; use bool tensors")
+    return ctx.emit("and", _bool_operands(ctx, a, b))
+
+
+@handler("aten::logical_or", "aten::__or__", "aten::bitwise_or", args="x x")
+def logical_or(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::logical_or(Tensor self, Tensor other) -> Tensor"""
+    if ctx.out_dtype() != "bool":
+        raise ctx.unsupported("bitwise or on integers", "use bool tensors")
+    return ctx.emit("or", _bool_operands(ctx, a, b))
+
+
+@handler("aten::logical_xor", "aten::__xor__", "aten::bitwise_xor", args="x x")
+def logical_xor(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::logical_xor(Tensor self, Tensor other) -> Tensor"""
+    if ctx.out_dtype() != "bool":
+        raise ctx.unsupported("bitwise xor on integers", "use bool tensors")
+    return ctx.emit("ne", _bool_operands(ctx, a, b))
+
+
+@handler("aten::logical_not", "aten::bitwise_not", args="t")
+def logical_not(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::logical_not(Tensor self) -> Tensor"""
+    if x.dtype != "bool":
+        if ctx.out_dtype() != "bool":
+            raise ctx.unsupported("bitwise not on integers", "use bool tensors")
+        x = ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], dtype="bool", shape=x.shape, suffix="nz")
+    return ctx.emit("not", [x])
+
+
+# --- unary -----------------------------------------------------------------------------
+_UNARY = {
+    "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+    "floor": "floor", "ceil": "ceil", "sign": "sign", "reciprocal": "recip", "square": "sqr",
+    "erf": "tract_core_erf", "round": "tract_core_round_even",
+}
+for _aten, _nnef in _UNARY.items():
+    def _make_unary(kind: str, aten: str) -> None:
+        @handler(f"aten::{aten}", args="t")
+        def _unary(ctx: OpContext, x: NTensor) -> NTensor:
+            """aten::<unary>(Tensor self) -> Tensor"""
+            return elementwise(ctx, kind, [x])
+    _make_unary(_nnef, _aten)
+
+
+@handler("aten::log2", args="t")
+def log2(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::log2(Tensor self) -> Tensor"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    return ctx.emit("div", [ctx.tmp("log", [x], dtype=ctx.out_dtype(), shape=x.shape), math.log(2.0)])
+
+
+@handler("aten::log1p", args="t")
+def log1p(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::log1p(Tensor self) -> Tensor"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    return ctx.emit("log", [ctx.tmp("add", [x, 1.0], dtype=ctx.out_dtype(), shape=x.shape)])
+
+
+@handler("aten::expm1", args="t")
+def expm1(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::expm1(Tensor self) -> Tensor"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    return ctx.emit("sub", [ctx.tmp("exp", [x], dtype=ctx.out_dtype(), shape=x.shape), 1.0])

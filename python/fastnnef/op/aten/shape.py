@@ -1,0 +1,178 @@
+"""Shape ops: reshape/view/flatten, permute/transpose, (un)squeeze, expand/repeat,
+cat/stack, split/chunk/unbind."""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.context import OpContext
+from fastnnef.op.registry import handler
+from fastnnef.torch_graph.ir import UNKNOWN, TensorValue
+
+
+def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
+    """Reshape ``x`` to the traced output shape, touching only the window of axes that
+    changes, so dynamic axes outside it survive (tract's axis_start/axis_count)."""
+    out = ctx.out_shape()
+    if tuple(out) == tuple(x.shape):
+        return ctx.emit("copy", [x])
+    pre = 0
+    while pre < min(x.rank, len(out)) and x.shape[pre] == out[pre]:
+        pre += 1
+    suf = 0
+    while suf < min(x.rank, len(out)) - pre and x.shape[x.rank - 1 - suf] == out[len(out) - 1 - suf]:
+        suf += 1
+    window: list[Dim] = list(out[pre : len(out) - suf])
+    unknown = [i for i, d in enumerate(window) if isinstance(d, Sym) and d == UNKNOWN]
+    if len(unknown) > 1:
+        raise ctx.unsupported(
+            "reshape of dynamic axes into several dynamic axes",
+            "keep at most one dynamic axis per reshaped group (use -1 for it)",
+        )
+    shape: list[Union[int, Sym]] = [-1 if i in unknown else d for i, d in enumerate(window)]
+    count = x.rank - pre - suf
+    return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
+
+
+@handler("aten::view", "aten::reshape", "aten::_reshape_alias", args="t *")
+def reshape(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)"""
+    return _reshape_to_output(ctx, x)
+
+
+@handler("aten::flatten", "aten::unflatten", "aten::view_as", "aten::reshape_as", args="t *")
+def flatten(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::flatten(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor"""
+    return _reshape_to_output(ctx, x)
+
+
+@handler("aten::permute", args="t I")
+def permute(ctx: OpContext, x: NTensor, dims: list[int]) -> NTensor:
+    """aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)"""
+    perm = [ctx.axis(d, x.rank) for d in dims]
+    if perm == list(range(x.rank)):
+        return ctx.emit("copy", [x])
+    return ctx.emit("transpose", [x], {"axes": perm})
+
+
+@handler("aten::transpose", "aten::swapaxes", "aten::swapdims", args="t i i")
+def transpose(ctx: OpContext, x: NTensor, a: int, b: int) -> NTensor:
+    """aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)"""
+    perm = list(range(x.rank))
+    a, b = ctx.axis(a, x.rank), ctx.axis(b, x.rank)
+    perm[a], perm[b] = perm[b], perm[a]
+    if a == b:
+        return ctx.emit("copy", [x])
+    return ctx.emit("transpose", [x], {"axes": perm})
+
+
+@handler("aten::t", "aten::numpy_T", args="t")
+def t(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::t(Tensor(a) self) -> Tensor(a)"""
+    if x.rank < 2:
+        return ctx.emit("copy", [x])
+    return ctx.emit("transpose", [x], {"axes": list(range(x.rank))[::-1]})
+
+
+@handler("aten::squeeze", args="t n?")
+def squeeze(ctx: OpContext, x: NTensor, dims: Optional[Union[int, list[int]]]) -> NTensor:
+    """aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)  (also .dims and no-dim forms)"""
+    if dims is None:
+        axes = [d for d in range(x.rank) if x.shape[d] == 1]
+    else:
+        wanted = [dims] if isinstance(dims, int) else list(dims)
+        axes = sorted({ctx.axis(d, x.rank) for d in wanted if x.shape[ctx.axis(d, x.rank)] == 1})
+    if not axes:
+        return ctx.emit("copy", [x])
+    return ctx.emit("squeeze", [x], {"axes": axes})
+
+
+@handler("aten::unsqueeze", args="t i")
+def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
+    """aten::unsqueeze(Tensor(a) self, int dim) -> Tensor(a)"""
+    return ctx.emit("unsqueeze", [x], {"axes": [ctx.axis(dim, x.rank + 1)]})
+
+
+def _broadcast(ctx: OpContext, x: NTensor) -> NTensor:
+    out = ctx.out_shape()
+    x = ctx.to_rank(x, len(out))
+    if tuple(out) == tuple(x.shape):
+        return ctx.emit("copy", [x])
+    if any(isinstance(d, Sym) and d == UNKNOWN for d in out):
+        raise ctx.unsupported("expand to a size that depends on a dynamic axis in an unknown way")
+    return ctx.emit("tract_core_broadcast", [x], {"shape": list(out)})
+
+
+@handler("aten::expand", args="t * ")
+def expand(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"""
+    return _broadcast(ctx, x)
+
+
+@handler("aten::expand_as", "aten::broadcast_to", args="t *")
+def expand_as(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::expand_as(Tensor(a) self, Tensor other) -> Tensor(a)"""
+    return _broadcast(ctx, x)
+
+
+@handler("aten::repeat", args="t I")
+def repeat(ctx: OpContext, x: NTensor, repeats: list[int]) -> NTensor:
+    """aten::repeat(Tensor self, SymInt[] repeats) -> Tensor"""
+    x = ctx.to_rank(x, len(repeats))
+    return ctx.emit("tile", [x], {"repeats": repeats})
+
+
+@handler("aten::cat", "aten::concat", "aten::concatenate", args="L i")
+def cat(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
+    """aten::cat(Tensor[] tensors, int dim=0) -> Tensor"""
+    dtype = ctx.out_dtype()
+    rank = len(ctx.out_shape())
+    # torch skips legacy empty 1-D tensors in cat.
+    parts = [ctx.cast(t, dtype) for t in tensors if not (t.rank == 1 and t.shape[0] == 0 and rank != 1)]
+    if len(parts) == 1:
+        return ctx.emit("copy", parts)
+    return ctx.emit("concat", [parts], {"axis": ctx.axis(dim, rank)})
+
+
+@handler("aten::stack", args="L i")
+def stack(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
+    """aten::stack(Tensor[] tensors, int dim=0) -> Tensor"""
+    dtype = ctx.out_dtype()
+    axis = ctx.axis(dim, len(ctx.out_shape()))
+    parts = [ctx.cast(t, dtype) for t in tensors]
+    return ctx.emit("stack", [parts], {"axis": axis})
+
+
+def _pieces(ctx: OpContext, x: NTensor, dim: int, squeeze_axis: bool = False) -> list[NTensor]:
+    """Slice ``x`` along ``dim`` into the traced output pieces (one NNEF slice each)."""
+    axis = ctx.axis(dim, x.rank)
+    ctx.static(x, [axis], "split")
+    items = ctx.node.outputs[0].items  # type: ignore[attr-defined]
+    out: list[NTensor] = []
+    begin = 0
+    for item in items:
+        assert isinstance(item, TensorValue)
+        size = 1 if squeeze_axis else item.shape[axis]
+        shape = list(x.shape)
+        shape[axis] = size
+        if squeeze_axis:
+            piece = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + 1]},
+                            dtype=x.dtype, shape=shape, suffix="slice")
+            out.append(ctx.emit("squeeze", [piece], {"axes": [axis]}, value=item))
+        else:
+            out.append(ctx.emit("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + size]}, value=item))
+        begin += size
+    return out
+
+
+@handler("aten::split", "aten::split_with_sizes", "aten::chunk", "aten::tensor_split", args="t _ i")
+def split(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
+    """aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
+    return _pieces(ctx, x, dim)
+
+
+@handler("aten::unbind", args="t i")
+def unbind(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
+    """aten::unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]"""
+    return _pieces(ctx, x, dim, squeeze_axis=True)

@@ -1,0 +1,45 @@
+"""``harden_jit_for_export``: prepare a TorchScript-only model for tracing.
+
+fastnnef freezes the module (``torch.jit.freeze``, which inlines submodule calls and
+folds attributes), which is the first stage of torch_to_nnef's chain. Its data-dependent
+specialization passes are not implemented: TorchScript control flow that survives
+tracing is reported as an unsupported ``prim::If``/``prim::Loop`` with its location.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing as T
+
+import torch
+
+from fastnnef.exceptions import T2NErrorInvalidArgument
+
+log = logging.getLogger("fastnnef")
+
+
+def harden_jit_for_export(
+    model: "torch.jit.ScriptModule",
+    args: T.Union[T.Sequence[T.Any], "torch.Tensor"],
+    *,
+    freeze: bool = True,
+    diagnostics: T.Optional[T.Dict[str, T.Any]] = None,
+) -> "torch.jit.ScriptModule":
+    """Freeze a ScriptModule for export; returns a new module, the input is left as is."""
+    if not isinstance(model, torch.jit.ScriptModule):
+        raise T2NErrorInvalidArgument(
+            f"harden_jit_for_export takes a torch.jit.ScriptModule, got {type(model).__name__}"
+        )
+    froze = False
+    if freeze:
+        if model.training:
+            log.warning("harden_jit_for_export: the module is in training mode; freezing needs eval(), skipped")
+        else:
+            try:
+                model = torch.jit.freeze(model)
+                froze = True
+            except RuntimeError as err:
+                log.warning("torch.jit.freeze failed (%s); exporting the module unfrozen", err)
+    if diagnostics is not None:
+        diagnostics["froze"] = froze
+    return model

@@ -1,0 +1,497 @@
+"""The intermediate graph: one linear pass over the traced, inlined TorchScript graph.
+
+Shapes and dtypes are read from the trace. Parameters are referenced, never copied.
+Scalar arithmetic on constants (``x.size(0) * 2``) is folded here; for dynamic axes the
+same arithmetic builds symbolic expressions. Each tensor value carries ``dyn``: per dim,
+``None`` (static), a symbol expression (``"S"``) or ``"?"`` (dynamic, expression unknown).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
+from fastnnef.torch_graph.trace import WRAPPED, TracedModel
+
+UNKNOWN = "?"
+
+
+class IRValue:
+    """Base of every value of the IR."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class TensorValue(IRValue):
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    dyn: tuple[Optional[str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.dyn:
+            self.dyn = (None,) * len(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def is_dynamic(self, dim: Optional[int] = None) -> bool:
+        if dim is None:
+            return any(d is not None for d in self.dyn)
+        return self.dyn[dim] is not None
+
+
+@dataclass(eq=False)
+class ParamValue(TensorValue):
+    """A parameter or buffer of the model, by its canonical qualified name."""
+
+    qualname: str = ""
+    tensor: torch.Tensor = field(default=None)  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class ConstTensor(TensorValue):
+    """A tensor constant recorded by the trace (created inside ``forward``)."""
+
+    label: str = ""
+    tensor: torch.Tensor = field(default=None)  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class Const(IRValue):
+    """A Python constant: int, float, bool, None, str, dtype code, device..."""
+
+    name: str
+    value: Any
+
+
+@dataclass(eq=False)
+class SymInt(IRValue):
+    """An integer that depends on a dynamic axis: its traced value and expression."""
+
+    name: str
+    traced: int
+    expr: str
+
+
+@dataclass(eq=False)
+class ListValue(IRValue):
+    name: str
+    items: list[IRValue]
+
+
+@dataclass(eq=False)
+class ModuleRef(IRValue):
+    """A submodule reached by ``prim::GetAttr`` (only used to resolve parameters)."""
+
+    name: str
+    module: nn.Module
+    path: str
+
+
+@dataclass(eq=False)
+class IROp:
+    """One aten (or custom) call."""
+
+    kind: str
+    inputs: list[IRValue]
+    outputs: list[IRValue]
+    scope: str  # module path, e.g. "layers.0.attn" ("" at the root)
+    source: str  # user source location, for errors
+
+    def where(self) -> str:
+        scope = self.scope or "<root module>"
+        src = f" ({self.source})" if self.source else ""
+        return f"{self.kind} in {scope}{src}"
+
+
+@dataclass
+class IRGraph:
+    inputs: list[TensorValue]
+    outputs: list[IRValue]
+    ops: list[IROp]
+
+
+# Ops that are identities for export: output = input 0.
+NOOP_KINDS = frozenset(
+    """aten::detach aten::detach_ aten::contiguous aten::clone aten::dropout aten::dropout_
+    aten::feature_dropout aten::alpha_dropout aten::lift_fresh aten::alias prim::NumToTensor
+    aten::Int aten::IntImplicit aten::ScalarImplicit aten::Float aten::FloatImplicit
+    aten::Bool prim::data aten::resolve_conj aten::resolve_neg aten::lift_fresh_copy""".split()
+)
+
+_FOLD: dict[str, Callable[..., Any]] = {
+    "aten::add": operator.add,
+    "aten::sub": operator.sub,
+    "aten::mul": operator.mul,
+    "aten::floordiv": operator.floordiv,
+    "aten::floor_divide": operator.floordiv,
+    "aten::div": operator.truediv,
+    "aten::remainder": operator.mod,
+    "aten::neg": operator.neg,
+    "aten::eq": operator.eq,
+    "aten::ne": operator.ne,
+    "aten::lt": operator.lt,
+    "aten::gt": operator.gt,
+    "aten::le": operator.le,
+    "aten::ge": operator.ge,
+}
+_SYM_FMT = {
+    "aten::add": "({a}+{b})",
+    "aten::sub": "({a}-{b})",
+    "aten::mul": "{a}*{b}",
+    "aten::floordiv": "({a})/{b}",
+    "aten::floor_divide": "({a})/{b}",
+}
+
+
+def scope_path(scope_name: str) -> str:
+    """``__module.model/__module.model.l.0`` -> ``l.0`` (the user's module path)."""
+    last = scope_name.rsplit("/", 1)[-1]
+    if last.startswith("__module."):
+        last = last[len("__module.") :]
+    if last == WRAPPED:
+        return ""
+    if last.startswith(WRAPPED + "."):
+        return last[len(WRAPPED) + 1 :]
+    return last
+
+
+def _child(obj: nn.Module, name: str) -> tuple[Any, str]:
+    """Resolve a TorchScript attribute name on a module; return (object, python key)."""
+    for store in (obj._modules, obj._parameters, obj._buffers):
+        if name in store:
+            return store[name], name
+    if name.startswith("_") and name[1:] in obj._modules:  # Sequential/ModuleList "_0"
+        return obj._modules[name[1:]], name[1:]
+    return getattr(obj, name), name
+
+
+class _Builder:
+    def __init__(self, traced: TracedModel, dynamic_axes: dict[int, dict[int, str]]):
+        self.traced = traced
+        self.values: dict[int, IRValue] = {}
+        self.ops: list[IROp] = []
+        self.const_count = 0
+        # Canonical names: the first name of each tensor object (tied weights share one).
+        model = traced.wrapper.model
+        self.canonical: dict[int, str] = {}
+        for name, t in model.named_parameters(remove_duplicate=False):
+            self.canonical.setdefault(id(t), name)
+        for name, t in model.named_buffers(remove_duplicate=False):
+            self.canonical.setdefault(id(t), name)
+        self.dynamic_axes = dynamic_axes
+        self.pending_lists: dict[int, ListValue] = {}
+
+    def get(self, v: torch._C.Value) -> IRValue:
+        try:
+            return self.values[v.unique()]
+        except KeyError:
+            raise T2NErrorIR(f"value %{v.debugName()} is used before it is defined") from None
+
+    def set(self, v: torch._C.Value, value: IRValue) -> None:
+        self.values[v.unique()] = value
+
+    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[str]]] = None) -> IRValue:
+        ty = v.type()
+        if isinstance(ty, torch._C.TensorType):
+            sizes = ty.sizes()
+            dtype = ty.dtype()
+            if sizes is None or dtype is None:
+                raise T2NErrorIR(f"the trace recorded no shape/dtype for %{v.debugName()}")
+            return TensorValue(v.debugName(), dtype, tuple(sizes), tuple(dyn) if dyn else ())
+        if isinstance(ty, torch._C.ListType) or isinstance(ty, torch._C.TupleType):
+            lst = ListValue(v.debugName(), [])
+            self.pending_lists[v.unique()] = lst
+            return lst
+        return Const(v.debugName(), None)
+
+    def build(self) -> IRGraph:
+        graph = self.traced.graph
+        graph_inputs = list(graph.inputs())
+        self.set(graph_inputs[0], ModuleRef("self", self.traced.wrapper, ""))
+        inputs: list[TensorValue] = []
+        for i, v in enumerate(graph_inputs[1:]):
+            tv = self.tensor_value(v)
+            assert isinstance(tv, TensorValue)
+            axes = self.dynamic_axes.get(i, {})
+            tv.dyn = tuple(axes.get(d) for d in range(tv.rank))
+            self.set(v, tv)
+            inputs.append(tv)
+        for node in graph.nodes():
+            self.visit(node)
+        (ret,) = list(graph.return_node().inputs())
+        out = self.get(ret)
+        outputs = out.items if isinstance(out, ListValue) else [out]
+        return IRGraph(inputs, outputs, self.ops)
+
+    # --- nodes ----------------------------------------------------------------------------
+    def visit(self, node: torch._C.Node) -> None:
+        kind = node.kind()
+        outs = list(node.outputs())
+        ins = list(node.inputs())
+        if kind == "prim::Constant":
+            self.constant(node, outs[0])
+        elif kind == "prim::GetAttr":
+            self.get_attr(node, ins[0], outs[0])
+        elif kind in ("prim::ListConstruct", "prim::TupleConstruct"):
+            self.set(outs[0], ListValue(outs[0].debugName(), [self.get(i) for i in ins]))
+        elif kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            self.unpack(ins[0], outs)
+        elif kind in ("prim::TupleIndex", "aten::__getitem__"):
+            seq, idx = self.get(ins[0]), self.get(ins[1])
+            if not isinstance(seq, ListValue) or not isinstance(idx, Const):
+                raise T2NErrorNotImplemented(f"{kind} on a non-constant list at {node.sourceRange()}")
+            self.set(outs[0], seq.items[idx.value])
+        elif kind in NOOP_KINDS:
+            self.set(outs[0], self.get(ins[0]))
+        elif kind == "aten::size":
+            self.size(ins, outs[0])
+        elif kind == "aten::dim":
+            t = self.get(ins[0])
+            assert isinstance(t, TensorValue)
+            self.set(outs[0], Const(outs[0].debugName(), t.rank))
+        elif kind in _FOLD and self.foldable(ins):
+            self.fold(kind, ins, outs[0])
+        else:
+            self.op(node, kind, ins, outs)
+
+    def constant(self, node: torch._C.Node, out: torch._C.Value) -> None:
+        value = out.toIValue() if node.hasAttributes() or True else None
+        if isinstance(value, torch.Tensor):
+            scope = scope_path(node.scopeName())
+            label = f"{scope}.c{self.const_count}" if scope else f"c{self.const_count}"
+            self.const_count += 1
+            self.set(
+                out,
+                ConstTensor(out.debugName(), value.dtype, tuple(value.shape), (), label, value),
+            )
+        else:
+            self.set(out, Const(out.debugName(), value))
+
+    def get_attr(self, node: torch._C.Node, owner_v: torch._C.Value, out: torch._C.Value) -> None:
+        owner = self.get(owner_v)
+        if not isinstance(owner, ModuleRef):
+            raise T2NErrorIR(f"prim::GetAttr on {owner!r}")
+        obj, key = _child(owner.module, node.s("name"))
+        path = f"{owner.path}.{key}" if owner.path else key
+        if isinstance(obj, torch.Tensor):
+            # Strip the wrapper's prefix; tied weights resolve to their first name.
+            qualname = self.canonical.get(id(obj), path[len(WRAPPED) + 1 :])
+            self.set(
+                out,
+                ParamValue(out.debugName(), obj.dtype, tuple(obj.shape), (), qualname, obj),
+            )
+        elif isinstance(obj, nn.Module):
+            self.set(out, ModuleRef(out.debugName(), obj, path))
+        else:
+            self.set(out, Const(out.debugName(), obj))
+
+    def unpack(self, seq_v: torch._C.Value, outs: list[torch._C.Value]) -> None:
+        seq = self.get(seq_v)
+        if not isinstance(seq, ListValue):
+            raise T2NErrorIR(f"unpacking %{seq_v.debugName()} which is not a list")
+        if seq.items:  # a constructed list
+            for o, item in zip(outs, seq.items):
+                self.set(o, item)
+            return
+        # The list is an op's output (split, chunk, unbind): its items are these values.
+        producer = seq
+        for o in outs:
+            item = self.tensor_value(o)
+            producer.items.append(item)
+            self.set(o, item)
+        self._propagate_list_dyn(producer)
+
+    def size(self, ins: list[torch._C.Value], out: torch._C.Value) -> None:
+        t = self.get(ins[0])
+        assert isinstance(t, TensorValue)
+        name = out.debugName()
+
+        def dim_value(d: int) -> IRValue:
+            if t.dyn[d] is None:
+                return Const(name, t.shape[d])
+            return SymInt(name, t.shape[d], t.dyn[d] or UNKNOWN)
+
+        if len(ins) == 1:
+            self.set(out, ListValue(name, [dim_value(d) for d in range(t.rank)]))
+        else:
+            d = self.get(ins[1])
+            assert isinstance(d, Const)
+            self.set(out, dim_value(d.value % t.rank))
+
+    def foldable(self, ins: list[torch._C.Value]) -> bool:
+        vals = [self.get(i) for i in ins]
+        return all(isinstance(v, (Const, SymInt)) for v in vals) and any(
+            not isinstance(v, Const) or isinstance(v.value, (int, float)) for v in vals
+        ) and all(not isinstance(v, Const) or isinstance(v.value, (int, float, bool)) for v in vals)
+
+    def fold(self, kind: str, ins: list[torch._C.Value], out: torch._C.Value) -> None:
+        vals = [self.get(i) for i in ins]
+        # aten::add(Scalar a, Scalar b, alpha) on NumToTensor values: alpha is 1 here.
+        a_b = vals[:2] if kind != "aten::neg" else vals[:1]
+        if all(isinstance(v, Const) for v in a_b):
+            self.set(out, Const(out.debugName(), _FOLD[kind](*[v.value for v in a_b])))
+            return
+        traced = _FOLD[kind](*[v.traced if isinstance(v, SymInt) else v.value for v in a_b])
+        fmt = _SYM_FMT.get(kind)
+        exprs = [v.expr if isinstance(v, SymInt) else str(v.value) for v in a_b]
+        expr = UNKNOWN if fmt is None or UNKNOWN in exprs else fmt.format(a=exprs[0], b=exprs[-1])
+        self.set(out, SymInt(out.debugName(), traced, expr))
+
+    def op(self, node: torch._C.Node, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
+        inputs = [self.get(i) for i in ins]
+        outputs = [self.tensor_value(o) for o in outs]
+        for o, value in zip(outs, outputs):
+            self.set(o, value)
+        ir_op = IROp(kind, inputs, outputs, scope_path(node.scopeName()), _source(node))
+        propagate_dyn(ir_op)
+        self.ops.append(ir_op)
+
+    def _propagate_list_dyn(self, lst: ListValue) -> None:
+        for op in reversed(self.ops):
+            if lst in op.outputs:
+                propagate_dyn(op)
+                return
+
+
+def _source(node: torch._C.Node) -> str:
+    """The user's source line for a node, best effort (TorchScript's source ranges)."""
+    try:
+        text = str(node.sourceRange()).strip().splitlines()
+    except Exception:  # noqa: BLE001 - not all torch builds keep source ranges
+        return ""
+    frames = [line.strip() for line in text if line.strip()]
+    user = [f for f in frames if "/torch/" not in f and "/fastnnef/" not in f]
+    return (user or frames or [""])[0]
+
+
+# --- dynamic dims ---------------------------------------------------------------------
+def _tensor_inputs(op: IROp) -> list[TensorValue]:
+    return [v for v in op.inputs if isinstance(v, TensorValue)]
+
+
+def propagate_dyn(op: IROp) -> None:
+    """Mark the dynamic dims of ``op``'s tensor outputs from its inputs'.
+
+    Same-rank outputs follow the inputs dim by dim (broadcasting ops, conv along time,
+    norms...). Other outputs: a dim whose traced size equals a dynamic input dim's is
+    marked dynamic-unknown, so handlers that need a concrete value refuse it."""
+    rule = _DYN_RULES.get(op.kind)
+    if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
+        out = op.outputs[0]
+        if isinstance(out, TensorValue) and (op.inputs[0].is_dynamic() or out.is_dynamic()):
+            out.dyn = rule(op.inputs[0], out, op.inputs[1:])
+            return
+        if isinstance(out, TensorValue) and not any(isinstance(v, SymInt) for v in _flat(op.inputs)):
+            return
+    tensors = _tensor_inputs(op)
+    for v in op.inputs:
+        if isinstance(v, ListValue):
+            tensors += [x for x in v.items if isinstance(x, TensorValue)]
+    dyn_inputs = [t for t in tensors if t.is_dynamic()]
+    sym_args = any(isinstance(v, SymInt) for v in op.inputs) or any(
+        isinstance(v, ListValue) and any(isinstance(x, SymInt) for x in v.items) for v in op.inputs
+    )
+    if not dyn_inputs and not sym_args:
+        return
+    outs: list[TensorValue] = []
+    for o in op.outputs:
+        if isinstance(o, TensorValue):
+            outs.append(o)
+        elif isinstance(o, ListValue):
+            outs += [x for x in o.items if isinstance(x, TensorValue)]
+    dyn_sizes = {t.shape[d] for t in dyn_inputs for d in range(t.rank) if t.dyn[d] is not None}
+    for v in op.inputs:
+        items = v.items if isinstance(v, ListValue) else [v]
+        dyn_sizes |= {x.traced for x in items if isinstance(x, SymInt)}
+    for out in outs:
+        dyn: list[Optional[str]] = []
+        for d in range(out.rank):
+            mark: Optional[str] = None
+            for t in dyn_inputs:
+                if t.rank == out.rank and t.dyn[d] is not None:
+                    mark = t.dyn[d] if t.shape[d] == out.shape[d] else UNKNOWN
+                    break
+            if mark is None and out.shape[d] in dyn_sizes and not any(
+                t.rank == out.rank for t in dyn_inputs
+            ):
+                mark = UNKNOWN
+            dyn.append(mark)
+        out.dyn = tuple(dyn)
+
+
+def _flat(values: Sequence[IRValue]) -> list[IRValue]:
+    out: list[IRValue] = []
+    for v in values:
+        out += v.items if isinstance(v, ListValue) else [v]
+    return out
+
+
+def _ints(value: IRValue) -> list[int]:
+    items = value.items if isinstance(value, ListValue) else [value]
+    return [int(v.value) for v in items if isinstance(v, Const)]
+
+
+def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """Reshape: dims in the common prefix/suffix keep their marks; the window between is
+    dynamic-unknown if it takes a dynamic input dim."""
+    pre = 0
+    while pre < min(x.rank, out.rank) and x.shape[pre] == out.shape[pre]:
+        pre += 1
+    suf = 0
+    while (
+        suf < min(x.rank, out.rank) - pre
+        and x.shape[x.rank - 1 - suf] == out.shape[out.rank - 1 - suf]
+    ):
+        suf += 1
+    window_dyn = any(x.dyn[d] is not None for d in range(pre, x.rank - suf))
+    dyn: list[Optional[str]] = list(x.dyn[:pre])
+    dyn += [UNKNOWN if window_dyn else None] * (out.rank - pre - suf)
+    dyn += list(x.dyn[x.rank - suf :]) if suf else []
+    return tuple(dyn)
+
+
+def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    perm = [p % x.rank for p in _ints(args[0])]
+    return tuple(x.dyn[p] for p in perm)
+
+
+def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    if x.rank < 2:
+        return x.dyn
+    a, b = (_ints(args[0]) + _ints(args[1])) if len(args) >= 2 else (0, 1)
+    dyn = list(x.dyn)
+    a, b = a % x.rank, b % x.rank
+    dyn[a], dyn[b] = dyn[b], dyn[a]
+    return tuple(dyn)
+
+
+def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    d = _ints(args[0])[0] % out.rank
+    return x.dyn[:d] + (None,) + x.dyn[d:]
+
+
+_DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[Optional[str], ...]]] = {
+    "aten::view": _window_dyn,
+    "aten::reshape": _window_dyn,
+    "aten::flatten": _window_dyn,
+    "aten::unflatten": _window_dyn,
+    "aten::squeeze": _window_dyn,
+    "aten::permute": _permute_dyn,
+    "aten::transpose": _transpose_dyn,
+    "aten::t": _transpose_dyn,
+    "aten::unsqueeze": _unsqueeze_dyn,
+}
+
+
+def build_ir(traced: TracedModel, dynamic_axes: Optional[dict[int, dict[int, str]]] = None) -> IRGraph:
+    """Build the IR in one pass; ``dynamic_axes`` maps flat input index -> {dim: symbol}."""
+    return _Builder(traced, dynamic_axes or {}).build()

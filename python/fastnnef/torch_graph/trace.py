@@ -1,0 +1,178 @@
+"""Trace a model once with ``torch.jit.trace``, with structured IO flattened.
+
+The model runs exactly once: the outputs of the tracing run are kept as the reference
+outputs for check_io (no separate eager forward, no re-execution for shapes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from fastnnef.exceptions import (
+    T2NErrorInvalidArgument,
+    T2NErrorIoQuantity,
+    T2NErrorTorchJitTraceFailed,
+)
+
+log = logging.getLogger("fastnnef")
+
+# Prefix of the user's model inside the flattening wrapper; stripped from every path.
+WRAPPED = "model"
+
+
+@dataclass
+class TracedModel:
+    """The result of tracing: the inlined graph and what is needed to read it."""
+
+    graph: torch._C.Graph
+    wrapper: nn.Module
+    flat_inputs: list[torch.Tensor]
+    flat_outputs: list[torch.Tensor]
+    input_names: list[str]
+    output_names: list[str]
+
+
+class _FlatIO(nn.Module):
+    """Calls the user's model with structured args rebuilt from flat tensors, and returns
+    its outputs flattened. Holds the model by reference: the user's model is untouched."""
+
+    def __init__(self, model: nn.Module, leaves: list[Any], spec: Any, tensor_slots: list[int]):
+        super().__init__()
+        self.model = model
+        self._leaves = leaves
+        self._spec = spec
+        self._tensor_slots = tensor_slots
+        self.captured: Optional[list[torch.Tensor]] = None
+        self.out_spec: Any = None
+
+    def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves = list(self._leaves)
+        for slot, tensor in zip(self._tensor_slots, flat):
+            leaves[slot] = tensor
+        args = pytree.tree_unflatten(leaves, self._spec)
+        out = self.model(*args)
+        out_leaves, self.out_spec = pytree.tree_flatten(out)
+        not_tensors = [type(o).__name__ for o in out_leaves if not isinstance(o, torch.Tensor)]
+        if not_tensors:
+            raise T2NErrorInvalidArgument(
+                f"the model returns non-tensor values ({', '.join(not_tensors)}): NNEF graphs "
+                "output tensors only; return tensors (or wrap the model to drop the rest)"
+            )
+        self.captured = [o.detach() for o in out_leaves]
+        return tuple(out_leaves)
+
+
+def normalize_args(args: Any) -> tuple[Any, ...]:
+    """The reference's rule: a lone tensor/number/dict becomes a 1-tuple."""
+    if isinstance(args, (torch.Tensor, int, float, bool, dict)):
+        return (args,)
+    if isinstance(args, type({}.values())):
+        return tuple(args)
+    if isinstance(args, (list, tuple)):
+        return tuple(args)
+    raise T2NErrorInvalidArgument(
+        f"args must be a tensor or a tuple/list of the forward's arguments, got {type(args).__name__}"
+    )
+
+
+def _expand_names(
+    names: Optional[Sequence[str]], top_level: Sequence[Any], n_flat: int, prefix: str, what: str
+) -> list[str]:
+    """Names for the flat IO: as given, or derived per top-level item (``name_0``, dict keys)."""
+    if names is None:
+        return [f"{prefix}_{i}" for i in range(n_flat)]
+    names = list(names)
+    if len(names) == n_flat:
+        return names
+    if len(names) == len(top_level):
+        out: list[str] = []
+        for name, item in zip(names, top_level):
+            leaves, spec = pytree.tree_flatten(item)
+            n_tensors = sum(isinstance(x, torch.Tensor) for x in leaves)
+            if isinstance(item, torch.Tensor):
+                out.append(name)
+            elif isinstance(item, dict):
+                out.extend(f"{name}_{k}" for k, v in item.items() if isinstance(v, torch.Tensor))
+            else:
+                out.extend(f"{name}_{i}" for i in range(n_tensors))
+        if len(out) == n_flat:
+            return out
+    raise T2NErrorIoQuantity(
+        f"{len(names)} {what} names were given but the model has {n_flat} flat {what}s "
+        f"(after flattening tuples, lists and dicts): give exactly {n_flat} names"
+    )
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode and restore each one's own flag afterwards."""
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        yield
+    finally:
+        for module, training in flags:
+            module.training = training
+
+
+# jit.trace's state is process-global in some torch versions; serializing traces keeps
+# concurrent exports safe without patching anything.
+_TRACE_LOCK = threading.Lock()
+
+
+def trace_model(
+    model: nn.Module,
+    args: Any,
+    input_names: Optional[Sequence[str]],
+    output_names: Optional[Sequence[str]],
+) -> TracedModel:
+    """Trace ``model(*args)`` once; return the inlined graph and the flat IO."""
+    top_level = normalize_args(args)
+    leaves, spec = pytree.tree_flatten(top_level)
+    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    baked = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
+    if baked:
+        log.warning("non-tensor inputs are baked into the graph as constants: %s", ", ".join(baked))
+    flat_inputs = [leaves[i] for i in tensor_slots]
+    for i, t in enumerate(flat_inputs):
+        if t.device.type != "cpu":
+            raise T2NErrorInvalidArgument(
+                f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
+            )
+    in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
+    wrapper = _FlatIO(model, leaves, spec, tensor_slots)
+    with _TRACE_LOCK, torch.no_grad(), eval_mode(model):
+        try:
+            traced = torch.jit.trace(
+                wrapper, tuple(flat_inputs), check_trace=False, strict=False
+            )
+        except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
+            raise
+        except Exception as err:  # torch raises many kinds; keep its message whole
+            raise T2NErrorTorchJitTraceFailed(
+                f"torch.jit.trace failed on {type(model).__name__}: {err}. fastnnef exports "
+                "what tracing records: data-dependent Python control flow, non-tensor "
+                "outputs and in-place ops on inputs are the usual causes"
+            ) from err
+    assert wrapper.captured is not None
+    flat_outputs = wrapper.captured
+    wrapper.captured = None
+    top_out = pytree.tree_unflatten(list(flat_outputs), wrapper.out_spec)
+    top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
+    out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
+    return TracedModel(
+        graph=traced.inlined_graph,
+        wrapper=wrapper,
+        flat_inputs=flat_inputs,
+        flat_outputs=list(flat_outputs),
+        input_names=in_names,
+        output_names=out_names,
+    )
