@@ -1,0 +1,55 @@
+"""Shared test helper: export through the public API, let check_io run the artefact in
+the linked tract, then compare tract's outputs with torch's once more, independently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+from fastnnef.check import TractArtefact
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import TractNNEF
+
+
+def as_tuple(args: Any) -> tuple[Any, ...]:
+    return args if isinstance(args, tuple) else (args,)
+
+
+def export_and_check(
+    model: torch.nn.Module,
+    args: Any,
+    tmp_path: Path,
+    *,
+    target: Optional[Any] = None,
+    name: str = "model.nnef",
+    compression_level: Optional[int] = 0,
+    atol: float = 1e-4,
+    rtol: float = 1e-4,
+    run_inputs: Optional[Sequence[torch.Tensor]] = None,
+    **export_kwargs: Any,
+) -> Path:
+    """Export ``model`` (check_io on by default), reload the artefact with tract, run it
+    on ``run_inputs`` (default: the export inputs) and assert it matches torch."""
+    target = target if target is not None else TractNNEF.latest()
+    path = export_model_to_nnef(
+        model, args, tmp_path / name, target, compression_level=compression_level, **export_kwargs
+    )
+    inputs = list(run_inputs) if run_inputs is not None else [
+        a for a in as_tuple(args) if isinstance(a, torch.Tensor)
+    ]
+    with torch.no_grad():
+        expected = model(*inputs)
+    expected_list = [expected] if isinstance(expected, torch.Tensor) else list(expected)
+    got = TractArtefact.load(path).run(inputs)
+    assert len(got) == len(expected_list)
+    for e, g in zip(expected_list, got):
+        e_np = e.float().numpy() if e.dtype == torch.bfloat16 else e.numpy()
+        assert g.shape == e_np.shape, (g.shape, e_np.shape)
+        if e_np.dtype == np.bool_ or np.issubdtype(e_np.dtype, np.integer):
+            np.testing.assert_array_equal(g, e_np)
+        else:
+            np.testing.assert_allclose(g.astype(np.float64), e_np.astype(np.float64), atol=atol, rtol=rtol)
+    return path
