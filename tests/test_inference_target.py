@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -476,6 +477,13 @@ def test_dynamic_axes_errors(dynamic_axes, version, input_names, message):
     assert str(err.value) == message
 
 
+def test_dynamic_axes_must_be_a_dict():
+    for make in (lambda: TractNNEF("0.23.9", dynamic_axes=["x"]), lambda: TractNNEF.latest().with_dynamic_axes(["x"])):
+        with pytest.raises(T2NErrorDynamicShapeValue) as err:
+            make()
+        assert str(err.value) == "dynamic_axes must be a dict {input_name: {axis: symbol}}, got ['x']"
+
+
 def test_dynamic_axes_valid(caplog):
     target = TractNNEF(
         "0.23.9", dynamic_axes={"x": {0: "B", -1: "SEQ_len"}, "out": {0: "B"}, "y": {}}
@@ -547,3 +555,44 @@ def test_hooks_do_not_change_the_target():
     target.specific_fragments(nn.Identity())
     assert target.dynamic_axes == axes
 
+
+
+# --- build_io ------------------------------------------------------------------------------
+
+
+class _TwoOut(nn.Module):
+    def forward(self, a, b):
+        return a + b, (a * b).to(torch.bfloat16)
+
+
+def test_build_io_writes_bundles_and_restores_mode(tmp_path):
+    from fastnnef.inference_target.tract import build_io
+
+    model = _TwoOut().train()
+    a = torch.arange(6, dtype=torch.float16).reshape(2, 3)
+    b = torch.full((2, 3), 2.0, dtype=torch.float16)
+    names = build_io(model, (a, b), tmp_path / "in.npz", tmp_path / "out.npz")
+    assert names == (["input_0", "input_1"], ["output_0", "output_1"])
+    assert model.training is True
+    with np.load(tmp_path / "in.npz") as inputs, np.load(tmp_path / "out.npz") as outputs:
+        assert sorted(inputs) == ["input_0", "input_1"]
+        assert inputs["input_0"].dtype == np.float32
+        assert inputs["input_0"].tolist() == [[0, 1, 2], [3, 4, 5]]
+        assert outputs["output_0"].tolist() == [[2, 3, 4], [5, 6, 7]]
+        assert outputs["output_1"].dtype == np.float32  # bf16 saved as f32
+        assert outputs["output_1"].tolist() == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_build_io_names_and_errors(tmp_path):
+    from fastnnef.inference_target.tract import build_io
+
+    x = torch.ones(2)
+    assert build_io(nn.ReLU(), x, input_names=["x"], output_names=["y"]) == (["x"], ["y"])
+    with pytest.raises(T2NErrorIoQuantity) as err:
+        build_io(nn.ReLU(), x, output_names=["y", "z"])
+    assert str(err.value) == "build_io: 2 output names ['y', 'z'] for 1 output tensors"
+    with pytest.raises(T2NErrorNotImplemented) as err:
+        build_io(nn.ReLU(), {"x": x})
+    assert str(err.value) == (
+        "build_io: test_input must be a tensor or a flat sequence of tensors, got ['dict']"
+    )

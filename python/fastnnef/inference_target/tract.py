@@ -18,16 +18,20 @@ from typing import (
     List,
     NamedTuple,
     Optional,
+    Sequence,
     Set,
+    Tuple,
     Union,
 )
 
+import numpy as np
 import torch
 from torch import nn
 
 from fastnnef.exceptions import (
     T2NErrorDynamicShapeValue,
     T2NErrorInvalidArgument,
+    T2NErrorIoQuantity,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
 )
@@ -153,7 +157,7 @@ class TractNNEF(InferenceTarget):
                 "specific_tract_binary_path=<path of that tract CLI>"
             )
         self.specific_tract_binary_path: Optional[Path] = specific_tract_binary_path
-        self.dynamic_axes: DynamicAxes = dict(dynamic_axes or {})
+        self.dynamic_axes: DynamicAxes = _as_dynamic_axes(dynamic_axes)
         self.check_io_tolerance = _to_enum(
             TractCheckTolerance, check_io_tolerance, "check_io_tolerance"
         )
@@ -182,7 +186,7 @@ class TractNNEF(InferenceTarget):
     def with_dynamic_axes(self, dynamic_axes: Optional[DynamicAxes]) -> TractNNEF:
         """A deep copy with ``dynamic_axes`` replaced."""
         new = copy.deepcopy(self)
-        new.dynamic_axes = dict(dynamic_axes or {})
+        new.dynamic_axes = _as_dynamic_axes(dynamic_axes)
         return new
 
     def with_check_io_tolerance(self, check_io_tolerance: TractCheckTolerance) -> TractNNEF:
@@ -235,11 +239,6 @@ class TractNNEF(InferenceTarget):
         with a warning (output shapes follow from the inputs' symbols). Negative axes are
         allowed; ``dynamic_axes_of_input`` resolves them once the input's rank is known.
         """
-        if not isinstance(self.dynamic_axes, dict):
-            raise T2NErrorDynamicShapeValue(
-                "dynamic_axes must be a dict {input_name: {axis: symbol}}, "
-                f"got {self.dynamic_axes!r}"
-            )
         for name, axes in self.dynamic_axes.items():
             if not isinstance(name, str):
                 raise T2NErrorDynamicShapeValue(
@@ -411,6 +410,16 @@ class TractNNEF(InferenceTarget):
         )
 
 
+def _as_dynamic_axes(dynamic_axes: Any) -> DynamicAxes:
+    if dynamic_axes is None:
+        return {}
+    if not isinstance(dynamic_axes, dict):
+        raise T2NErrorDynamicShapeValue(
+            f"dynamic_axes must be a dict {{input_name: {{axis: symbol}}}}, got {dynamic_axes!r}"
+        )
+    return dict(dynamic_axes)
+
+
 def _identity_properties() -> Dict[str, str]:
     uname = platform.uname()
     props = {
@@ -433,3 +442,64 @@ def _to_enum(enum_cls: Any, value: Any, param: str) -> Any:
             f"{param}: {value!r} is not one of {allowed}"
         ) from None
 
+
+
+def build_io(
+    model: nn.Module,
+    test_input: Union[torch.Tensor, Sequence[torch.Tensor]],
+    input_bundle_path: Optional[Path] = None,
+    output_bundle_path: Optional[Path] = None,
+    input_names: Optional[List[str]] = None,
+    output_names: Optional[List[str]] = None,
+) -> Tuple[List[str], List[str]]:
+    """Run ``model`` on ``test_input`` and save inputs and outputs as tract ``.npz`` bundles.
+
+    Same contract as torch_to_nnef 0.24's: eval mode, no grad, inference mode; f16 and
+    bf16 values saved as f32; names default to ``input_<i>`` / ``output_<i>``; returns
+    ``(input_names, output_names)``. The model's training flag is restored afterwards.
+    Inputs and outputs must be a tensor or a flat sequence of tensors.
+    """
+    inputs = _flat_tensors(test_input, "test_input")
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), torch.inference_mode():
+            outputs = _flat_tensors(model(*inputs), "model output")
+    finally:
+        model.train(was_training)
+    input_names = _io_names(input_names, inputs, "input")
+    output_names = _io_names(output_names, outputs, "output")
+    for path, names, tensors in (
+        (input_bundle_path, input_names, inputs),
+        (output_bundle_path, output_names, outputs),
+    ):
+        if path is not None:
+            np.savez(path, **{n: _to_numpy(t) for n, t in zip(names, tensors)})
+    return input_names, output_names
+
+
+def _flat_tensors(value: Any, what: str) -> List[torch.Tensor]:
+    values = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not all(isinstance(v, torch.Tensor) for v in values):
+        raise T2NErrorNotImplemented(
+            f"build_io: {what} must be a tensor or a flat sequence of tensors, got "
+            f"{[type(v).__name__ for v in values]}"
+        )
+    return values
+
+
+def _io_names(names: Optional[List[str]], tensors: List[torch.Tensor], kind: str) -> List[str]:
+    if names is None:
+        return [f"{kind}_{i}" for i in range(len(tensors))]
+    if len(names) != len(tensors):
+        raise T2NErrorIoQuantity(
+            f"build_io: {len(names)} {kind} names {list(names)} for {len(tensors)} {kind} tensors"
+        )
+    return list(names)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype in (torch.float16, torch.bfloat16):  # the check compares in f32
+        tensor = tensor.float()
+    return tensor.numpy()
