@@ -124,6 +124,7 @@ class NNEFGraph:
     fragments: dict[str, str] = field(default_factory=dict)
     _used_names: set[str] = field(default_factory=set)
     _name_counters: dict[str, int] = field(default_factory=dict)
+    _reserved: set[str] = field(default_factory=set)  # output names, claimed by their producer
 
     @property
     def input_names(self) -> list[str]:
@@ -137,28 +138,32 @@ class NNEFGraph:
     def fresh_name(self, base: str) -> str:
         """A new unique identifier derived from ``base``; linear-time over a whole export."""
         base = sanitize_identifier(base)
-        if base not in self._used_names:
+        if base not in self._used_names and base not in self._reserved:
             self._used_names.add(base)
             return base
         n = self._name_counters.get(base, 0)
         while True:
             n += 1
             candidate = f"{base}_{n}"
-            if candidate not in self._used_names:
+            if candidate not in self._used_names and candidate not in self._reserved:
                 self._name_counters[base] = n
                 self._used_names.add(candidate)
                 return candidate
 
-    def reserve_name(self, name: str) -> None:
-        """Claim an exact identifier (user-given IO names); error if taken or invalid."""
+    def reserve_name(self, name: str, claim_later: bool = False) -> None:
+        """Claim an exact identifier (user-given IO names); error if taken or invalid.
+        With ``claim_later`` the name is kept free for ``op(..., exact=True)``."""
         if sanitize_identifier(name) != name:
             raise T2NErrorInvalidArgument(
                 f"{name!r} is not a valid NNEF identifier: use letters, digits and '_' "
                 "only, not starting with a digit, and no NNEF keyword"
             )
-        if name in self._used_names:
+        if name in self._used_names or name in self._reserved:
             raise T2NErrorInvalidArgument(f"the name {name!r} is used twice in the graph")
-        self._used_names.add(name)
+        if claim_later:
+            self._reserved.add(name)
+        else:
+            self._used_names.add(name)
 
     # --- building -----------------------------------------------------------------------
     def add_input(self, name: str, dtype: str, shape: Sequence[Dim]) -> NTensor:
@@ -197,9 +202,16 @@ class NNEFGraph:
         name: str,
         dtype: str,
         shape: Sequence[Dim],
+        exact: bool = False,
     ) -> NTensor:
-        """Append a single-output op; ``name`` is a base, made unique here."""
-        out = NTensor(self.fresh_name(name), dtype, tuple(shape))
+        """Append a single-output op; ``name`` is a base, made unique here, or with
+        ``exact`` a reserved output name claimed as is."""
+        if exact and name in self._reserved:
+            self._reserved.discard(name)
+            self._used_names.add(name)
+        else:
+            name = self.fresh_name(name)
+        out = NTensor(name, dtype, tuple(shape))
         self.op_multi(kind, args, attrs, outputs=(out,))
         return out
 

@@ -82,6 +82,7 @@ class OpContext:
         return self.g.op(
             kind, args, attrs, name=self.converter.name_for(self.node, value),
             dtype=tract_dtype(value.dtype, self.node.where()), shape=shape_of(value),
+            exact=id(value) in self.converter.fixed_names,
         )
 
     def tmp(

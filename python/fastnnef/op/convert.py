@@ -111,7 +111,7 @@ class Converter:
         for value, name in zip(ir.outputs, names):
             if name in input_names:
                 continue  # allowed same IO name: the output aliases the input (checked upstream)
-            self.graph.reserve_name(name)
+            self.graph.reserve_name(name, claim_later=True)
             if isinstance(value, TensorValue) and id(value) not in self.fixed_names and not isinstance(
                 value, (ParamValue, ConstTensor)
             ) and value not in ir.inputs:
@@ -160,8 +160,15 @@ class Converter:
             if tensor is None:
                 tensor = self.tensor(value, ir.ops[-1] if ir.ops else IROp("output", [], [], "", ""))
             if tensor.name != name:
-                if any(t.name == name for t in self.graph.inputs):
-                    self.graph.outputs.append(tensor)  # allow_same_io_names: output = input
+                if name in self.graph.input_names:
+                    if tensor.name != name:
+                        raise T2NErrorInvalidArgument(
+                            f"output {name!r} has an input's name but is not that input: with "
+                            "allow_same_io_names the output must be the unchanged input"
+                        )
+                    self.graph.outputs.append(tensor)
                     continue
+                self.graph._reserved.discard(name)
+                self.graph._used_names.add(name)
                 tensor = self.graph.alias(name, tensor)
             self.graph.outputs.append(tensor)
