@@ -107,8 +107,12 @@ def _reified(
     ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], is_causal: bool,
     scale: float, inner: str, out_dtype: str,
 ) -> NTensor:
-    """One ``tract_transformers_sdpa`` (q, k, v[, mask] positional; scale always given)."""
-    q, k, v = (ctx.cast(t, out_dtype) for t in (q, k, v))
+    """One ``tract_transformers_sdpa`` (q, k, v[, mask] positional; scale always given).
+    With f32 inner and ``upcast_reified_sdpa_inputs_to_f32`` (default), the op runs on f32
+    inputs and its output is cast back; otherwise it gets f16 inputs and accumulates in f32."""
+    upcast = inner != out_dtype and bool(getattr(ctx.target, "upcast_reified_sdpa_inputs_to_f32", True))
+    io_dtype = inner if upcast else out_dtype
+    q, k, v = (ctx.cast(t, io_dtype) for t in (q, k, v))
     args = [q, k, v]
     rows, cols = q.shape[-2], k.shape[-2]
     if is_causal and rows != cols:
@@ -118,8 +122,11 @@ def _reified(
         mask = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
     if mask is not None:
         args.append(ctx.to_rank(mask, q.rank))
-    attrs = {"scale": float(scale), "datum_type": out_dtype, "acc_datum_type": inner, "is_causal": is_causal}
-    return ctx.emit("tract_transformers_sdpa", args, attrs)
+    attrs = {"scale": float(scale), "datum_type": io_dtype, "acc_datum_type": inner, "is_causal": is_causal}
+    if io_dtype == out_dtype:
+        return ctx.emit("tract_transformers_sdpa", args, attrs)
+    out = ctx.tmp("tract_transformers_sdpa", args, attrs, dtype=io_dtype, shape=ctx.out_shape(), suffix="f32")
+    return ctx.emit("tract_core_cast", [out], {"to": out_dtype})
 
 
 def _decomposed(
