@@ -12,6 +12,7 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
+from fastnnef.op.registry import load_handlers
 from tests.helpers import export_and_check
 
 VERSION = TractNNEF.latest().version
@@ -142,6 +143,10 @@ class SelfAttention(nn.Module):
         return self.mha(x, memory, memory, need_weights=False)[0]
 
 
+@pytest.mark.xfail(
+    load_handlers().lookup("aten::select", VERSION) is None, strict=True,
+    reason="aten::select (indexing family) is not registered yet",
+)
 def test_multihead_attention(tmp_path: Any) -> None:
     torch.manual_seed(0)
     export_and_check(SelfAttention().eval(), (torch.randn(2, 5, 8), torch.randn(2, 6, 8)), tmp_path, atol=1e-5)
