@@ -124,7 +124,7 @@ class Structured(nn.Module):
     def forward(self, pair: tuple[torch.Tensor, torch.Tensor], extra: dict[str, torch.Tensor]) -> Any:
         a, b = pair
         s = self.lin(a) + b
-        return s, {"p": s * extra["scale"], "q": [extra["shift"] + a, a - b]}
+        return s, {"p": s * extra["scale"], "q": extra["shift"] + a}, [a - b]
 
 
 def structured_args() -> tuple[Any, ...]:
@@ -141,8 +141,8 @@ def _flat(value: Any) -> list[torch.Tensor]:
     [
         (None, None, ["input_0", "input_1", "input_2", "input_3"],
          ["output_0", "output_1", "output_2", "output_3"]),
-        (["pair", "extra"], ["sum", "rest"], ["pair_0", "pair_1", "extra_scale", "extra_shift"],
-         ["sum", "rest_0", "rest_1", "rest_2"]),
+        (["pair", "extra"], ["sum", "rest", "more"], ["pair_0", "pair_1", "extra_scale", "extra_shift"],
+         ["sum", "rest_p", "rest_q", "more_0"]),
         (["a", "b", "c", "d"], ["w", "x", "y", "z"], ["a", "b", "c", "d"], ["w", "x", "y", "z"]),
     ],
     ids=["default", "per-item", "flat"],
