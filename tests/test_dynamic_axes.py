@@ -12,7 +12,7 @@ from torch import nn
 
 from fastnnef.check import TractArtefact
 from fastnnef.inference_target import TractNNEF
-from tests.helpers import export_and_check
+from tests.helpers import export_and_check, needs_handler
 
 
 class Mlp(nn.Module):
@@ -49,7 +49,11 @@ class Conv(nn.Module):
         return torch.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
 
 
-@pytest.mark.parametrize("make_model", [Mlp, SizeArithmetic, Conv], ids=["mlp", "size-arith", "conv1d"])
+@pytest.mark.parametrize(
+    "make_model",
+    [Mlp, SizeArithmetic, pytest.param(Conv, marks=needs_handler("aten::_convolution"))],
+    ids=["mlp", "size-arith", "conv1d"],
+)
 def test_dynamic_length(make_model: Callable[[], nn.Module], tmp_path: Path) -> None:
     model = make_model().eval()
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})

@@ -85,8 +85,8 @@ def test_artefact_kind(given: str, level: Any, produced: str, kind: str, tmp_pat
 
 def test_tgz_levels_differ_in_size(tmp_path: Path) -> None:
     model = mlp()
-    stored = export_model_to_nnef(model, x(), tmp_path / "a" / "m.nnef.tgz", TractNNEF.latest(), compression_level=0)
-    packed = export_model_to_nnef(model, x(), tmp_path / "b" / "m.nnef.tgz", TractNNEF.latest(), compression_level=9)
+    stored = export_model_to_nnef(model, x(), tmp_path / "a.nnef.tgz", TractNNEF.latest(), compression_level=0)
+    packed = export_model_to_nnef(model, x(), tmp_path / "b.nnef.tgz", TractNNEF.latest(), compression_level=9)
     assert packed.stat().st_size < stored.stat().st_size
 
 
@@ -98,7 +98,7 @@ def test_tgz_levels_differ_in_size(tmp_path: Path) -> None:
 def test_same_export_same_bytes(level: int, identity: bool, tmp_path: Path) -> None:
     def export(sub: str) -> bytes:
         target = TractNNEF(TractNNEF.latest_version(), dump_identity_properties=identity)
-        path = export_model_to_nnef(mlp(), x(), tmp_path / sub / "m.nnef", target, compression_level=level)
+        path = export_model_to_nnef(mlp(), x(), tmp_path / f"{sub}.nnef", target, compression_level=level)
         return path.read_bytes()
 
     assert export("first") == export("second")
@@ -108,7 +108,7 @@ def test_identity_properties_switch(tmp_path: Path) -> None:
     texts = {}
     for identity in (True, False):
         target = TractNNEF(TractNNEF.latest_version(), dump_identity_properties=identity)
-        path = export_model_to_nnef(mlp(), x(), tmp_path / str(identity) / "m.nnef", target, compression_level=None)
+        path = export_model_to_nnef(mlp(), x(), tmp_path / f"identity_{identity}.nnef", target, compression_level=None)
         texts[identity] = (path / "graph.nnef").read_text()
     assert '"hostname"' in texts[True] and '"hostname"' not in texts[False]
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fastnnef.inference_target import TractNNEF
-from tests.helpers import export_and_check
+from tests.helpers import export_and_check, needs_handler
 
 DAT_HEADER = 128  # nnef-format.md §1.1
 
@@ -26,7 +26,10 @@ def conv() -> nn.Module:
     return nn.Sequential(nn.Conv1d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv1d(8, 2, 1))
 
 
-MODELS = [pytest.param(mlp, (2, 8), id="mlp"), pytest.param(conv, (1, 3, 10), id="conv1d")]
+MODELS = [
+    pytest.param(mlp, (2, 8), id="mlp"),
+    pytest.param(conv, (1, 3, 10), id="conv1d", marks=needs_handler("aten::_convolution")),
+]
 
 
 @pytest.mark.parametrize("make_model, shape", MODELS)

@@ -62,7 +62,7 @@ def test_schemes_differ(tmp_path: Path) -> None:
     texts = {}
     for scheme in ("natural_verbose", "numeric"):
         path = export_and_check(
-            TwoLayers().eval(), torch.randn(2, 4), tmp_path / scheme, compression_level=None,
+            TwoLayers().eval(), torch.randn(2, 4), tmp_path, name=f"{scheme}.nnef", compression_level=None,
             nnef_variable_naming_scheme=scheme,
         )
         texts[scheme] = (path / "graph.nnef").read_text()

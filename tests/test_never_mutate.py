@@ -95,7 +95,7 @@ class Other(nn.Module):
 def test_two_threads(tmp_path: Path) -> None:
     jobs = [(Model().eval(), torch.randn(2, 3)), (Other().eval(), torch.randn(4, 5))]
     alone = [
-        export_model_to_nnef(m, x, tmp_path / "alone" / f"m{i}.nnef", TractNNEF.latest()).read_bytes()
+        export_model_to_nnef(m, x, tmp_path / f"alone{i}.nnef", TractNNEF.latest()).read_bytes()
         for i, (m, x) in enumerate(jobs)
     ]
     results: list[Optional[bytes]] = [None, None]
@@ -104,7 +104,7 @@ def test_two_threads(tmp_path: Path) -> None:
     def run(i: int, round_: int) -> None:
         try:
             model, x = jobs[i]
-            path = export_model_to_nnef(model, x, tmp_path / f"round{round_}" / f"m{i}.nnef", TractNNEF.latest())
+            path = export_model_to_nnef(model, x, tmp_path / f"round{round_}_{i}.nnef", TractNNEF.latest())
             results[i] = path.read_bytes()
         except BaseException as err:  # surfaced in the main thread below
             errors.append(err)
