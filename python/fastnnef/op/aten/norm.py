@@ -48,7 +48,11 @@ def _scale_shift(
 ) -> NTensor:
     """``x * inv [* weight] [+ bias]`` (operands broadcastable to ``x``); the last op is
     the node output (cast back to the traced dtype when computed in f32)."""
-    chain = [("mul", inv)] + [("mul", weight)] * (weight is not None) + [("add", bias)] * (bias is not None)
+    chain: list[tuple[str, NTensor]] = [("mul", inv)]
+    if weight is not None:
+        chain.append(("mul", weight))
+    if bias is not None:
+        chain.append(("add", bias))
     y = x
     for i, (kind, operand) in enumerate(chain):
         if i == len(chain) - 1:
