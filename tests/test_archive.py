@@ -182,3 +182,30 @@ def test_long_member_names_survive(tmp_path):
     members = member_bytes(str(tmp_path / "m.tgz"))
     assert list(members) == [label + ".dat"]
     assert _native.dat_decode(members[label + ".dat"]).array().tolist() == [0, 1, 2]
+
+
+def test_gil_released_while_a_tensor_is_encoded_and_compressed(tmp_path):
+    """While one thread is inside add_tensor (encode + parallel gzip), another keeps running
+    Python: with the GIL held it would stall for the whole native call."""
+    import threading
+    import time
+
+    weights = torch.randn(8 << 20)  # 32 MiB of f32, compressed at level 6
+    window: list[float] = []
+
+    def worker() -> None:
+        with Artefact(tmp_path / "m.nnef.tgz", "tgz", 6) as art:
+            window.append(time.perf_counter())
+            art.add_tensor("w", weights)
+            window.append(time.perf_counter())
+
+    thread = threading.Thread(target=worker)
+    ticks: list[float] = []
+    thread.start()
+    while thread.is_alive():
+        ticks.append(time.perf_counter())
+    thread.join()
+    start, end = window
+    inside = [t for t in ticks if start <= t <= end]
+    longest_pause = max(b - a for a, b in zip([start, *inside], [*inside, end]))
+    assert end - start > 0.05 and longest_pause < (end - start) / 2, (end - start, longest_pause)
