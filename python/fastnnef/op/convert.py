@@ -147,7 +147,8 @@ class Converter:
                 f"{node.where()}: handler returned {len(result)} values for {len(outputs)} outputs"
             )
         for value, tensor in zip(outputs, result):
-            self.bind(value, tensor)
+            if tensor is not None:  # None: an output the handler can't export (an error if used)
+                self.bind(value, tensor)
 
     def finish_outputs(self, ir: IRGraph, names: Sequence[str]) -> None:
         """Bind graph outputs by name; alias where the producing tensor has another name."""
