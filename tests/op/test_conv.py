@@ -83,11 +83,9 @@ CASES = [
 def _params(cases):
     """(id, factory, inputs) tuples or pytest.param(id, factory, inputs, marks=...)."""
     for case in cases:
-        if isinstance(case, tuple):
-            yield pytest.param(case[1], case[2], id=case[0])
-        else:
-            name, factory, inputs = case.values
-            yield pytest.param(factory, inputs, id=name, marks=case.marks)
+        marks = getattr(case, "marks", ())
+        name, factory, inputs = case.values if marks else case
+        yield pytest.param(factory, inputs, id=name, marks=marks)
 
 
 @pytest.mark.parametrize("factory,inputs", list(_params(CASES)))
