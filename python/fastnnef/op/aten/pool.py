@@ -301,8 +301,10 @@ def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind
     n = _n_spatial(ctx)
     b = _Batched(ctx, x, n)
     src = b.x
-    out = b.out_shape()
     rank = src.rank
+    # The traced output_size, not the output shape: the IR marks a pooled dynamic axis as
+    # dynamic-unknown even when its size is the constant O.
+    out: dict[int, Dim] = dict(zip(range(rank - n, rank), _expand(ctx, output_size, n, "output_size", [])))
     reduce_kind = "mean_reduce" if kind == "avg" else "max_reduce"
     axes = list(range(rank - n, rank))
     todo = [a for a in axes if out[a] != src.shape[a]]
@@ -311,7 +313,7 @@ def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind
         return b.emit(reduce_kind, [src], {"axes": ones})
     ctx.static(src, todo, f"adaptive_{kind}_pool to a size other than 1")
     if all(int(src.shape[a]) % int(out[a]) == 0 for a in todo):
-        k = [int(src.shape[a]) // int(out[a]) for a in axes]
+        k = [int(src.shape[a]) // int(out[a]) if a in todo else 1 for a in axes]
         attrs = {"size": _full(k), "border": "ignore", "padding": _full_pads([(0, 0)] * n), "stride": _full(k)}
         return b.emit("avg_pool" if kind == "avg" else "max_pool", [src], attrs)
     cur = src
@@ -346,8 +348,8 @@ def adaptive_avg_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> NTe
 def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> list[Optional[NTensor]]:
     """aten::adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)"""
     n = _n_spatial(ctx)
-    out = ctx.out_shape()
     axes = list(range(x.rank - n, x.rank))
+    out = dict(zip(axes, _expand(ctx, output_size, n, "output_size", [])))
     if x.rank == n + 2 and all(x.is_static() and int(x.shape[a]) % int(out[a]) == 0 for a in axes):
         # One max pool window per output cell: tract's max_pool_with_index gives torch's indices.
         k = [int(x.shape[a]) // int(out[a]) for a in axes]
