@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tarfile
 from typing import Callable
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import export_and_check
@@ -123,3 +125,42 @@ def test_conv1d_stack_dynamic_time(tmp_path):
             expected = model(x).numpy()
         assert got.shape == expected.shape
         assert abs(got - expected).max() < 1e-4
+
+
+def test_conv_transpose1d_dynamic_time(tmp_path):
+    """A strided transposed conv (no output_padding) keeps the time axis symbolic."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv1d(4, 6, 3, padding=1), nn.ConvTranspose1d(6, 3, 4, stride=2, padding=1)).eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "T"}})
+    export_and_check(
+        model, x1(t=10), tmp_path, target=target, input_names=["x"], output_names=["y"],
+        run_inputs=[x1(t=17)],
+    )
+
+
+def test_conv_transpose_output_padding_dynamic_refused(tmp_path):
+    model = nn.ConvTranspose1d(4, 6, 3, stride=2, output_padding=1).eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "T"}})
+    with pytest.raises(T2NErrorNotImplemented, match="output_padding"):
+        export_model_to_nnef(model, x1(), tmp_path / "m.nnef", target, input_names=["x"], output_names=["y"])
+
+
+def test_conv_circular_dynamic_refused(tmp_path):
+    model = nn.Conv1d(4, 6, 3, padding=1, padding_mode="circular").eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "T"}})
+    with pytest.raises(T2NErrorNotImplemented, match="circular padding"):
+        export_model_to_nnef(model, x1(), tmp_path / "m.nnef", target, input_names=["x"], output_names=["y"])
+
+
+def test_conv_khronos_strict(tmp_path):
+    """Strict NNEF: conv, reflect pad and bias as [1, C] need no tract extension."""
+    from fastnnef.inference_target import KhronosNNEF
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect"), nn.MaxPool2d(2)).eval()
+    path = export_model_to_nnef(model, x2(c=3), tmp_path / "k.nnef", KhronosNNEF("1.0.5"))
+    with tarfile.open(path) as archive:
+        member = archive.extractfile("graph.nnef")
+        assert member is not None
+        text = member.read().decode()
+    assert "tract_" not in text and "= conv(" in text and 'border = "reflect"' in text

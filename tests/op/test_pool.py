@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tarfile
 from typing import Callable
 
 import pytest
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.inference_target import TractNNEF
+from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from tests.helpers import export_and_check
 
 
@@ -141,3 +142,23 @@ def test_global_pools_dynamic_time(tmp_path):
         model, x1(16), tmp_path, target=target, input_names=["x"], output_names=["y"],
         run_inputs=[x1(30)],
     )
+
+
+@pytest.mark.parametrize(
+    "factory,inputs",
+    [
+        pytest.param(lambda: nn.ReplicationPad2d((2, 1, 0, 3)), x2, id="replicate"),
+        pytest.param(lambda: nn.ReflectionPad1d((2, 1)), x1, id="reflect"),
+        pytest.param(lambda: nn.CircularPad1d((1, 2)), x1, id="circular"),
+        pytest.param(lambda: nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True), x2, id="avg_pool_ceil"),
+        pytest.param(lambda: nn.MaxPool2d(3, stride=2, padding=1), x2, id="max_pool"),
+    ],
+)
+def test_pool_khronos_strict(factory, inputs, tmp_path):
+    """Strict NNEF (no tract extension) still loads and matches in tract."""
+    torch.manual_seed(0)
+    path = export_and_check(factory().eval(), inputs(), tmp_path, target=KhronosNNEF("1.0.5"))
+    with tarfile.open(path) as archive:
+        member = archive.extractfile("graph.nnef")
+        assert member is not None
+        assert "tract_" not in member.read().decode()

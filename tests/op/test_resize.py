@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tarfile
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import export_and_check
 
@@ -64,22 +66,29 @@ def test_resize(factory, inputs, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "factory",
+    "factory,op",
     [
-        pytest.param(lambda: nn.Upsample(scale_factor=2), id="nearest"),
-        pytest.param(lambda: nn.Upsample(scale_factor=2, mode="bilinear"), id="bilinear"),
-        pytest.param(lambda: nn.Upsample(scale_factor=3, mode="bilinear", align_corners=True), id="bilinear_aligned"),
-        pytest.param(lambda: Interp(scale_factor=2, mode="nearest-exact"), id="nearest_exact"),
+        pytest.param(lambda: nn.Upsample(scale_factor=2), "nearest_upsample", id="nearest"),
+        pytest.param(lambda: nn.Upsample(scale_factor=2, mode="bilinear"), "multilinear_upsample", id="bilinear"),
+        pytest.param(lambda: nn.Upsample(scale_factor=3, mode="bilinear", align_corners=True),
+                     "multilinear_upsample", id="bilinear_aligned"),
+        pytest.param(lambda: Interp(scale_factor=2, mode="nearest-exact"), "nearest_upsample", id="nearest_exact"),
     ],
 )
-def test_resize_old_target_fragments(factory, tmp_path):
+def test_resize_old_target_fragments(factory, op, tmp_path):
     """Before tract_core_resize (0.23.2): nearest_upsample / multilinear_upsample."""
     torch.manual_seed(0)
-    target = TractNNEF("0.22.1")
-    path = export_and_check(factory().eval(), x2(), tmp_path, target=target)
-    text = (path / "graph.nnef").read_text() if path.is_dir() else None
-    if text is not None:
-        assert "tract_core_resize" not in text
+    path = export_and_check(factory().eval(), x2(), tmp_path, target=TractNNEF("0.22.1"))
+    with tarfile.open(path) as archive:
+        member = archive.extractfile("graph.nnef")
+        assert member is not None
+        text = member.read().decode()
+    assert f"= {op}(" in text and "tract_core_resize" not in text
+
+
+def test_resize_old_target_fractional_refused(tmp_path):
+    with pytest.raises(T2NErrorNotImplemented, match="non-integer factor"):
+        export_and_check(Interp(scale_factor=1.5), x2(), tmp_path, target=TractNNEF("0.22.1"))
 
 
 def test_upsample_dynamic_height(tmp_path):

@@ -33,40 +33,50 @@ def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[int, int]]) -> tup
     return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))  # type: ignore[operator]
 
 
-def _circular(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]]) -> NTensor:
-    """Circular padding: the wrapped-around ends sliced and concatenated, axis by axis."""
+def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: str) -> NTensor:
+    """Padding built from slices and concat, axis by axis: circular (the wrapped-around
+    ends), or replicate for strict NNEF (tract parses only its own 'replicated' border)."""
     padded = [axis for axis, (a, b) in enumerate(pairs) if a or b]
-    ctx.static(x, padded, "circular padding")
+    ctx.static(x, padded, f"{mode} padding")
+    if not padded:
+        return ctx.emit("copy", [x])
     for n, axis in enumerate(padded):
         before, after = pairs[axis]
         size = int(x.shape[axis])
-        if min(before, after) < 0 or max(before, after) > size:
-            raise ctx.unsupported(f"circular padding ({before}, {after}) of an axis of size {size}")
+        if min(before, after) < 0 or (mode == "circular" and max(before, after) > size):
+            raise ctx.unsupported(f"{mode} padding ({before}, {after}) of an axis of size {size}")
         parts = []
-        for begin, end, tag in ((size - before, size, "wrap_l"), (0, after, "wrap_r")):
-            if end > begin:
-                shape = list(x.shape)
-                shape[axis] = end - begin
-                parts.append(ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [end]},
-                                     dtype=x.dtype, shape=shape, suffix=tag))
+        for count, begin, end, tag in ((before, size - before, size, "pad_l"), (after, 0, after, "pad_r")):
+            if not count:
+                continue
+            if mode == "replicate":  # the edge cell, tiled `count` times
+                begin, end = (0, 1) if tag == "pad_l" else (size - 1, size)
+            shape = list(x.shape)
+            shape[axis] = end - begin
+            part = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [end]},
+                           dtype=x.dtype, shape=shape, suffix=tag)
+            if mode == "replicate" and count > 1:
+                repeats = [1] * x.rank
+                repeats[axis] = count
+                shape[axis] = count
+                part = ctx.tmp("tile", [part], {"repeats": repeats}, dtype=x.dtype, shape=shape, suffix=tag)
+            parts.append(part)
         parts.insert(1 if before else 0, x)
         shape = list(x.shape)
         shape[axis] = size + before + after
         if n == len(padded) - 1:
             return ctx.emit("concat", [parts], {"axis": axis})
-        x = ctx.tmp("concat", [parts], {"axis": axis}, dtype=x.dtype, shape=shape, suffix="wrap")
-    return ctx.emit("copy", [x])
+        x = ctx.tmp("concat", [parts], {"axis": axis}, dtype=x.dtype, shape=shape, suffix="padded")
+    raise AssertionError("unreachable")
 
 
 def _pad(ctx: OpContext, x: NTensor, pad: Sequence[int], mode: str, value: Optional[float]) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
-    if mode == "circular":
-        return _circular(ctx, x, pairs)
+    if mode == "circular" or (mode == "replicate" and ctx.g.strict):
+        return _by_slices(ctx, x, pairs, mode)
     border = {"constant": "constant", "reflect": "reflect", "replicate": "replicated"}.get(mode)
     if border is None:
         raise ctx.unsupported(f"padding mode {mode!r}", "use constant, reflect, replicate or circular")
-    if ctx.g.strict and border == "replicated":
-        border = "replicate"  # the NNEF spec's spelling; tract only parses 'replicated'
     crop = [(max(-a, 0), max(-b, 0)) for a, b in pairs]
     grow = [(max(a, 0), max(b, 0)) for a, b in pairs]
     if all(a == b == 0 for a, b in pairs):
