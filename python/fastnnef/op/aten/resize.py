@@ -75,9 +75,9 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_va
             attrs["scales"] = [1.0, 1.0] + scales
         else:
             ctx.static(x, axes, "resizing by a non-integer ratio")
-            attrs["sizes"] = [int(d) for d in out] if all(not isinstance(d, Sym) for d in out) else None
-            if attrs["sizes"] is None:
+            if any(isinstance(d, Sym) for d in out):
                 raise ctx.unsupported("resizing to sizes that depend on a dynamic axis")
+            attrs["sizes"] = [int(d) for d in out]
         return ctx.emit("tract_core_resize", [ctx.cast(x, dtype)], attrs)
     if any(r is None for r in ratios):
         raise ctx.unsupported(
