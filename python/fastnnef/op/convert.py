@@ -57,6 +57,7 @@ class Converter:
         self.bound: dict[int, NTensor] = {}  # id(IR value) -> NNEF tensor
         self.fixed_names: dict[int, str] = {}  # id(IR value) -> user output name
         self.counter = 0
+        self.unexported: dict[int, str] = {}  # id(IR value) -> the op whose handler left it out
 
     # --- names ---------------------------------------------------------------------------
     def name_for(self, node: IROp, value: Optional[TensorValue]) -> str:
@@ -90,6 +91,11 @@ class Converter:
             t = self.graph.add_variable(
                 self.graph.fresh_name(value.label), value.label, value.tensor,
                 tract_dtype(value.dtype, node.where()), value.shape, encoding, bf16,
+            )
+        elif id(value) in self.unexported:
+            raise T2NErrorNotImplemented(
+                f"{node.where()}: uses output {value.name} of {self.unexported[id(value)]}, which "
+                "fastnnef cannot export (e.g. pooling indices); avoid using that output"
             )
         else:
             raise T2NErrorNotImplemented(
@@ -151,7 +157,10 @@ class Converter:
                 f"{node.where()}: handler returned {len(result)} values for {len(outputs)} outputs"
             )
         for value, tensor in zip(outputs, result):
-            self.bind(value, tensor)
+            if tensor is not None:
+                self.bind(value, tensor)
+            else:  # an output the handler can't export: an error only if something uses it
+                self.unexported[id(value)] = node.where()
 
     def finish_outputs(self, ir: IRGraph, names: Sequence[str]) -> None:
         """Bind graph outputs by name; alias where the producing tensor has another name."""

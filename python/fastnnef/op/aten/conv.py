@@ -1,0 +1,171 @@
+"""Convolutions: aten::_convolution (what nn.ConvNd/ConvTransposeNd trace to),
+_convolution_mode (string padding), and the conv{1,2,3}d / conv_transpose{1,2,3}d forms.
+
+NNEF ``conv``/``deconv`` take the bias as ``[1, C]`` and the padding as explicit
+``(before, after)`` pairs: an empty padding list means SAME_UPPER in tract, so it is never
+left empty. Non-zero ``padding_mode`` (reflect/replicate/circular) traces as an
+``aten::pad`` before the convolution, handled in ``pool.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+from fastnnef.nnef.graph import NTensor, Tuple
+from fastnnef.op.context import OpContext, parse_args
+from fastnnef.op.registry import handler
+from fastnnef.torch_graph.ir import Const
+
+
+def _spatial(values: Sequence[int], n: int, what: str, ctx: OpContext) -> list[int]:
+    """A per-spatial-axis list; torch expands a single value to every axis."""
+    values = list(values)
+    if len(values) == 1 and n > 1:
+        values = values * n
+    if len(values) != n:
+        raise ctx.unsupported(f"{what} {values} for {n} spatial axes")
+    return values
+
+
+def _bias(ctx: OpContext, bias: Optional[NTensor], dtype: str) -> Union[NTensor, float]:
+    """NNEF wants the bias as ``[1, C]``; no bias is the literal 0.0."""
+    if bias is None:
+        return 0.0
+    bias = ctx.cast(bias, dtype)
+    if bias.rank == 1:
+        bias = ctx.tmp("unsqueeze", [bias], {"axes": [0]}, dtype=dtype, shape=(1,) + bias.shape, suffix="bias")
+    return bias
+
+
+def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> list[tuple[int, int]]:
+    """torch's padding='same': total d*(k-1), the odd extra cell on the right."""
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _conv(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
+    padding: Union[str, Sequence[int]], dilation: Sequence[int], groups: int,
+) -> NTensor:
+    dtype = ctx.out_dtype()
+    n = weight.rank - 2
+    if x.rank != n + 2:
+        raise ctx.unsupported(
+            f"convolution of a rank-{x.rank} input with a rank-{weight.rank} weight (unbatched input?)",
+            "add the batch axis with unsqueeze(0) before the convolution",
+        )
+    stride, dilation = _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
+    kernel = [int(k) for k in weight.shape[2:]]
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [(0, 0)] * n
+        elif padding == "same":
+            pads = _same_padding(kernel, dilation)
+        else:
+            raise ctx.unsupported(f"padding={padding!r}", "use 'same', 'valid' or integers")
+    else:
+        pads = [(p, p) for p in _spatial(padding, n, "padding", ctx)]
+    return ctx.emit(
+        "conv",
+        [ctx.cast(x, dtype), ctx.cast(weight, dtype), _bias(ctx, bias, dtype)],
+        {
+            "border": "constant",
+            "padding": [Tuple(p) for p in pads],
+            "stride": stride,
+            "dilation": dilation,
+            "groups": groups,
+        },
+    )
+
+
+def _deconv_filter(ctx: OpContext, weight: NTensor, groups: int, dtype: str) -> NTensor:
+    """torch's transposed-conv weight ``[C_in, C_out/g, k...]`` -> tract's deconv filter
+    ``[C_out, C_in/g, k...]`` (a per-group swap of the two channel axes)."""
+    weight = ctx.cast(weight, dtype)
+    c_in, c_out_g = int(weight.shape[0]), int(weight.shape[1])
+    spatial = tuple(weight.shape[2:])
+    rest = list(range(3, weight.rank + 1))
+    if groups == 1:
+        return ctx.tmp("transpose", [weight], {"axes": [1, 0] + list(range(2, weight.rank))},
+                       dtype=dtype, shape=(c_out_g, c_in) + spatial, suffix="filter")
+    grouped = (groups, c_in // groups, c_out_g) + spatial
+    w = ctx.tmp("reshape", [weight], {"shape": list(grouped)}, dtype=dtype, shape=grouped, suffix="filter_g")
+    swapped = (groups, c_out_g, c_in // groups) + spatial
+    w = ctx.tmp("transpose", [w], {"axes": [0, 2, 1] + rest}, dtype=dtype, shape=swapped, suffix="filter_t")
+    final = (groups * c_out_g, c_in // groups) + spatial
+    return ctx.tmp("reshape", [w], {"shape": list(final)}, dtype=dtype, shape=final, suffix="filter")
+
+
+def _deconv(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
+    padding: Sequence[int], dilation: Sequence[int], output_padding: Sequence[int], groups: int,
+) -> NTensor:
+    dtype = ctx.out_dtype()
+    n = weight.rank - 2
+    if x.rank != n + 2:
+        raise ctx.unsupported(
+            f"transposed convolution of a rank-{x.rank} input with a rank-{weight.rank} weight",
+            "add the batch axis with unsqueeze(0) before the convolution",
+        )
+    stride, dilation = _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
+    padding = _spatial(padding, n, "padding", ctx)
+    output_padding = _spatial(output_padding, n, "output_padding", ctx)
+    output_shape: list[int] = []
+    if any(output_padding):
+        # tract derives the extra cells from an explicit output shape, which needs static sizes.
+        out = ctx.out_shape()
+        ctx.static(x, list(range(2, x.rank)), "transposed convolution with output_padding")
+        output_shape = [int(d) for d in out[2:]]
+    return ctx.emit(
+        "deconv",
+        [ctx.cast(x, dtype), _deconv_filter(ctx, weight, groups, dtype), _bias(ctx, bias, dtype)],
+        {
+            "border": "constant",
+            "padding": [Tuple((p, p)) for p in padding],
+            "stride": stride,
+            "dilation": dilation,
+            "output_shape": output_shape,
+            "groups": groups,
+        },
+    )
+
+
+@handler("aten::_convolution", args="t t t? I I I b I i *")
+def convolution(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    padding: list[int], dilation: list[int], transposed: bool, output_padding: list[int], groups: int,
+) -> NTensor:
+    """aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor"""
+    if transposed:
+        return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
+    return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
+
+
+def _padding_arg(ctx: OpContext, index: int) -> Union[str, list[int]]:
+    """Padding given as ints or as 'same'/'valid' (the ``.padding`` overloads)."""
+    value = ctx.node.inputs[index]
+    if isinstance(value, Const) and isinstance(value.value, str):
+        return value.value
+    (pads,) = parse_args(ctx, ["I"], [value])
+    return pads
+
+
+@handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I _ I i")
+def conv_nd(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    dilation: list[int], groups: int,
+) -> NTensor:
+    """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""
+    return _conv(ctx, x, weight, bias, stride, _padding_arg(ctx, 4), dilation, groups)
+
+
+@handler("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", args="t t t? I I I i I")
+def conv_transpose_nd(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    padding: list[int], output_padding: list[int], groups: int, dilation: list[int],
+) -> NTensor:
+    """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
+    return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
