@@ -442,7 +442,11 @@ def propagate_dyn(op: IROp) -> None:
             mark: Optional[str] = None
             for t in dyn_inputs:
                 if t.rank == out.rank and t.dyn[d] is not None:
-                    mark = t.dyn[d] if t.shape[d] == out.shape[d] else UNKNOWN
+                    if t.shape[d] == out.shape[d]:
+                        mark = t.dyn[d]
+                    elif out.shape[d] != 1:
+                        mark = UNKNOWN
+                    # else: reduced to 1 (keepdim reductions, global pools): static
                     break
             if mark is None and out.shape[d] in dyn_sizes and not any(
                 t.rank == out.rank for t in dyn_inputs
