@@ -7,9 +7,10 @@ handler knows them (a reduction keeps the input's ``S``), and later handlers nee
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.aten._common import literal
 from fastnnef.op.context import OpContext, tract_dtype
 from fastnnef.torch_graph.ir import UNKNOWN
 
@@ -39,3 +40,18 @@ def plus(d: Dim, k: int) -> Dim:
     if k == 0:
         return d
     return Sym(f"{d}+{k}" if k > 0 else f"{d}-{-k}")
+
+
+def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str) -> Union[int, float, bool, NTensor]:
+    """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
+    (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
+    int or a symbol as a TDim, so other dtypes get an explicit cast of the literal."""
+    if isinstance(value, Sym):
+        scalar: Union[int, float, bool, Sym] = value
+        natural = "tdim"
+    else:
+        scalar = literal(value, dtype)
+        natural = "bool" if isinstance(scalar, bool) else "f32" if isinstance(scalar, float) else "tdim"
+    if natural == dtype:
+        return scalar  # type: ignore[return-value]
+    return ctx.tmp("tract_core_cast", [scalar], {"to": dtype}, dtype=dtype, shape=(), suffix="value")

@@ -12,8 +12,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.op.aten._common import literal
-from fastnnef.op.aten._dims import emit_shaped, plus, unknown
+from fastnnef.op.aten._dims import emit_shaped, plus, typed_scalar, unknown
 from fastnnef.op.context import FLOAT_DTYPES, OpContext, parse_args
 from fastnnef.op.convert import float_encoding
 from fastnnef.op.registry import handler
@@ -22,22 +21,10 @@ from fastnnef.torch_graph.ir import Const, SymInt
 Number = Union[int, float, bool]
 
 
-def _literal_dtype(value: Union[Number, Sym]) -> str:
-    """The datum type tract gives a bare literal: f32 floats, bool logicals, TDim ints."""
-    if isinstance(value, Sym):
-        return "tdim"
-    if isinstance(value, bool):
-        return "bool"
-    return "f32" if isinstance(value, float) else "tdim"
-
-
 def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Optional[NTensor] = None) -> NTensor:
     """``value`` broadcast to ``shape`` as the node output, in the traced dtype. With ``x``
     given and dims of unknown expression, the shape is taken from ``x`` at run time."""
-    dtype = ctx.out_dtype()
-    scalar: Union[Number, Sym, NTensor] = value if isinstance(value, Sym) else literal(value, dtype)
-    if _literal_dtype(scalar) != dtype:  # type: ignore[arg-type]
-        scalar = ctx.tmp("tract_core_cast", [scalar], {"to": dtype}, dtype=dtype, shape=(), suffix="value")
+    scalar = typed_scalar(ctx, value, ctx.out_dtype())
     if any(unknown(d) for d in shape):
         if x is None:
             raise ctx.unsupported(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.op.aten._common import Operand, literal, operands
-from fastnnef.op.aten._dims import emit_shaped, plus, unknown
+from fastnnef.op.aten._common import Operand, operands
+from fastnnef.op.aten._dims import emit_shaped, plus, typed_scalar, unknown
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
@@ -201,6 +201,7 @@ def _select(ctx: OpContext, cond: NTensor, a: Operand, b: Operand) -> NTensor:
     dtype = ctx.out_dtype()
     rank = len(ctx.out_shape())
     cond = ctx.to_rank(_as_bool(ctx, cond), rank)
+    a, b = (typed_scalar(ctx, v, dtype) if not isinstance(v, NTensor) else v for v in (a, b))
     a, b = operands(ctx, [a, b], dtype, rank)
     return ctx.emit("select", [cond, a, b])
 
@@ -267,7 +268,7 @@ def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, 
             }, dtype=dtype, shape=index.shape, suffix="src")
         updates = ctx.cast(src, dtype)
     else:
-        updates = ctx.tmp("tract_core_broadcast", [literal(src, dtype)], {"shape": list(index.shape)},
+        updates = ctx.tmp("tract_core_broadcast", [typed_scalar(ctx, src, dtype)], {"shape": list(index.shape)},
                           dtype=dtype, shape=index.shape, suffix="src")
     return ctx.emit("tract_core_scatter_elements", [ctx.cast(x, dtype), index, updates], {"axis": axis})
 
