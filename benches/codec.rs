@@ -1,1 +1,120 @@
-fn main() {}
+//! Criterion benches of the codec and the archive sink (figures in benches/README.md).
+//!
+//! Workload: `FASTNNEF_BENCH_MB` MiB of f32 weights (default 64), normally distributed-ish
+//! values from a fixed generator. Throughput is reported in bytes of f32 input.
+//!
+//!     cargo bench --bench codec                       # all
+//!     FASTNNEF_BENCH_MB=256 cargo bench --bench codec -- tgz
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use fastnnef::archive::{ArtefactWriter, Format};
+use fastnnef::dat::{self, EncodeOptions, Encoding, SrcDtype, TensorView};
+use fastnnef::quant::{self, FloatKind, NibbleOrder};
+
+fn workload_bytes() -> usize {
+    let mb: usize = std::env::var("FASTNNEF_BENCH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    mb << 20
+}
+
+/// Deterministic weight-like f32 data (a sum of uniforms: roughly normal, little redundancy).
+fn weights(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32
+    };
+    (0..n).flat_map(|_| ((next() + next() + next() - 1.5) * 0.05f32).to_le_bytes()).collect()
+}
+
+fn encode_benches(c: &mut Criterion) {
+    let bytes = workload_bytes();
+    let n = bytes / 4;
+    let data = weights(n);
+    let rows = 1024;
+    let cols = n / rows;
+    let mut group = c.benchmark_group("dat_encode");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(bytes as u64));
+    let mut out = Vec::with_capacity(bytes + 128);
+    let mut run = |view: &TensorView<'_>, enc: Encoding, out: &mut Vec<u8>| {
+        out.clear();
+        dat::encode_payload(view, enc, &EncodeOptions::default(), &mut |p| {
+            out.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap();
+        black_box(out.len());
+    };
+    let contiguous = TensorView::contiguous(&data, SrcDtype::F32, &[rows, cols]).unwrap();
+    group.bench_function("f32_contiguous", |b| b.iter(|| run(&contiguous, Encoding::F32, &mut out)));
+    // The transpose of a [cols, rows] matrix: every element is a strided read.
+    let transposed = TensorView::strided(&data, 0, SrcDtype::F32, &[rows, cols], &[4, 4 * rows as isize]).unwrap();
+    group.bench_function("f32_transposed", |b| b.iter(|| run(&transposed, Encoding::F32, &mut out)));
+    let bf16: Vec<u8> = data.chunks(4).flat_map(|b| [b[2], b[3]]).collect();
+    let bf16_view = TensorView::contiguous(&bf16, SrcDtype::Bf16, &[rows, cols]).unwrap();
+    group.throughput(Throughput::Bytes(bf16.len() as u64));
+    group.bench_function("bf16_to_f32", |b| b.iter(|| run(&bf16_view, Encoding::F32, &mut out)));
+    group.finish();
+
+    let mut group = c.benchmark_group("q4_0");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(bytes as u64));
+    let mut blocks = vec![0u8; n / quant::BLOCK * quant::BLOCK_BYTES];
+    for threads in [1, 0] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let name = if threads == 1 { "quantize_f32_1thread" } else { "quantize_f32_all_threads" };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                pool.install(|| quant::quantize_q4_0(&data, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut blocks))
+                    .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+fn archive_benches(c: &mut Criterion) {
+    let bytes = workload_bytes();
+    let n = bytes / 4;
+    let data = weights(n);
+    let dir = tempfile::tempdir().unwrap();
+    let mut group = c.benchmark_group("archive");
+    group.sample_size(10).measurement_time(Duration::from_secs(5)).throughput(Throughput::Bytes(bytes as u64));
+    // 16 tensors of equal size, like the weights of a small model.
+    let per = n / 16;
+    let write = |format: Format, level: u32| {
+        let path = dir.path().join("bench.nnef");
+        let mut w = ArtefactWriter::create(&path, format, level).unwrap();
+        w.add_file("graph.nnef", b"version 1.0;\n").unwrap();
+        for (i, chunk) in data.chunks(per * 4).enumerate() {
+            let view = TensorView::contiguous(chunk, SrcDtype::F32, &[chunk.len() / 4]).unwrap();
+            w.add_tensor(&format!("w{i:02}"), &view, Encoding::F32, &EncodeOptions::default()).unwrap();
+        }
+        let done = w.finish().unwrap();
+        if format == Format::Dir {
+            std::fs::remove_dir_all(done).unwrap();
+        } else {
+            std::fs::remove_file(done).unwrap();
+        }
+    };
+    group.bench_function("dir", |b| b.iter(|| write(Format::Dir, 0)));
+    group.bench_function("tar", |b| b.iter(|| write(Format::Tar, 0)));
+    for level in [1, 6] {
+        for threads in [1, 0] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let name = format!("tgz_level{level}_{}", if threads == 1 { "1thread" } else { "all_threads" });
+            group.bench_function(name, |b| b.iter(|| pool.install(|| write(Format::Tgz, level))));
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default();
+    targets = encode_benches, archive_benches
+}
+criterion_main!(benches);

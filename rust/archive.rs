@@ -1,1 +1,712 @@
-//! (in progress)
+//! The artefact sink (nnef-format.md §5): `graph.nnef`, `graph.quant` and tensors arrive
+//! one at a time and go, in a single pass, into a directory, a `.tar` or a `.tgz`.
+//!
+//! - Everything is written under a temporary name beside the target
+//!   (`.<name>.tmp-<pid>-<n>`); [`ArtefactWriter::finish`] renames it into place, and
+//!   [`ArtefactWriter::abort`] (or dropping an unfinished writer) removes it, so an existing
+//!   target is never touched by a failed export.
+//! - Tensors stream: the tar header goes first (the payload size follows from the shape and
+//!   encoding), then the payload in bounded pieces. No temporary directory, no second copy.
+//! - Archives are reproducible: ustar members (PAX records for long names), mtime
+//!   315532800, uid/gid 0, mode 0644, empty user/group names, no directory entries.
+//! - gzip is ONE member (tract reads only the first) compressed on all cores the pigz way:
+//!   the stream is cut into fixed 1 MiB chunks, each deflated independently with the
+//!   previous 32 KiB as dictionary and ended by a sync flush (the last by a final block),
+//!   and the chunk CRCs are combined. Chunk boundaries depend only on the bytes, so the
+//!   output is identical whatever the thread count.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use flate2::{Compress, Compression, FlushCompress, Status};
+use rayon::prelude::*;
+
+use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
+use crate::error::{Error, Result};
+
+/// Modification time of every archive member: 1980-01-01, as tract's deterministic mode.
+pub const MTIME: u64 = 315_532_800;
+/// Uncompressed bytes per independently deflated gzip chunk.
+pub const GZ_CHUNK: usize = 1 << 20;
+/// Deflate window: each chunk is primed with this many preceding bytes.
+const WINDOW: usize = 32 << 10;
+const TAR_BLOCK: usize = 512;
+
+/// The three artefact layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A directory tree.
+    Dir,
+    /// An uncompressed tar file.
+    Tar,
+    /// A gzip-compressed tar file.
+    Tgz,
+}
+
+impl FromStr for Format {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "dir" => Ok(Format::Dir),
+            "tar" => Ok(Format::Tar),
+            "tgz" => Ok(Format::Tgz),
+            _ => Err(Error::InvalidArgument(format!("unknown artefact format '{s}'; expected dir, tar or tgz"))),
+        }
+    }
+}
+
+/// Check an archive member name (a label plus `.dat`, or `graph.nnef`): relative, `/`
+/// separated, no empty, `.` or `..` component, and no component starting with `.`
+/// (tract silently ignores those).
+pub fn validate_member_name(name: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::InvalidArgument(format!(
+            "invalid artefact member name '{name}': {why}; use a relative '/'-separated name such as 'enc/w'"
+        )))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.contains('\0') || name.contains('\\') {
+        return bad("it contains a NUL byte or a backslash");
+    }
+    if name.starts_with('/') {
+        return bad("it is absolute (starts with '/')");
+    }
+    for part in name.split('/') {
+        if part.is_empty() {
+            return bad("it has an empty path component");
+        }
+        if part == ".." || part == "." {
+            return bad("'.' and '..' components would leave the artefact");
+        }
+        if part.starts_with('.') {
+            return bad("a component starts with '.', and tract ignores such files");
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------
+// Parallel single-member gzip
+
+/// A [`Write`] adapter producing one gzip member, compressed in parallel on the current
+/// rayon pool. Holds at most `threads` chunks of input at a time.
+pub struct ParallelGz<W: Write> {
+    inner: W,
+    level: u32,
+    pending: Vec<u8>,
+    batch_bytes: usize,
+    dict: Vec<u8>,
+    crc: crc32fast::Hasher,
+    total: u64,
+}
+
+impl<W: Write> ParallelGz<W> {
+    /// Start a gzip member at `level` (0 = stored blocks, 1..=9); writes the 10-byte header
+    /// (mtime 0, no file name, OS byte 255 "unknown").
+    pub fn new(mut inner: W, level: u32) -> io::Result<Self> {
+        if level > 9 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("gzip level {level} is not in 0..=9")));
+        }
+        let xfl = match level {
+            9 => 2,
+            1 => 4,
+            _ => 0,
+        };
+        inner.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, xfl, 255])?;
+        let batch_bytes = rayon::current_num_threads().max(1) * GZ_CHUNK;
+        Ok(ParallelGz {
+            inner,
+            level,
+            pending: Vec::with_capacity(batch_bytes),
+            batch_bytes,
+            dict: Vec::new(),
+            crc: crc32fast::Hasher::new(),
+            total: 0,
+        })
+    }
+
+    /// Compress what is pending; with `last`, end the deflate stream.
+    fn compress_pending(&mut self, last: bool) -> io::Result<()> {
+        let mut pieces: Vec<&[u8]> = self.pending.chunks(GZ_CHUNK).collect();
+        if last && self.pending.len() % GZ_CHUNK == 0 {
+            // The final block needs a chunk of its own when the data ends on a boundary.
+            pieces.push(&[]);
+        }
+        let n = pieces.len();
+        let dict = &self.dict;
+        let level = self.level;
+        let results: Vec<io::Result<(Vec<u8>, crc32fast::Hasher)>> = (0..n)
+            .into_par_iter()
+            .map(|i| {
+                let prev: &[u8] = if i == 0 { dict } else { pieces[i - 1] };
+                let prev = &prev[prev.len().saturating_sub(WINDOW)..];
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(pieces[i]);
+                Ok((deflate_chunk(level, prev, pieces[i], last && i == n - 1)?, crc))
+            })
+            .collect();
+        for r in results {
+            let (bytes, crc) = r?;
+            self.inner.write_all(&bytes)?;
+            self.crc.combine(&crc);
+        }
+        self.total += self.pending.len() as u64;
+        // The dictionary of the next chunk: the last 32 KiB of the stream so far.
+        let tail = &self.pending[self.pending.len().saturating_sub(WINDOW)..];
+        if tail.len() == WINDOW {
+            self.dict.clear();
+        } else {
+            let keep = WINDOW - tail.len();
+            self.dict.drain(..self.dict.len().saturating_sub(keep));
+        }
+        self.dict.extend_from_slice(tail);
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// End the member (final block, CRC32, length) and return the inner writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.compress_pending(true)?;
+        let crc = self.crc.clone().finalize();
+        self.inner.write_all(&crc.to_le_bytes())?;
+        self.inner.write_all(&(self.total as u32).to_le_bytes())?;
+        self.inner.flush()?;
+        Ok(self.inner)
+    }
+}
+
+impl<W: Write> Write for ParallelGz<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let take = buf.len().min(self.batch_bytes - self.pending.len());
+        self.pending.extend_from_slice(&buf[..take]);
+        if self.pending.len() == self.batch_bytes {
+            self.compress_pending(false)?;
+        }
+        Ok(take)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // Flushing mid-stream would change chunk boundaries; only `finish` ends chunks.
+        Ok(())
+    }
+}
+
+/// Raw-deflate `data` primed with `dict`, ending with a sync flush or, if `last`, the
+/// final block.
+fn deflate_chunk(level: u32, dict: &[u8], data: &[u8], last: bool) -> io::Result<Vec<u8>> {
+    let mut c = Compress::new(Compression::new(level), false);
+    if !dict.is_empty() {
+        c.set_dictionary(dict).map_err(io::Error::other)?;
+    }
+    let flush = if last { FlushCompress::Finish } else { FlushCompress::Sync };
+    let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 1024);
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve(out.capacity().max(4096));
+        }
+        let consumed = c.total_in() as usize;
+        let status = c.compress_vec(&data[consumed..], &mut out, flush).map_err(io::Error::other)?;
+        let all_in = c.total_in() as usize == data.len();
+        let room_left = out.len() < out.capacity();
+        match status {
+            Status::StreamEnd => break,
+            _ if !last && all_in && room_left => break,
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+// ------------------------------------------------------------------------------------
+// tar stream
+
+/// Writes reproducible ustar members to any [`Write`].
+struct TarStream<W: Write> {
+    out: W,
+}
+
+impl<W: Write> TarStream<W> {
+    fn header(name: &str, size: u64, kind: tar::EntryType) -> io::Result<tar::Header> {
+        let mut h = tar::Header::new_ustar();
+        h.set_path(name)?;
+        h.set_size(size);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(MTIME);
+        h.set_username("")?;
+        h.set_groupname("")?;
+        h.set_entry_type(kind);
+        h.set_cksum();
+        Ok(h)
+    }
+
+    /// Write the header(s) of a regular member of `size` bytes.
+    fn begin(&mut self, name: &str, size: u64) -> io::Result<()> {
+        let header = match Self::header(name, size, tar::EntryType::Regular) {
+            Ok(h) => h,
+            Err(_) => {
+                // Too long for ustar's name/prefix split: a PAX `path` record carries it.
+                let record = pax_record("path", name);
+                let mut xname = format!("PaxHeaders/{name}");
+                xname.truncate(99.min(xname.len()));
+                while !xname.is_char_boundary(xname.len()) {
+                    xname.pop();
+                }
+                let short: String = name.chars().rev().take(90).collect::<String>().chars().rev().collect();
+                let short = short.trim_start_matches('/');
+                let x = Self::header(&xname.replace('/', "_"), record.len() as u64, tar::EntryType::XHeader)?;
+                self.out.write_all(x.as_bytes())?;
+                self.out.write_all(&record)?;
+                self.pad(record.len() as u64)?;
+                Self::header(short, size, tar::EntryType::Regular)?
+            }
+        };
+        self.out.write_all(header.as_bytes())
+    }
+
+    fn pad(&mut self, size: u64) -> io::Result<()> {
+        let rem = (size % TAR_BLOCK as u64) as usize;
+        if rem != 0 {
+            self.out.write_all(&[0u8; TAR_BLOCK][..TAR_BLOCK - rem])?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&[0u8; 2 * TAR_BLOCK])?;
+        Ok(self.out)
+    }
+}
+
+/// One PAX extended-header record: `"<len> <key>=<value>\n"`, len counting itself.
+fn pax_record(key: &str, value: &str) -> Vec<u8> {
+    let body = format!(" {key}={value}\n");
+    let mut len = body.len() + 1;
+    while (len.to_string().len() + body.len()) != len {
+        len = len.to_string().len() + body.len();
+    }
+    format!("{len}{body}").into_bytes()
+}
+
+// ------------------------------------------------------------------------------------
+// The writer
+
+enum Sink {
+    Dir,
+    Tar(TarStream<BufWriter<File>>),
+    Tgz(TarStream<ParallelGz<BufWriter<File>>>),
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A unique temporary path beside `target`: `.<name>.tmp-<pid>-<n>`.
+fn temp_beside(target: &Path) -> Result<PathBuf> {
+    let name = target.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
+        Error::InvalidArgument(format!("artefact path '{}' has no usable file name", target.display()))
+    })?;
+    let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    Ok(target.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id())))
+}
+
+fn create_new(path: &Path) -> Result<File> {
+    OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| Error::io("cannot create", path, e))
+}
+
+/// Streams an NNEF artefact to a directory, `.tar` or `.tgz`; see the module docs.
+pub struct ArtefactWriter {
+    target: PathBuf,
+    tmp: PathBuf,
+    format: Format,
+    sink: Option<Sink>,
+    names: HashSet<String>,
+    failed: bool,
+}
+
+impl ArtefactWriter {
+    /// Start an artefact at `path`. `level` is the gzip level (tgz only, 0..=9).
+    pub fn create(path: impl Into<PathBuf>, format: Format, level: u32) -> Result<Self> {
+        let target: PathBuf = path.into();
+        if level > 9 || (format != Format::Tgz && level != 0) {
+            return Err(Error::InvalidArgument(format!(
+                "compression level {level} is not valid for format {format:?}: tgz takes 0..=9, dir and tar take 0"
+            )));
+        }
+        let tmp = temp_beside(&target)?;
+        let sink = match format {
+            Format::Dir => {
+                fs::create_dir(&tmp).map_err(|e| Error::io("cannot create directory", &tmp, e))?;
+                Sink::Dir
+            }
+            Format::Tar => Sink::Tar(TarStream { out: BufWriter::with_capacity(1 << 20, create_new(&tmp)?) }),
+            Format::Tgz => {
+                let file = BufWriter::with_capacity(1 << 20, create_new(&tmp)?);
+                match ParallelGz::new(file, level) {
+                    Ok(gz) => Sink::Tgz(TarStream { out: gz }),
+                    Err(e) => {
+                        let _ = fs::remove_file(&tmp);
+                        return Err(Error::io("cannot start gzip stream in", &tmp, e));
+                    }
+                }
+            }
+        };
+        Ok(ArtefactWriter { target, tmp, format, sink: Some(sink), names: HashSet::new(), failed: false })
+    }
+
+    /// The final path.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// The temporary path written until `finish`.
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.failed {
+            return Err(Error::InvalidArgument(format!(
+                "artefact writer for {} failed earlier and was not finished; call abort()",
+                self.target.display()
+            )));
+        }
+        if self.sink.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "artefact writer for {} is already finished or aborted",
+                self.target.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn claim(&mut self, name: &str) -> Result<()> {
+        validate_member_name(name)?;
+        if !self.names.insert(name.to_string()) {
+            return Err(Error::InvalidArgument(format!(
+                "artefact member '{name}' was already written; tensor labels must be unique"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Write one member: header of `size` bytes, then whatever `body` streams into the
+    /// given writer. A failure poisons the writer (the member may be half written).
+    fn member(&mut self, name: &str, size: u64, body: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()> {
+        let tmp = self.tmp.clone();
+        let io_err = |e| Error::io("cannot write", tmp.join(name), e);
+        let result = (|| -> Result<()> {
+            let written = match self.sink.as_mut().expect("checked usable") {
+                Sink::Dir => {
+                    let path = tmp.join(name);
+                    if let Some(parent) = path.parent() {
+                        fs::create_dir_all(parent).map_err(|e| Error::io("cannot create directory", parent, e))?;
+                    }
+                    let mut file = BufWriter::with_capacity(1 << 20, create_new(&path)?);
+                    let written = counted(&mut file, body)?;
+                    file.flush().map_err(io_err)?;
+                    written
+                }
+                Sink::Tar(t) => {
+                    t.begin(name, size).map_err(io_err)?;
+                    let written = counted(&mut t.out, body)?;
+                    t.pad(size).map_err(io_err)?;
+                    written
+                }
+                Sink::Tgz(t) => {
+                    t.begin(name, size).map_err(io_err)?;
+                    let written = counted(&mut t.out, body)?;
+                    t.pad(size).map_err(io_err)?;
+                    written
+                }
+            };
+            if written != size {
+                return Err(Error::InvalidArgument(format!(
+                    "member '{name}' announced {size} bytes but {written} were produced"
+                )));
+            }
+            Ok(())
+        })();
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
+    /// Add a member with the given bytes (`graph.nnef`, `graph.quant`).
+    pub fn add_file(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        self.claim(name)?;
+        let tmp = self.tmp.join(name);
+        self.member(name, data.len() as u64, &mut |w| w.write_all(data).map_err(|e| Error::io("cannot write", &tmp, e)))
+    }
+
+    /// Encode `view` as `encoding` and add it as `<label>.dat`; returns the bytes written
+    /// (header included). Limits are checked before anything is written.
+    pub fn add_tensor(
+        &mut self,
+        label: &str,
+        view: &TensorView<'_>,
+        encoding: Encoding,
+        options: &EncodeOptions,
+    ) -> Result<u64> {
+        self.check_usable()?;
+        let header = dat::prepare(label, view, encoding, options)?;
+        let name = format!("{label}.dat");
+        self.claim(&name)?;
+        let size = HEADER_LEN as u64 + u64::from(header.data_length);
+        let tmp = self.tmp.join(&name);
+        self.member(&name, size, &mut |w| {
+            let io_err = |e| Error::io("cannot write", &tmp, e);
+            w.write_all(&header.to_bytes()).map_err(io_err)?;
+            dat::encode_payload(view, encoding, options, &mut |piece| w.write_all(piece).map_err(io_err))
+                .map_err(|e| dat::with_label(label, e))
+        })?;
+        Ok(size)
+    }
+
+    /// Close the stream and rename the temporary into place; returns the final path.
+    /// A target that is a non-empty directory is never replaced.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.check_usable()?;
+        let sink = self.sink.take().expect("checked usable");
+        let tmp = self.tmp.clone();
+        let closed = match sink {
+            Sink::Dir => Ok(()),
+            Sink::Tar(t) => t.finish().and_then(|mut w| w.flush()),
+            Sink::Tgz(t) => t.finish().and_then(ParallelGz::finish).and_then(|mut w| w.flush()),
+        };
+        closed.map_err(|e| Error::io("cannot finish", &tmp, e))?;
+        if self.format == Format::Dir && self.target.is_dir() {
+            let non_empty = fs::read_dir(&self.target)
+                .map_err(|e| Error::io("cannot read", &self.target, e))?
+                .next()
+                .is_some();
+            if non_empty {
+                return Err(Error::io(
+                    "refusing to replace the non-empty directory (remove it or choose another path)",
+                    &self.target,
+                    io::Error::from(io::ErrorKind::AlreadyExists),
+                ));
+            }
+        }
+        fs::rename(&self.tmp, &self.target).map_err(|e| {
+            Error::io(&format!("cannot rename {} to", self.tmp.display()), &self.target, e)
+        })?;
+        // Renamed: nothing left for Drop to remove.
+        self.tmp = PathBuf::new();
+        Ok(self.target.clone())
+    }
+
+    /// Remove everything written so far. Idempotent.
+    pub fn abort(&mut self) -> Result<()> {
+        self.sink = None;
+        if self.tmp.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let removed = match self.format {
+            Format::Dir => fs::remove_dir_all(&self.tmp),
+            Format::Tar | Format::Tgz => fs::remove_file(&self.tmp),
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("cannot remove", &self.tmp, e)),
+        }
+        self.tmp = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for ArtefactWriter {
+    fn drop(&mut self) {
+        // An unfinished writer leaves nothing behind; errors here have no one to report to.
+        let _ = self.abort();
+    }
+}
+
+/// Run `body` on `out`, counting the bytes it writes.
+fn counted(out: &mut dyn Write, body: &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<u64> {
+    let mut counter = CountingWriter { inner: out, count: 0 };
+    body(&mut counter)?;
+    Ok(counter.count)
+}
+
+/// Counts bytes on their way to the member's writer.
+struct CountingWriter<'a> {
+    inner: &'a mut dyn Write,
+    count: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Write one `.dat` file at `path` (temporary name beside it, then an atomic rename; an
+/// existing file is replaced only on success). Returns the bytes written.
+pub fn write_dat_file(
+    path: &Path,
+    label: &str,
+    view: &TensorView<'_>,
+    encoding: Encoding,
+    options: &EncodeOptions,
+) -> Result<u64> {
+    let header = dat::prepare(label, view, encoding, options)?;
+    let tmp = temp_beside(path)?;
+    let result = (|| {
+        let mut w = BufWriter::with_capacity(1 << 20, create_new(&tmp)?);
+        let io_err = |e| Error::io("cannot write", &tmp, e);
+        w.write_all(&header.to_bytes()).map_err(io_err)?;
+        dat::encode_payload(view, encoding, options, &mut |piece| w.write_all(piece).map_err(io_err))
+            .map_err(|e| dat::with_label(label, e))?;
+        w.flush().map_err(io_err)?;
+        drop(w);
+        fs::rename(&tmp, path).map_err(|e| Error::io("cannot rename into", path, e))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map(|()| HEADER_LEN as u64 + u64::from(header.data_length))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn gunzip(bytes: &[u8]) -> Vec<u8> {
+        // flate2's single-member decoder, as tract uses.
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(bytes).read_to_end(&mut out).unwrap();
+        out
+    }
+
+    fn pseudo_random(n: usize) -> Vec<u8> {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        (0..n)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Half compressible, half noise.
+                if (i / 4096) % 2 == 0 { (i % 251) as u8 } else { x as u8 }
+            })
+            .collect()
+    }
+
+    fn gz(data: &[u8], level: u32, threads: usize, piece: usize) -> Vec<u8> {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let mut w = ParallelGz::new(Vec::new(), level).unwrap();
+            for p in data.chunks(piece) {
+                w.write_all(p).unwrap();
+            }
+            w.finish().unwrap()
+        })
+    }
+
+    #[test]
+    fn gzip_round_trips_and_is_deterministic_across_threads() {
+        for &len in &[0, 1, GZ_CHUNK, 3 * GZ_CHUNK + 12345] {
+            let data = pseudo_random(len);
+            for level in [0, 1, 6, 9] {
+                let one = gz(&data, level, 1, 7777);
+                let three = gz(&data, level, 3, 1 << 20);
+                assert_eq!(one, three, "len {len} level {level}");
+                assert_eq!(gunzip(&one), data);
+                assert_eq!(&one[..10], &[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, [0, 4, 0, 0, 0, 0, 0, 0, 0, 2][level as usize], 255]);
+            }
+        }
+    }
+
+    #[test]
+    fn dictionary_keeps_ratio_close_to_one_stream() {
+        let data: Vec<u8> = (0..4 * GZ_CHUNK).map(|i| b"the quick brown fox "[i % 20]).collect();
+        let ours = gz(&data, 6, 2, 1 << 16);
+        assert!(ours.len() < 64 * 1024, "repetitive data compressed to {} bytes", ours.len());
+    }
+
+    #[test]
+    fn member_names_are_validated() {
+        for good in ["graph.nnef", "a/b.dat", "layers.0.w.dat"] {
+            validate_member_name(good).unwrap();
+        }
+        for bad in ["", "/abs", "a//b", "../x", "a/../b", ".hidden", "a/.b", "a/", "./a"] {
+            assert!(validate_member_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pax_record_counts_its_own_length() {
+        let r = pax_record("path", "x");
+        assert_eq!(r, b"9 path=x\n");
+        let long = "a".repeat(200);
+        let r = String::from_utf8(pax_record("path", &long)).unwrap();
+        let len: usize = r.split(' ').next().unwrap().parse().unwrap();
+        assert_eq!(len, r.len());
+    }
+
+    #[test]
+    fn tar_members_parse_with_the_tar_crate() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("m.nnef.tar");
+        let mut w = ArtefactWriter::create(&target, Format::Tar, 0).unwrap();
+        w.add_file("graph.nnef", b"version 1.0;").unwrap();
+        let vals: Vec<u8> = (0..10u8).collect();
+        let view = TensorView::contiguous(&vals, dat::SrcDtype::U8, &[2, 5]).unwrap();
+        let long = format!("{}/{}", "d".repeat(120), "w".repeat(120));
+        assert_eq!(w.add_tensor(&long, &view, Encoding::U8, &EncodeOptions::default()).unwrap(), 138);
+        assert!(w.add_tensor(&long, &view, Encoding::U8, &EncodeOptions::default()).is_err());
+        let tmp = w.temp_path().to_path_buf();
+        let done = w.finish().unwrap();
+        assert!(!tmp.exists());
+        let mut archive = tar::Archive::new(File::open(done).unwrap());
+        let names: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                assert_eq!(e.header().mtime().unwrap(), MTIME);
+                assert_eq!(e.header().mode().unwrap(), 0o644);
+                e.path().unwrap().to_string_lossy().into_owned()
+            })
+            .collect();
+        assert_eq!(names, vec!["graph.nnef".to_string(), format!("{long}.dat")]);
+    }
+
+    #[test]
+    fn dropping_or_failing_leaves_no_temp_and_keeps_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("m.tgz");
+        fs::write(&target, b"old").unwrap();
+        let mut w = ArtefactWriter::create(&target, Format::Tgz, 1).unwrap();
+        w.add_file("graph.nnef", b"x").unwrap();
+        let bad = [0u8; 4];
+        let view = TensorView::contiguous(&bad, dat::SrcDtype::F32, &[1]).unwrap();
+        assert!(w.add_tensor("x", &view, Encoding::I32, &EncodeOptions::default()).is_err());
+        drop(w);
+        assert_eq!(fs::read(&target).unwrap(), b"old");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        let d = dir.path().join("out");
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("keep"), b"k").unwrap();
+        let mut w = ArtefactWriter::create(&d, Format::Dir, 0).unwrap();
+        w.add_file("graph.nnef", b"x").unwrap();
+        assert!(w.finish().is_err());
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 1);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+}

@@ -1,1 +1,304 @@
-//! (in progress)
+//! Q4_0 block quantization (nnef-format.md §2.1), parallel over blocks with rayon.
+//!
+//! The recipe is torch_to_nnef's, so our bytes equal the reference's:
+//! 1. per block of 32 consecutive values (the tensor flattened in C order),
+//!    `amax = max |x|` (or the `percentile` quantile of `|x|`, in f32, torch's linear rule);
+//! 2. `scale = f16(amax / -8)`, so the stored scale is always `<= 0` (`-0.0` for a zero block);
+//! 3. `r = f16(1 / scale)`, `r = scale` where the scale is zero;
+//! 4. `q = clamp(floor(x * r + 8.5), 0, 15)`, computed in f32 for f32/bf16 inputs and with
+//!    f16 rounding after each operation for f16 inputs (torch's promotion rules).
+//!
+//! Two deliberate deviations, both cases where the reference writes a file tract would
+//! evaluate to NaN: a non-finite input value, and a block whose scale overflows f16
+//! (`amax > 65504 * 8`), are rejected with [`Error::ImpossibleQuantization`].
+
+use half::f16;
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+
+/// Values per Q4_0 block.
+pub const BLOCK: usize = 32;
+/// Bytes per Q4_0 block: an f16 scale and 16 bytes of 4-bit codes.
+pub const BLOCK_BYTES: usize = 18;
+
+/// How the 32 four-bit codes of a block are packed into its 16 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NibbleOrder {
+    /// tract >= 0.21.11 (item type 0x3040): byte `j` = `q[j] | q[j + 16] << 4`.
+    Ggml,
+    /// Older tract (item type 0x2040): byte `j` = `q[2j] | q[2j + 1] << 4`.
+    Legacy,
+}
+
+/// The float type of a quantizer input buffer (little-endian bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloatKind {
+    /// IEEE half: arithmetic is rounded to f16 after each step, as torch does.
+    F16,
+    /// bfloat16 bits: promoted to f32 exactly.
+    Bf16,
+    /// IEEE single.
+    F32,
+}
+
+impl FloatKind {
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            FloatKind::F16 | FloatKind::Bf16 => 2,
+            FloatKind::F32 => 4,
+        }
+    }
+
+    fn read(self, bytes: &[u8], i: usize) -> f32 {
+        match self {
+            FloatKind::F16 => f16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).to_f32(),
+            FloatKind::Bf16 => f32::from_bits(u32::from(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])) << 16),
+            FloatKind::F32 => f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]),
+        }
+    }
+}
+
+/// Check a percentile argument: `0 < percentile <= 1`, as the reference asserts.
+pub fn check_percentile(percentile: f32) -> Result<()> {
+    if percentile > 0.0 && percentile <= 1.0 {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "percentile must satisfy 0 < percentile <= 1, got {percentile}; use 1.0 for plain absmax calibration"
+        )))
+    }
+}
+
+/// torch.quantile's linear rule on 32 sorted values, in f32.
+fn quantile_sorted(sorted: &[f32; BLOCK], percentile: f32) -> f32 {
+    let rank = percentile * (BLOCK as f32 - 1.0);
+    let below = rank.floor();
+    let weight = rank - below;
+    let lo = sorted[below as usize];
+    let hi = sorted[(rank.ceil() as usize).min(BLOCK - 1)];
+    // torch's lerp: the formula switches at 0.5 to stay exact at both ends.
+    if weight < 0.5 { lo + weight * (hi - lo) } else { hi - (hi - lo) * (1.0 - weight) }
+}
+
+/// Pack 32 codes (each 0..=15) into 16 bytes in the given order.
+pub fn pack_nibbles(q: &[u8; BLOCK], order: NibbleOrder) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (j, byte) in out.iter_mut().enumerate() {
+        *byte = match order {
+            NibbleOrder::Ggml => q[j] | (q[j + 16] << 4),
+            NibbleOrder::Legacy => q[2 * j] | (q[2 * j + 1] << 4),
+        };
+    }
+    out
+}
+
+/// Unpack 16 bytes into 32 codes (inverse of [`pack_nibbles`]).
+pub fn unpack_nibbles(bytes: &[u8], order: NibbleOrder) -> [u8; BLOCK] {
+    let mut q = [0u8; BLOCK];
+    for (j, &b) in bytes[..16].iter().enumerate() {
+        let (lo, hi) = (b & 0x0f, b >> 4);
+        match order {
+            NibbleOrder::Ggml => {
+                q[j] = lo;
+                q[j + 16] = hi;
+            }
+            NibbleOrder::Legacy => {
+                q[2 * j] = lo;
+                q[2 * j + 1] = hi;
+            }
+        }
+    }
+    q
+}
+
+/// Quantize one block of 32 values (already widened to f32) into 18 bytes.
+/// `block_index` only serves error messages.
+fn quantize_block(
+    x: &[f32; BLOCK],
+    kind: FloatKind,
+    percentile: f32,
+    order: NibbleOrder,
+    block_index: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    let mut amax = 0.0f32;
+    for &v in x {
+        if !v.is_finite() {
+            return Err(Error::ImpossibleQuantization(format!(
+                "block {block_index} holds {v}: Q4_0 cannot represent NaN or infinite values; \
+                 replace them (e.g. torch.nan_to_num) or keep this tensor in float"
+            )));
+        }
+        amax = amax.max(v.abs());
+    }
+    if percentile < 1.0 {
+        let mut sorted = x.map(f32::abs);
+        sorted.sort_unstable_by(f32::total_cmp);
+        amax = quantile_sorted(&sorted, percentile);
+    }
+    let scale = f16::from_f32(amax / -8.0);
+    if scale.is_infinite() {
+        return Err(Error::ImpossibleQuantization(format!(
+            "block {block_index} has max |x| = {amax}, whose Q4_0 scale overflows f16 (|x| must stay \
+             below {}); rescale the tensor or keep it in float",
+            65504.0f32 * 8.0
+        )));
+    }
+    let recip = if scale.to_f32() == 0.0 { scale } else { f16::from_f32(1.0 / scale.to_f32()) };
+    let r = recip.to_f32();
+    let mut q = [0u8; BLOCK];
+    for (qi, &v) in q.iter_mut().zip(x) {
+        let shifted = match kind {
+            // f16 tensor * f16 scalar stays f16 in torch: round after the product and the sum.
+            FloatKind::F16 => f16::from_f32(f16::from_f32(v * r).to_f32() + 8.5).to_f32(),
+            FloatKind::F32 | FloatKind::Bf16 => v * r + 8.5,
+        };
+        *qi = shifted.floor().clamp(0.0, 15.0) as u8;
+    }
+    out[..2].copy_from_slice(&scale.to_le_bytes());
+    out[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
+    Ok(())
+}
+
+/// Quantize `src` (little-endian values of `kind`, a whole number of blocks) into `out`
+/// (`n_blocks * 18` bytes). `first_block` numbers the blocks in error messages when a
+/// tensor is quantized chunk by chunk. Runs on the current rayon pool.
+pub fn quantize_q4_0(
+    src: &[u8],
+    kind: FloatKind,
+    percentile: f32,
+    order: NibbleOrder,
+    first_block: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    check_percentile(percentile)?;
+    let block_src = BLOCK * kind.size();
+    if src.len() % block_src != 0 {
+        return Err(Error::ImpossibleQuantization(format!(
+            "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
+            src.len() / kind.size()
+        )));
+    }
+    let n_blocks = src.len() / block_src;
+    if out.len() != n_blocks * BLOCK_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "Q4_0 output buffer holds {} bytes, {n_blocks} blocks need {}",
+            out.len(),
+            n_blocks * BLOCK_BYTES
+        )));
+    }
+    src.par_chunks(block_src)
+        .zip(out.par_chunks_mut(BLOCK_BYTES))
+        .enumerate()
+        .with_min_len(256)
+        .try_for_each(|(i, (block, dst))| {
+            let mut x = [0f32; BLOCK];
+            for (k, v) in x.iter_mut().enumerate() {
+                *v = kind.read(block, k);
+            }
+            quantize_block(&x, kind, percentile, order, first_block + i, dst)
+        })
+}
+
+/// Dequantize Q4_0 blocks into f32: `(q - 8) * scale`.
+pub fn dequantize_q4_0(blocks: &[u8], order: NibbleOrder, out: &mut [f32]) -> Result<()> {
+    if blocks.len() % BLOCK_BYTES != 0 || out.len() != blocks.len() / BLOCK_BYTES * BLOCK {
+        return Err(Error::DatFormat(format!(
+            "Q4_0 payload of {} bytes is not {} values in {BLOCK_BYTES}-byte blocks",
+            blocks.len(),
+            out.len()
+        )));
+    }
+    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(BLOCK)).with_min_len(256).for_each(|(b, dst)| {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let q = unpack_nibbles(&b[2..], order);
+        for (o, &qi) in dst.iter_mut().zip(q.iter()) {
+            *o = (f32::from(qi) - 8.0) * d;
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worked block of nnef-format.md §2.1: d = 0.5, q[j] = j, q[16 + j] = 15 - j.
+    fn worked_codes() -> [u8; BLOCK] {
+        let mut q = [0u8; BLOCK];
+        for j in 0..16 {
+            q[j] = j as u8;
+            q[16 + j] = 15 - j as u8;
+        }
+        q
+    }
+
+    #[test]
+    fn worked_block_both_orders() {
+        let q = worked_codes();
+        let ggml = [0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5, 0x96, 0x87, 0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f];
+        let legacy = [0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01];
+        assert_eq!(pack_nibbles(&q, NibbleOrder::Ggml), ggml);
+        assert_eq!(pack_nibbles(&q, NibbleOrder::Legacy), legacy);
+        assert_eq!(unpack_nibbles(&ggml, NibbleOrder::Ggml), q);
+        assert_eq!(unpack_nibbles(&legacy, NibbleOrder::Legacy), q);
+        assert_eq!(f16::from_f32(0.5).to_le_bytes(), [0x00, 0x38]);
+    }
+
+    #[test]
+    fn zero_block_has_negative_zero_scale_and_code_8() {
+        let src = vec![0u8; BLOCK * 4];
+        let mut out = vec![0u8; BLOCK_BYTES];
+        quantize_q4_0(&src, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out).unwrap();
+        assert_eq!(&out[..2], &[0x00, 0x80]);
+        assert!(out[2..].iter().all(|&b| b == 0x88));
+    }
+
+    #[test]
+    fn max_magnitude_maps_to_code_0_and_round_trips() {
+        // amax = 8 -> scale -1, r = -1: x = 8 -> floor(0.5) = 0; x = -8 -> 16 -> clamp 15.
+        let mut x = [0f32; BLOCK];
+        x[0] = 8.0;
+        x[1] = -8.0;
+        x[2] = 3.0;
+        let src: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = vec![0u8; BLOCK_BYTES];
+        quantize_q4_0(&src, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out).unwrap();
+        assert_eq!(f16::from_le_bytes([out[0], out[1]]).to_f32(), -1.0);
+        let q = unpack_nibbles(&out[2..], NibbleOrder::Ggml);
+        assert_eq!((q[0], q[1], q[2], q[3]), (0, 15, 5, 8));
+        let mut back = [0f32; BLOCK];
+        dequantize_q4_0(&out, NibbleOrder::Ggml, &mut back).unwrap();
+        assert_eq!((back[0], back[1], back[2]), (8.0, -7.0, 3.0));
+    }
+
+    #[test]
+    fn rejects_partial_blocks_non_finite_and_overflow() {
+        let mut out = vec![0u8; BLOCK_BYTES];
+        let err = quantize_q4_0(&[0u8; 12], FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out).unwrap_err();
+        assert!(matches!(err, Error::ImpossibleQuantization(_)), "{err}");
+        let mut nan = vec![0u8; BLOCK * 4];
+        nan[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let err = quantize_q4_0(&nan, FloatKind::F32, 1.0, NibbleOrder::Ggml, 7, &mut out).unwrap_err();
+        assert!(err.to_string().contains("block 7"), "{err}");
+        let mut big = vec![0u8; BLOCK * 4];
+        big[..4].copy_from_slice(&1.0e6f32.to_le_bytes());
+        let err = quantize_q4_0(&big, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out).unwrap_err();
+        assert!(err.to_string().contains("overflows f16"), "{err}");
+        assert!(quantize_q4_0(&[0u8; 128], FloatKind::F32, 0.0, NibbleOrder::Ggml, 0, &mut out).is_err());
+    }
+
+    #[test]
+    fn same_bytes_whatever_the_thread_count() {
+        let src: Vec<u8> = (0..BLOCK * 1000).flat_map(|i| ((i as f32 * 0.37).sin() * 3.0).to_le_bytes()).collect();
+        let run = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let mut out = vec![0u8; 1000 * BLOCK_BYTES];
+            pool.install(|| quantize_q4_0(&src, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out)).unwrap();
+            out
+        };
+        assert_eq!(run(1), run(3));
+    }
+}

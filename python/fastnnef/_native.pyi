@@ -46,6 +46,21 @@ def dat_encode(array: npt.NDArray, encoding: str, bf16: bool = False, percentile
     T2NErrorTensorTooLarge, T2NErrorDtypeOverflow, T2NErrorImpossibleQuantization.
     """
 
+def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0, label: Optional[str] = None) -> int:
+    """Write one ``.dat`` file at ``path`` straight from ``array`` (no bytes in Python):
+    temporary name beside it, then an atomic rename. Returns the bytes written. ``label``
+    names the tensor in error messages. Raises as ``dat_encode``, plus T2NErrorArtefactIO."""
+
+def dat_payload_size(label: str, shape: Sequence[int], encoding: str) -> int:
+    """Payload bytes of a tensor of ``shape`` stored as ``encoding``; raises the format-limit
+    error it would get (T2NErrorTensorTooLarge naming ``label``: over 4 GiB, rank > 8;
+    T2NErrorInvalidArgument: empty bool; T2NErrorImpossibleQuantization: bad Q4_0 shape).
+    Lets callers check every tensor before writing anything."""
+
+def validate_member_name(name: str) -> None:
+    """Raise T2NErrorInvalidArgument unless ``name`` is a safe artefact member name
+    (relative, ``/``-separated, no empty/``.``/``..`` component, none starting with ``.``)."""
+
 def dat_decode(data: bytes) -> DatTensor:
     """Parse ``.dat`` bytes. Raises T2NErrorDatFormat naming the bad field."""
 

@@ -229,10 +229,11 @@ class NNEFGraph:
         self.body.append(NAlias(tensor, source))
         return tensor
 
-    def use_registry(self, registry: str) -> None:
+    def use_registry(self, registry: str, needed_by: str = "") -> None:
         if self.strict:
+            by = f" (for {needed_by})" if needed_by else ""
             raise T2NErrorStrictNNEFSpec(
-                f"this graph needs the tract registry {registry!r}, which strict NNEF "
+                f"this graph needs the tract registry {registry!r}{by}, which strict NNEF "
                 "(KhronosNNEF) does not have: export with TractNNEF instead"
             )
         if registry not in self.registries:
@@ -241,5 +242,5 @@ class NNEFGraph:
     def _note_registry(self, kind: str) -> None:
         for prefix, registry in REGISTRY_PREFIXES:
             if kind.startswith(prefix):
-                self.use_registry(registry)
+                self.use_registry(registry, needed_by=kind)
                 return

@@ -11,6 +11,7 @@ from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorMissingOpEmitter,
     T2NErrorNotImplemented,
+    T2NErrorStrictNNEFSpec,
 )
 from fastnnef.nnef.graph import NNEFGraph, NTensor, sanitize_identifier
 from fastnnef.op.context import OpContext, parse_args, shape_of, tract_dtype
@@ -133,7 +134,10 @@ class Converter:
                 )
             ctx = OpContext(self, node)
             args = parse_args(ctx, spec.arg_kinds, node.inputs)
-            result = spec.fn(ctx, *args)
+            try:
+                result = spec.fn(ctx, *args)
+            except T2NErrorStrictNNEFSpec as err:  # name the torch op and module too
+                raise T2NErrorStrictNNEFSpec(f"{node.where()}: {err}") from err
             self._bind_outputs(node, result)
 
     def _bind_outputs(self, node: IROp, result: Any) -> None:

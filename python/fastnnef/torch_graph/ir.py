@@ -327,14 +327,23 @@ class _Builder:
             assert isinstance(d, Const)
             self.set(out, dim_value(d.value % t.rank))
 
+    def number(self, v: torch._C.Value) -> IRValue:
+        """A value for folding: 0-d int/float tensor constants read as numbers (tracing
+        records ``x.size(1) * 2`` as ``mul(NumToTensor(size), tensor(2))``)."""
+        value = self.get(v)
+        if isinstance(value, ConstTensor) and value.tensor.dim() == 0 and value.tensor.dtype != torch.bool \
+                and not value.tensor.is_complex():
+            return Const(value.name, value.tensor.item())
+        return value
+
     def foldable(self, ins: list[torch._C.Value]) -> bool:
-        vals = [self.get(i) for i in ins]
+        vals = [self.number(i) for i in ins]
         return all(isinstance(v, (Const, SymInt)) for v in vals) and any(
             not isinstance(v, Const) or isinstance(v.value, (int, float)) for v in vals
         ) and all(not isinstance(v, Const) or isinstance(v.value, (int, float, bool)) for v in vals)
 
     def fold(self, kind: str, ins: list[torch._C.Value], out: torch._C.Value) -> None:
-        vals = [self.get(i) for i in ins]
+        vals = [self.number(i) for i in ins]
         # aten::add(Scalar a, Scalar b, alpha) on NumToTensor values: alpha is 1 here.
         a_b = vals[:2] if kind != "aten::neg" else vals[:1]
         if all(isinstance(v, Const) for v in a_b):
@@ -459,6 +468,23 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
     return tuple(dyn)
 
 
+def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """view/reshape with an explicit size list: each output dim is static or carries its
+    size's expression; with a -1 or anything else unknown, fall back to the window rule."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    if len(items) != out.rank:
+        return _window_dyn(x, out, args)
+    dyn: list[Optional[str]] = []
+    for item in items:
+        if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
+            dyn.append(None)
+        elif isinstance(item, SymInt):
+            dyn.append(item.expr)
+        else:
+            return _window_dyn(x, out, args)
+    return tuple(dyn)
+
+
 def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
     perm = [p % x.rank for p in _ints(args[0])]
     return tuple(x.dyn[p] for p in perm)
@@ -480,8 +506,8 @@ def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
 
 
 _DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[Optional[str], ...]]] = {
-    "aten::view": _window_dyn,
-    "aten::reshape": _window_dyn,
+    "aten::view": _sizes_dyn,
+    "aten::reshape": _sizes_dyn,
     "aten::flatten": _window_dyn,
     "aten::unflatten": _window_dyn,
     "aten::squeeze": _window_dyn,

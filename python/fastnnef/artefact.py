@@ -1,0 +1,201 @@
+"""Torch side of the artefact sink: dtype policy, ``graph.quant`` lines, and a context
+manager around ``_native.ArtefactWriter`` that never leaves a partial artefact behind.
+
+Tensors reach Rust as numpy *views* of their storage (``t.detach().numpy()``), never as
+Python bytes; bfloat16, which numpy lacks, travels as its 16-bit pattern with
+``bf16=True`` and is widened in Rust.
+
+Example::
+
+    with Artefact("model.nnef.tgz", "tgz", compression_level=1) as art:
+        art.add_file("graph.nnef", graph_text)
+        art.add_tensor("linear.weight", model.linear.weight)
+    print(art.path)   # the final path, renamed into place atomically
+"""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Optional, Tuple, Type, Union
+
+import numpy as np
+import torch
+
+from fastnnef import _native
+from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
+
+# torch dtype -> .dat encoding for tensors whose numpy view has the same element type.
+_PLAIN_ENCODINGS = {
+    torch.float16: "f16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+for _name, _enc in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
+    # These dtypes exist from torch 2.3 on.
+    if hasattr(torch, _name):
+        _PLAIN_ENCODINGS[getattr(torch, _name)] = _enc
+
+# torch-quantized dtype -> (encoding of the int_repr() codes, graph.quant bits, signed).
+_QUANTIZED = {
+    torch.quint8: ("qu8", 8, False),
+    torch.qint8: ("qi8", 8, True),
+    torch.qint32: ("qi32", 32, True),
+}
+
+_PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
+
+PER_CHANNEL_MESSAGE = (
+    "tensor {name!r} is quantized per channel ({qscheme}); tract's graph.quant accepts only a "
+    "scalar scale and zero_point and has no per-channel quantized type, so it cannot be exported. "
+    "Dequantize it (tensor.dequantize()) to export it as float, or requantize it per tensor "
+    "(torch.quantize_per_tensor) to keep it quantized."
+)
+
+
+def torch_tensor_to_native(
+    tensor: torch.Tensor, bf16_as: str = "f32", name: str = "tensor"
+) -> Tuple[np.ndarray, str, bool]:
+    """Map a CPU tensor to ``(numpy view, encoding, bf16)`` for ``_native``.
+
+    - bfloat16 goes as its int16 bit pattern, encoded as ``bf16_as`` (``"f32"``: exact,
+      the default; ``"f16"``: checked in Rust for overflow);
+    - torch-quantized tensors go as their integer codes (``int_repr()``); their
+      ``graph.quant`` line comes from :func:`quant_line`;
+    - complex tensors go as real tensors with a trailing dimension of 2 (re, im).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise T2NErrorInvalidArgument(f"{name!r} is a {type(tensor).__name__}, expected a torch.Tensor")
+    if tensor.device.type != "cpu":
+        raise T2NErrorInvalidArgument(
+            f"tensor {name!r} is on {tensor.device}; move it to the CPU first (tensor.cpu())"
+        )
+    if bf16_as not in ("f32", "f16"):
+        raise T2NErrorInvalidArgument(f"bf16_as must be 'f32' or 'f16', got {bf16_as!r}")
+    tensor = tensor.detach()
+    dtype = tensor.dtype
+    if dtype in _QUANTIZED:
+        # int_repr() copies: quantized storage has no numpy view.
+        return tensor.int_repr().numpy(), _QUANTIZED[dtype][0], False
+    if dtype == torch.bfloat16:
+        # Same element size, so .view(dtype) keeps the strides: still no copy.
+        return tensor.view(torch.int16).numpy(), bf16_as, True
+    if dtype.is_complex:
+        return _view_numpy(torch.view_as_real(tensor.resolve_conj())), (
+            "f32" if dtype == torch.complex64 else "f64"
+        ), False
+    encoding = _PLAIN_ENCODINGS.get(dtype)
+    if encoding is None:
+        raise T2NErrorNotImplemented(
+            f"tensor {name!r} has dtype {dtype}, which tract cannot load; convert it first "
+            "(e.g. tensor.float() for float8 types)"
+        )
+    return _view_numpy(tensor), encoding, False
+
+
+def _view_numpy(tensor: torch.Tensor) -> np.ndarray:
+    # Conjugate/negative bits are lazy flags numpy cannot express; resolving them is a
+    # no-op when unset.
+    return tensor.resolve_conj().resolve_neg().numpy()
+
+
+def quant_line(identifier: str, tensor: torch.Tensor) -> str:
+    """The ``graph.quant`` entry of a per-tensor quantized tensor, in the reference's
+    argument order (scale, zero_point, bits, signed, symmetric) with Python ``str()``
+    numbers. Per-channel tensors raise ``T2NErrorNotImplemented`` (nnef-format.md §4)."""
+    if tensor.dtype not in _QUANTIZED:
+        raise T2NErrorInvalidArgument(f"tensor {identifier!r} has dtype {tensor.dtype}, not a torch-quantized dtype")
+    qscheme = tensor.qscheme()
+    if qscheme in _PER_CHANNEL:
+        raise T2NErrorNotImplemented(PER_CHANNEL_MESSAGE.format(name=identifier, qscheme=qscheme))
+    _, bits, signed = _QUANTIZED[tensor.dtype]
+    zero_point = int(tensor.q_zero_point())
+    scale = float(tensor.q_scale())
+    return (
+        f'"{_quote(identifier)}": zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, '
+        f"bits = {bits}, signed = {str(signed).lower()}, symmetric = {str(zero_point == 0).lower()});\n"
+    )
+
+
+def _quote(identifier: str) -> str:
+    return identifier.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class Artefact:
+    """Context manager writing one artefact (``"dir"``, ``"tar"`` or ``"tgz"``).
+
+    On normal exit the artefact is finished and renamed into place (``.path`` holds the
+    final path); on ANY exception, ``KeyboardInterrupt`` included, it is aborted: the
+    temporary is removed and an existing target is left untouched.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike], format: str, compression_level: int = 0) -> None:
+        self._writer: Optional[_native.ArtefactWriter] = _native.ArtefactWriter(
+            os.fspath(path), format, compression_level
+        )
+        self.path: Optional[str] = None
+
+    def __enter__(self) -> "Artefact":
+        return self
+
+    def add_file(self, name: str, data: Union[str, bytes]) -> None:
+        """Add ``graph.nnef`` / ``graph.quant`` (text is written as UTF-8)."""
+        self._live().add_file(name, data.encode("utf-8") if isinstance(data, str) else data)
+
+    def add_tensor(
+        self,
+        label: str,
+        tensor: Union[torch.Tensor, np.ndarray],
+        encoding: Optional[str] = None,
+        bf16_as: str = "f32",
+        percentile: float = 1.0,
+    ) -> int:
+        """Add ``<label>.dat``; ``encoding`` overrides the dtype's default (e.g. ``"q4_0"``).
+        Returns the bytes written."""
+        if isinstance(tensor, torch.Tensor):
+            array, default, bf16 = torch_tensor_to_native(tensor, bf16_as=bf16_as, name=label)
+        else:
+            array, default, bf16 = tensor, None, False
+        chosen = encoding or default
+        if chosen is None:
+            raise T2NErrorInvalidArgument(f"tensor {label!r}: a numpy array needs an explicit encoding")
+        return self._live().add_tensor(label, array, chosen, bf16, percentile)
+
+    def finish(self) -> str:
+        """Finish and rename into place; returns the final path."""
+        writer = self._live()
+        self._writer = None
+        try:
+            self.path = writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        return self.path
+
+    def abort(self) -> None:
+        """Remove everything written so far. Idempotent."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.abort()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif self._writer is not None:
+            self.finish()
+
+    def _live(self) -> _native.ArtefactWriter:
+        if self._writer is None:
+            raise T2NErrorInvalidArgument("this Artefact is already finished or aborted")
+        return self._writer

@@ -1,0 +1,1 @@
+"""Example models bundled with fastnnef (used by ``fastnnef demo`` and the tests)."""

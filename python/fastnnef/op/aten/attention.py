@@ -1,0 +1,166 @@
+"""Attention: aten::scaled_dot_product_attention, reified as ``tract_transformers_sdpa``
+(tract > 0.22.0 by default, ``reify_sdpa_operator``) or decomposed into matmul/softmax."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.aten._common import torch_dtype
+from fastnnef.op.context import OpContext
+from fastnnef.op.registry import handler
+
+# The most negative finite value per compute dtype: masked scores get it added. Finite (not
+# -inf) so that 0 * bias stays 0 when a bool mask is turned into an additive one; tract's
+# own causal mask uses the same value.
+_MIN = {"f16": -65504.0, "f32": -3.4028234663852886e38, "f64": -1.7976931348623157e308}
+
+
+def _broadcast_dims(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
+    """torch broadcasting of two equal-rank batch shapes (a 1 yields to the other)."""
+    return tuple(y if isinstance(x, int) and not isinstance(x, Sym) and x == 1 else x for x, y in zip(a, b))
+
+
+def _bool_to_bias(ctx: OpContext, mask: NTensor, dtype: str) -> NTensor:
+    """True (attend) -> 0, False -> the dtype's minimum, as an additive mask."""
+    blocked = ctx.tmp("not", [mask], dtype="bool", shape=mask.shape, suffix="blocked")
+    as_float = ctx.cast(blocked, dtype)
+    return ctx.tmp("mul", [as_float, _MIN[dtype]], dtype=dtype, shape=mask.shape, suffix="bias")
+
+
+def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
+    """torch's causal mask (top-left aligned: key j visible to query i iff j <= i) as a
+    constant additive [rows, cols] tensor; shared by every node with the same shape."""
+    data = torch.zeros(rows, cols, dtype=torch_dtype(dtype))
+    data.masked_fill_(torch.ones(rows, cols, dtype=torch.bool).triu(1), _MIN[dtype])
+    label = f"causal_mask_{rows}x{cols}_{dtype}"
+    known = ctx.g.variables.get(label)
+    if known is not None:
+        return known.tensor
+    return ctx.g.add_variable(ctx.g.fresh_name(label), label, data, dtype, (rows, cols), dtype)
+
+
+def _static(d: Dim) -> bool:
+    return isinstance(d, int) and not isinstance(d, Sym)
+
+
+def _repeat_heads(ctx: OpContext, t: NTensor, groups: int, suffix: str) -> NTensor:
+    """[B, Hk, S, E] -> [B, Hk*groups, S, E], each head repeated ``groups`` times in a row
+    (torch's ``repeat_interleave(groups, dim=-3)``, as enable_gqa does)."""
+    b, hk, s, e = t.shape
+    t5 = ctx.tmp("unsqueeze", [t], {"axes": [2]}, dtype=t.dtype, shape=(b, hk, 1, s, e), suffix=f"{suffix}_g")
+    tiled = ctx.tmp("tile", [t5], {"repeats": [1, 1, groups, 1, 1]}, dtype=t.dtype,
+                    shape=(b, hk, groups, s, e), suffix=f"{suffix}_tile")
+    heads = hk * groups if _static(hk) else Sym(f"({hk})*{groups}")
+    return ctx.tmp("reshape", [tiled], {"shape": [heads], "axis_start": 1, "axis_count": 2},
+                   dtype=t.dtype, shape=(b, heads, s, e), suffix=f"{suffix}_rep")
+
+
+@handler("aten::scaled_dot_product_attention", args="t t t t? f b f? b?")
+def scaled_dot_product_attention(
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], dropout_p: float,
+    is_causal: bool, scale: Optional[float], enable_gqa: Optional[bool],
+) -> NTensor:
+    """aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""
+    if dropout_p != 0.0:
+        raise ctx.unsupported(
+            f"dropout_p={dropout_p} (attention dropout is random, even in eval mode)",
+            "pass dropout_p=0.0 at inference, e.g. `dropout_p=self.p if self.training else 0.0`",
+        )
+    out_dtype = ctx.out_dtype()
+    force_f32 = bool(getattr(ctx.target, "force_attention_inner_in_f32", False))
+    inner = "f32" if force_f32 and out_dtype == "f16" else out_dtype
+    if inner not in _MIN:
+        raise ctx.unsupported(f"attention in {inner}", "attention needs float query/key/value")
+    ctx.static(q, [q.rank - 1], "the default attention scale 1/sqrt(E)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(int(q.shape[-1]))
+    groups = 1
+    if enable_gqa and q.rank >= 3 and q.shape[-3] != k.shape[-3]:
+        hq, hk = q.shape[-3], k.shape[-3]
+        if not (_static(hq) and _static(hk)) or int(hq) % int(hk):
+            raise ctx.unsupported(f"enable_gqa with {hq} query heads and {hk} key/value heads",
+                                  "query heads must be a static multiple of key/value heads")
+        groups = int(hq) // int(hk)
+    rows, cols = q.shape[-2], k.shape[-2]
+    if getattr(ctx.target, "reify_sdpa", False) and _reifiable(q, k, v, groups, is_causal, rows, cols):
+        return _reified(ctx, q, k, v, mask, is_causal, scale, inner, out_dtype)
+    return _decomposed(ctx, q, k, v, mask, is_causal, scale, inner, out_dtype, groups)
+
+
+def _reifiable(q: NTensor, k: NTensor, v: NTensor, groups: int, is_causal: bool, rows: Dim, cols: Dim) -> bool:
+    """What tract_transformers_sdpa accepts: equal ranks 3 or 4, equal batch sizes, GQA
+    only on rank 4, and a causal mask it aligns like torch (square, or static to build)."""
+    if not (q.rank == k.rank == v.rank and q.rank in (3, 4)):
+        return False
+    if not (q.shape[0] == k.shape[0] == v.shape[0]) or (q.rank == 3 and groups != 1):
+        return False
+    if q.rank == 4 and groups == 1 and not (q.shape[1] == k.shape[1] == v.shape[1]):
+        return False
+    return not is_causal or rows == cols or (_static(rows) and _static(cols))
+
+
+def _reified(
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], is_causal: bool,
+    scale: float, inner: str, out_dtype: str,
+) -> NTensor:
+    """One ``tract_transformers_sdpa`` (q, k, v[, mask] positional; scale always given).
+    With f32 inner and ``upcast_reified_sdpa_inputs_to_f32`` (default), the op runs on f32
+    inputs and its output is cast back; otherwise it gets f16 inputs and accumulates in f32."""
+    upcast = inner != out_dtype and bool(getattr(ctx.target, "upcast_reified_sdpa_inputs_to_f32", True))
+    io_dtype = inner if upcast else out_dtype
+    q, k, v = (ctx.cast(t, io_dtype) for t in (q, k, v))
+    args = [q, k, v]
+    rows, cols = q.shape[-2], k.shape[-2]
+    if is_causal and rows != cols:
+        # tract aligns its causal mask bottom-right (KV cache); torch top-left.
+        mask, is_causal = _causal_bias(ctx, int(rows), int(cols), inner), False
+    elif mask is not None:
+        mask = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
+    if mask is not None:
+        args.append(ctx.to_rank(mask, q.rank))
+    attrs = {"scale": float(scale), "datum_type": io_dtype, "acc_datum_type": inner, "is_causal": is_causal}
+    if io_dtype == out_dtype:
+        return ctx.emit("tract_transformers_sdpa", args, attrs)
+    out = ctx.tmp("tract_transformers_sdpa", args, attrs, dtype=io_dtype, shape=ctx.out_shape(), suffix="f32")
+    return ctx.emit("tract_core_cast", [out], {"to": out_dtype})
+
+
+def _decomposed(
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], is_causal: bool,
+    scale: float, inner: str, out_dtype: str, groups: int,
+) -> NTensor:
+    """softmax(q·kᵀ·scale + bias)·v in ``inner``, cast back to the output dtype."""
+    rank = max(q.rank, k.rank, v.rank)
+    q, k, v = (ctx.to_rank(ctx.cast(t, inner), rank) for t in (q, k, v))
+    if groups > 1:
+        k, v = _repeat_heads(ctx, k, groups, "k"), _repeat_heads(ctx, v, groups, "v")
+    batch = _broadcast_dims(q.shape[:-2], k.shape[:-2])
+    rows, cols = q.shape[-2], k.shape[-2]
+    scores_shape = batch + (rows, cols)
+    scores = ctx.tmp("matmul", [q, k], {"transposeA": False, "transposeB": True}, dtype=inner,
+                     shape=scores_shape, suffix="scores")
+    scores = ctx.tmp("mul", [scores, float(scale)], dtype=inner, shape=scores_shape, suffix="scaled")
+    bias: Optional[NTensor] = None
+    if is_causal and _static(rows) and _static(cols):
+        bias = _causal_bias(ctx, int(rows), int(cols), inner)
+    elif is_causal:
+        every = ctx.tmp("eq", [scores, scores], dtype="bool", shape=scores_shape, suffix="every")
+        visible = ctx.tmp("tract_core_trilu", [every, 0], {"upper": False}, dtype="bool",
+                          shape=scores_shape, suffix="causal")
+        bias = _bool_to_bias(ctx, visible, inner)
+    elif mask is not None:
+        bias = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
+    if bias is not None:
+        scores = ctx.tmp("add", [scores, ctx.to_rank(bias, len(scores_shape))], dtype=inner,
+                         shape=scores_shape, suffix="masked")
+    probs = ctx.tmp("softmax", [scores], {"axes": [len(scores_shape) - 1]}, dtype=inner,
+                    shape=scores_shape, suffix="probs")
+    attrs = {"transposeA": False, "transposeB": False}
+    if inner == out_dtype:
+        return ctx.emit("matmul", [probs, v], attrs)
+    out = ctx.tmp("matmul", [probs, v], attrs, dtype=inner, shape=ctx.out_shape(), suffix="out")
+    return ctx.emit("tract_core_cast", [out], {"to": out_dtype})

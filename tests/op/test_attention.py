@@ -1,0 +1,148 @@
+"""aten::scaled_dot_product_attention, reified (tract_transformers_sdpa) and decomposed,
+compared with torch through tract; plus nn.MultiheadAttention."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.inference_target import TractNNEF
+from tests.helpers import export_and_check, needs_handler
+
+VERSION = TractNNEF.latest().version
+
+
+class Sdpa(nn.Module):
+    def __init__(self, **kwargs: Any):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *mask: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, *mask, **self.kwargs)
+
+
+def qkv(*shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    return tuple(torch.randn(*s).to(dtype) for s in shapes)
+
+
+def bool_mask(*shape: int) -> torch.Tensor:
+    torch.manual_seed(1)
+    m = torch.rand(*shape) > 0.4
+    m[..., 0] = True  # every query sees a key: fully masked rows are NaN in torch
+    return m
+
+
+Q4, K4 = (2, 3, 4, 8), (2, 3, 5, 8)
+CASES: list[Any] = [
+    pytest.param(lambda: Sdpa(), lambda: qkv(Q4, K4, K4), id="4d"),
+    pytest.param(lambda: Sdpa(), lambda: qkv((2, 4, 8), (2, 5, 8), (2, 5, 6)), id="3d-dv"),
+    pytest.param(lambda: Sdpa(scale=0.3), lambda: qkv(Q4, K4, K4), id="scale"),
+    pytest.param(lambda: Sdpa(), lambda: qkv(Q4, K4, K4) + (bool_mask(4, 5),), id="bool-mask-2d"),
+    pytest.param(lambda: Sdpa(), lambda: qkv(Q4, K4, K4) + (bool_mask(2, 1, 4, 5),), id="bool-mask-4d"),
+    pytest.param(lambda: Sdpa(), lambda: qkv(Q4, K4, K4, (2, 3, 4, 5)), id="float-mask"),
+    pytest.param(lambda: Sdpa(), lambda: qkv((2, 4, 8), (2, 5, 8), (2, 5, 8), (4, 5)), id="float-mask-3d"),
+    pytest.param(lambda: Sdpa(is_causal=True), lambda: qkv((2, 3, 5, 8), K4, K4), id="causal-square"),
+    pytest.param(lambda: Sdpa(is_causal=True), lambda: qkv(Q4, K4, K4), id="causal-rect"),
+    pytest.param(lambda: Sdpa(is_causal=True, scale=0.5), lambda: qkv((2, 5, 8), (2, 5, 8), (2, 5, 8)), id="causal-3d"),
+    pytest.param(lambda: Sdpa(enable_gqa=True), lambda: qkv((2, 4, 3, 8), (2, 2, 5, 8), (2, 2, 5, 8)), id="gqa"),
+    pytest.param(lambda: Sdpa(enable_gqa=True, is_causal=True), lambda: qkv((1, 6, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4)), id="gqa-causal"),
+    pytest.param(lambda: Sdpa(), lambda: qkv((2, 2, 3, 4, 8), (2, 2, 3, 5, 8), (2, 2, 3, 5, 8)), id="5d"),
+]
+
+
+@pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
+@pytest.mark.parametrize("make_model, make_args", CASES)
+def test_sdpa(make_model: Callable[[], nn.Module], make_args: Callable[[], tuple], reify: bool, tmp_path: Any) -> None:
+    target = TractNNEF(VERSION, reify_sdpa_operator=reify)
+    export_and_check(make_model(), make_args(), tmp_path, target=target, atol=1e-5, rtol=1e-4)
+
+
+def _graph_text(model: nn.Module, args: tuple, tmp_path: Any, target: TractNNEF, atol: float = 1e-5) -> str:
+    """Export (checked against torch) as a directory; return graph.nnef."""
+    path = export_and_check(model, args, tmp_path, target=target, compression_level=None, atol=atol, rtol=atol)
+    return (path / "graph.nnef").read_text()
+
+
+@pytest.mark.parametrize("reify", [True, False])
+def test_sdpa_path_is_chosen_by_target(reify: bool, tmp_path: Any) -> None:
+    text = _graph_text(Sdpa(), qkv(Q4, K4, K4), tmp_path, TractNNEF(VERSION, reify_sdpa_operator=reify))
+    assert ("tract_transformers_sdpa(" in text) is reify
+    assert ("extension tract_registry tract_transformers;" in text) is reify
+    assert ("softmax(" in text) is not reify
+
+
+def test_sdpa_default_follows_version(tmp_path: Any) -> None:
+    old = TractNNEF("0.22.0")
+    assert not old.reify_sdpa and TractNNEF.latest().reify_sdpa
+    text = _graph_text(Sdpa(), qkv(Q4, K4, K4), tmp_path, TractNNEF.latest())
+    assert "tract_transformers_sdpa(" in text
+
+
+@pytest.mark.parametrize(
+    "reify, upcast", [(True, True), (True, False), (False, True)],
+    ids=["reified-upcast", "reified-f16-io", "decomposed"],
+)
+def test_sdpa_f16_inner_f32(reify: bool, upcast: bool, tmp_path: Any) -> None:
+    target = TractNNEF(
+        VERSION, reify_sdpa_operator=reify, force_attention_inner_in_f32=True,
+        upcast_reified_sdpa_inputs_to_f32=upcast,
+    )
+    args = qkv(Q4, K4, K4, dtype=torch.float16)
+    text = _graph_text(Sdpa(is_causal=True), args, tmp_path, target, atol=2e-3)
+    assert "datum_type = 'f16'" in text  # the inputs stay f16
+    if reify:
+        io = "f32" if upcast else "f16"
+        assert f', datum_type = "{io}", acc_datum_type = "f32"' in text
+    else:
+        assert 'softmax(' in text
+    assert ('to = "f16"' in text) is (upcast or not reify)
+
+
+@pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
+def test_sdpa_f16(reify: bool, tmp_path: Any) -> None:
+    target = TractNNEF(VERSION, reify_sdpa_operator=reify)
+    export_and_check(Sdpa(), qkv(Q4, K4, K4, dtype=torch.float16), tmp_path, target=target, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
+def test_sdpa_dynamic_causal(reify: bool, tmp_path: Any) -> None:
+    """A causal mask over a dynamic sequence axis: the artefact built at length 5 runs at 3 and 7."""
+    target = TractNNEF(VERSION, reify_sdpa_operator=reify).with_dynamic_axes(
+        {name: {2: "S"} for name in ("q", "k", "v")}
+    )
+    model = Sdpa(is_causal=True)
+    for n in (3, 7):
+        export_and_check(
+            model, qkv((1, 2, 5, 8), (1, 2, 5, 8), (1, 2, 5, 8)), tmp_path, name=f"m{n}.nnef", target=target,
+            input_names=["q", "k", "v"], run_inputs=qkv((1, 2, n, 8), (1, 2, n, 8), (1, 2, n, 8)), atol=1e-5,
+        )
+
+
+def test_sdpa_dropout_is_refused(tmp_path: Any) -> None:
+    with pytest.raises(T2NErrorNotImplemented, match="dropout_p"):
+        export_and_check(Sdpa(dropout_p=0.5), qkv(Q4, K4, K4), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+class SelfAttention(nn.Module):
+    """Non-self (query != key) attention takes torch's composite path (linear, view,
+    transpose, sdpa); self-attention in eval uses the fused _native_multi_head_attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return self.mha(x, memory, memory, need_weights=False)[0]
+
+
+@needs_handler("aten::select")
+def test_multihead_attention(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    export_and_check(SelfAttention().eval(), (torch.randn(2, 5, 8), torch.randn(2, 6, 8)), tmp_path, atol=1e-5)

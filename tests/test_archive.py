@@ -1,0 +1,184 @@
+"""The artefact sink: directory / .tar / .tgz, reproducibility, single gzip member,
+atomic replacement and clean-up on interruption (nnef-format.md §5)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fastnnef import _native
+from fastnnef.artefact import Artefact
+from fastnnef.exceptions import T2NErrorArtefactIO, T2NErrorInvalidArgument
+
+GRAPH = "version 1.0;\n"
+
+
+def write_sample(path: Path, fmt: str, level: int = 0, big: bool = False) -> str:
+    rng = np.random.default_rng(7)
+    with Artefact(path, fmt, level) as art:
+        art.add_file("graph.nnef", GRAPH)
+        art.add_tensor("a", torch.arange(6, dtype=torch.float32).reshape(2, 3))
+        art.add_tensor("enc/w", torch.from_numpy(rng.standard_normal((40, 64)).astype(np.float32)).T)
+        art.add_tensor("m", torch.tensor([True, False, True]))
+        if big:
+            # Several 1 MiB gzip chunks, half compressible.
+            noise = rng.standard_normal(600_000).astype(np.float32)
+            art.add_tensor("big", torch.from_numpy(np.concatenate([noise, np.zeros_like(noise)])))
+    assert art.path is not None
+    return art.path
+
+
+def member_bytes(path: str) -> dict[str, bytes]:
+    with tarfile.open(path) as tf:
+        return {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+
+
+@pytest.mark.parametrize(("fmt", "level"), [("tar", 0), ("tgz", 0), ("tgz", 1), ("tgz", 9)])
+def test_archives_are_reproducible_and_readable(tmp_path, fmt, level):
+    first = write_sample(tmp_path / f"a.{fmt}", fmt, level, big=True)
+    second = write_sample(tmp_path / f"b.{fmt}", fmt, level, big=True)
+    assert Path(first).read_bytes() == Path(second).read_bytes()
+    members = member_bytes(first)
+    assert list(members) == ["graph.nnef", "a.dat", "enc/w.dat", "m.dat", "big.dat"]
+    assert members["graph.nnef"] == GRAPH.encode()
+    assert _native.dat_decode(members["a.dat"]).array().tolist() == [[0, 1, 2], [3, 4, 5]]
+    with tarfile.open(first) as tf:
+        for m in tf.getmembers():
+            assert (m.mtime, m.uid, m.gid, m.mode, m.uname, m.gname) == (315532800, 0, 0, 0o644, "", "")
+            assert m.isfile()
+
+
+def test_tgz_is_one_gzip_member_with_fixed_header(tmp_path):
+    path = write_sample(tmp_path / "m.nnef.tgz", "tgz", 6, big=True)
+    raw = Path(path).read_bytes()
+    # magic, deflate, no flags (so no FNAME), mtime 0, XFL 0 for level 6, OS 255.
+    assert raw[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    d = zlib.decompressobj(wbits=31)
+    out = d.decompress(raw) + d.flush()
+    assert d.eof and d.unused_data == b""
+    assert out == gzip.decompress(raw)
+    with tarfile.open(fileobj=io.BytesIO(out)) as tf:
+        assert "big.dat" in tf.getnames()
+    extract = tmp_path / "x"
+    extract.mkdir()
+    subprocess.run(["tar", "-xzf", path, "-C", str(extract)], check=True)
+    assert (extract / "enc" / "w.dat").read_bytes() == member_bytes(path)["enc/w.dat"]
+
+
+def test_same_bytes_whatever_the_thread_count(tmp_path):
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[2]);"
+        "from tests.test_archive import write_sample; from pathlib import Path;"
+        "write_sample(Path(sys.argv[1]), 'tgz', 6, big=True)"
+    )
+    root = Path(__file__).resolve().parent.parent
+    outputs = []
+    for threads in ("1", "3"):
+        out = tmp_path / f"t{threads}.tgz"
+        env = dict(os.environ, RAYON_NUM_THREADS=threads)
+        subprocess.run([sys.executable, "-c", script, str(out), str(root)], check=True, env=env)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_directory_form(tmp_path):
+    path = write_sample(tmp_path / "m.nnef", "dir")
+    root = Path(path)
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) == [
+        "a.dat", "enc/w.dat", "graph.nnef", "m.dat",
+    ]
+    assert (root / "m.dat").read_bytes()[128:] == b"\xa0"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.nnef"]
+
+
+@pytest.mark.parametrize("fmt", ["dir", "tar", "tgz"])
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_interruption_leaves_no_temp_and_keeps_target(tmp_path, fmt, exc):
+    target = tmp_path / f"m.{fmt}"
+    if fmt == "dir":
+        target.mkdir()
+        (target / "graph.nnef").write_text("old")
+    else:
+        target.write_bytes(b"old artefact")
+    with pytest.raises(type(exc)):
+        with Artefact(target, fmt) as art:
+            art.add_file("graph.nnef", GRAPH)
+            art.add_tensor("a", torch.ones(1000))
+            raise exc
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    if fmt == "dir":
+        assert (target / "graph.nnef").read_text() == "old"
+    else:
+        assert target.read_bytes() == b"old artefact"
+
+
+def test_archive_replaces_existing_file_but_not_a_non_empty_directory(tmp_path):
+    target = tmp_path / "m.tar"
+    target.write_bytes(b"old")
+    write_sample(target, "tar")
+    assert tarfile.is_tarfile(target)
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "keep").write_text("k")
+    with pytest.raises(T2NErrorArtefactIO, match="non-empty directory"):
+        with Artefact(d, "dir") as art:
+            art.add_file("graph.nnef", GRAPH)
+    assert [p.name for p in d.iterdir()] == ["keep"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tar", "out"]
+
+
+@pytest.mark.parametrize("label", ["", "/abs", "../up", "a/../../b", ".hidden", "a/.b", "a//b", "a/"])
+def test_bad_labels_are_rejected(tmp_path, label):
+    with Artefact(tmp_path / "m.tar", "tar") as art:
+        with pytest.raises(T2NErrorInvalidArgument, match="invalid artefact member name"):
+            art.add_tensor(label, torch.zeros(2))
+        art.add_tensor("ok", torch.zeros(2))
+    assert member_bytes(str(tmp_path / "m.tar")).keys() == {"ok.dat"}
+
+
+def test_duplicate_labels_and_use_after_finish(tmp_path):
+    art = Artefact(tmp_path / "m.tar", "tar")
+    art.add_tensor("a", torch.zeros(2))
+    with pytest.raises(T2NErrorInvalidArgument, match="already written"):
+        art.add_tensor("a", torch.zeros(2))
+    art.finish()
+    with pytest.raises(T2NErrorInvalidArgument, match="already finished"):
+        art.add_tensor("b", torch.zeros(2))
+
+
+def test_bad_format_and_level(tmp_path):
+    with pytest.raises(T2NErrorInvalidArgument, match="dir, tar or tgz"):
+        _native.ArtefactWriter(str(tmp_path / "x"), "zip")
+    with pytest.raises(T2NErrorInvalidArgument, match="compression level"):
+        _native.ArtefactWriter(str(tmp_path / "x"), "tgz", 10)
+    with pytest.raises(T2NErrorInvalidArgument, match="compression level"):
+        _native.ArtefactWriter(str(tmp_path / "x"), "tar", 3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_tensor_poisons_the_writer_and_abort_cleans_up(tmp_path):
+    target = tmp_path / "m.tgz"
+    with pytest.raises(Exception, match="does not fit f16"):
+        with Artefact(target, "tgz", 1) as art:
+            art.add_tensor("ok", torch.ones(3))
+            art.add_tensor("bad", torch.tensor([1.0, 1e30], dtype=torch.bfloat16), bf16_as="f16")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_long_member_names_survive(tmp_path):
+    label = "/".join(["segment_" + "x" * 60] * 4)
+    with Artefact(tmp_path / "m.tgz", "tgz", 1) as art:
+        art.add_tensor(label, torch.arange(3, dtype=torch.int64))
+    members = member_bytes(str(tmp_path / "m.tgz"))
+    assert list(members) == [label + ".dat"]
+    assert _native.dat_decode(members[label + ".dat"]).array().tolist() == [0, 1, 2]

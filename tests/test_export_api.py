@@ -1,0 +1,261 @@
+"""export_model_to_nnef end to end: artefact kind and path, reproducible bytes, structured
+IO, argument errors (each leaving nothing behind)."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fastnnef.check import TractArtefact
+from fastnnef.exceptions import (
+    T2NError,
+    T2NErrorDynamicShapeValue,
+    T2NErrorInvalidArgument,
+    T2NErrorIoQuantity,
+    T2NErrorMissingOpEmitter,
+    T2NErrorTorchJitTraceFailed,
+)
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import TractNNEF
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+
+
+def x() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(2, 4)
+
+
+def all_files(root: Path) -> list[str]:
+    """Every file and directory under ``root``, relative, sorted (temp files included)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def assert_runs_like_torch(path: Path, model: nn.Module, inputs: list[torch.Tensor]) -> None:
+    with torch.no_grad():
+        expected = model(*inputs)
+    (got,) = TractArtefact.load(path).run(inputs)
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-5, rtol=1e-5)
+
+
+# --- artefact kind by suffix + compression_level (torch_to_nnef-api.md §3) -----------------
+
+KINDS = [
+    ("m.nnef", None, "m.nnef", "dir"),
+    ("m.nnef", 0, "m.nnef.tar", "tar"),
+    ("m.nnef", 1, "m.nnef.tgz", "tgz"),
+    ("m.nnef", 9, "m.nnef.tgz", "tgz"),
+    ("m.nnef.tgz", None, "m.nnef", "dir"),
+    ("m.nnef.tgz", 0, "m.nnef.tgz", "tgz"),
+    ("m.nnef.tgz", 6, "m.nnef.tgz", "tgz"),
+]
+
+
+@pytest.mark.parametrize("given, level, produced, kind", KINDS)
+def test_artefact_kind(given: str, level: Any, produced: str, kind: str, tmp_path: Path) -> None:
+    model = mlp()
+    path = export_model_to_nnef(model, x(), tmp_path / given, TractNNEF.latest(), compression_level=level)
+    assert path == tmp_path / produced
+    assert os.listdir(tmp_path) == [produced]  # no temporary file left beside it
+    expected_members = {"graph.nnef", "0.weight.dat", "0.bias.dat", "2.weight.dat", "2.bias.dat"}
+    if kind == "dir":
+        assert path.is_dir()
+        assert set(all_files(path)) == expected_members
+    else:
+        head = path.read_bytes()[:2]
+        assert (head == GZIP_MAGIC) is (kind == "tgz")
+        with tarfile.open(path, "r:gz" if kind == "tgz" else "r:") as tar:
+            members = tar.getmembers()
+        assert all(m.isfile() for m in members), "no directory entries"
+        assert {m.name for m in members} == expected_members  # relative, no './'
+    assert_runs_like_torch(path, model, [x()])
+
+
+def test_tgz_levels_differ_in_size(tmp_path: Path) -> None:
+    model = mlp()
+    stored = export_model_to_nnef(model, x(), tmp_path / "a.nnef.tgz", TractNNEF.latest(), compression_level=0)
+    packed = export_model_to_nnef(model, x(), tmp_path / "b.nnef.tgz", TractNNEF.latest(), compression_level=9)
+    assert packed.stat().st_size < stored.stat().st_size
+
+
+# --- byte reproducibility -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("identity", [True, False])
+@pytest.mark.parametrize("level", [0, 9], ids=["tar", "tgz"])
+def test_same_export_same_bytes(level: int, identity: bool, tmp_path: Path) -> None:
+    def export(sub: str) -> bytes:
+        target = TractNNEF(TractNNEF.latest_version(), dump_identity_properties=identity)
+        path = export_model_to_nnef(mlp(), x(), tmp_path / f"{sub}.nnef", target, compression_level=level)
+        return path.read_bytes()
+
+    assert export("first") == export("second")
+
+
+def test_identity_properties_switch(tmp_path: Path) -> None:
+    texts = {}
+    for identity in (True, False):
+        target = TractNNEF(TractNNEF.latest_version(), dump_identity_properties=identity)
+        path = export_model_to_nnef(mlp(), x(), tmp_path / f"identity_{identity}.nnef", target, compression_level=None)
+        texts[identity] = (path / "graph.nnef").read_text()
+    assert '"hostname"' in texts[True] and '"hostname"' not in texts[False]
+
+
+# --- structured IO ----------------------------------------------------------------------------
+
+
+class Structured(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, pair: tuple[torch.Tensor, torch.Tensor], extra: dict[str, torch.Tensor]) -> Any:
+        a, b = pair
+        s = self.lin(a) + b
+        return s, {"p": s * extra["scale"], "q": extra["shift"] + a}, [a - b]
+
+
+def structured_args() -> tuple[Any, ...]:
+    torch.manual_seed(2)
+    return ((torch.randn(2, 3), torch.randn(2, 3)), {"scale": torch.randn(2, 3), "shift": torch.randn(2, 3)})
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    return list(torch.utils._pytree.tree_leaves(value))
+
+
+@pytest.mark.parametrize(
+    "input_names, output_names, ins, outs",
+    [
+        (None, None, ["input_0", "input_1", "input_2", "input_3"],
+         ["output_0", "output_1", "output_2", "output_3"]),
+        (["pair", "extra"], ["sum", "rest", "more"], ["pair_0", "pair_1", "extra_scale", "extra_shift"],
+         ["sum", "rest_p", "rest_q", "more_0"]),
+        (["a", "b", "c", "d"], ["w", "x", "y", "z"], ["a", "b", "c", "d"], ["w", "x", "y", "z"]),
+    ],
+    ids=["default", "per-item", "flat"],
+)
+def test_structured_io(input_names: Any, output_names: Any, ins: list[str], outs: list[str], tmp_path: Path) -> None:
+    model = Structured().eval()
+    args = structured_args()
+    path = export_model_to_nnef(
+        model, args, tmp_path / "m.nnef", TractNNEF.latest(), input_names=input_names, output_names=output_names
+    )
+    art = TractArtefact.load(path)
+    assert art.input_names == ins
+    assert art.output_names == outs
+    with torch.no_grad():
+        expected = _flat(model(*args))
+    got = art.run(_flat(args))
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(g, e.numpy(), atol=1e-5, rtol=1e-5)
+
+
+class PassThrough(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, self.lin(x)
+
+
+def test_same_io_name_with_identity_output(tmp_path: Path) -> None:
+    model = PassThrough().eval()
+    path = export_model_to_nnef(
+        model, x(), tmp_path / "m.nnef", TractNNEF.latest(), input_names=["x"], output_names=["x", "y"],
+        allow_same_io_names=True,
+    )
+    art = TractArtefact.load(path)
+    assert art.input_names == ["x"] and art.output_names == ["x", "y"]
+    same, y = art.run([x()])
+    np.testing.assert_array_equal(same, x().numpy())
+    with torch.no_grad():
+        np.testing.assert_allclose(y, model.lin(x()).numpy(), atol=1e-5)
+
+
+class Raising(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 1:
+            raise ValueError("batches above one are not handled in this branch")
+        return x
+
+
+class ReturnsStr(nn.Module):
+    def forward(self, x: torch.Tensor) -> Any:
+        return x + 1, "done"
+
+
+class Unsupported(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), Det())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class Det(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.det(x.reshape(2, 2, 2))
+
+
+ERRORS: list[Any] = [
+    pytest.param(lambda: mlp(), x(), "m.nnef", TractNNEF.latest, {"input_names": ["a", "b"]},
+                 T2NErrorIoQuantity, "2 input names", id="too-many-input-names"),
+    pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest, {"output_names": ["y"]},
+                 T2NErrorIoQuantity, "output", id="too-few-output-names"),
+    pytest.param(lambda: Structured(), structured_args(), "m.nnef", TractNNEF.latest,
+                 {"input_names": ["a", "a", "b", "c"]}, T2NErrorInvalidArgument, "'a'", id="duplicate-input-names"),
+    pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest,
+                 {"output_names": ["y", "y"]}, T2NErrorInvalidArgument, "'y'", id="duplicate-output-names"),
+    pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest,
+                 {"input_names": ["x"], "output_names": ["x", "y"]}, T2NErrorInvalidArgument,
+                 "allow_same_io_names", id="output-named-like-input"),
+    pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest,
+                 {"input_names": ["x"], "output_names": ["y", "x"], "allow_same_io_names": True},
+                 T2NErrorInvalidArgument, "unchanged input", id="same-name-not-identity"),
+    pytest.param(lambda: Unsupported(), x(), "m.nnef", TractNNEF.latest, {},
+                 T2NErrorMissingOpEmitter, r"aten::linalg_det in block\.1", id="missing-op"),
+    pytest.param(lambda: Raising(), x(), "m.nnef", TractNNEF.latest, {},
+                 T2NErrorTorchJitTraceFailed, "batches above one", id="raises-in-trace"),
+    pytest.param(lambda: ReturnsStr(), x(), "m.nnef", TractNNEF.latest, {},
+                 T2NErrorInvalidArgument, "non-tensor", id="returns-str"),
+    pytest.param(lambda: mlp(), x(), "m.nnef", lambda: TractNNEF.latest().with_dynamic_axes({"x": {5: "S"}}),
+                 {"input_names": ["x"]}, T2NErrorDynamicShapeValue, "axis 5", id="dynamic-axis-out-of-range"),
+    pytest.param(lambda: mlp(), x(), "m.nnef", lambda: TractNNEF.latest().with_dynamic_axes({"y": {0: "B"}}),
+                 {"input_names": ["x"]}, T2NErrorDynamicShapeValue, "'y'", id="dynamic-axis-unknown-input"),
+    pytest.param(lambda: mlp(), x(), "m.nnef", lambda: TractNNEF.latest().with_dynamic_axes({"x": {0: "2B"}}),
+                 {"input_names": ["x"]}, T2NErrorDynamicShapeValue, "identifier", id="dynamic-axis-bad-symbol"),
+    pytest.param(lambda: mlp(), x(), "model.bin", TractNNEF.latest, {},
+                 T2NErrorInvalidArgument, "nnef", id="bad-suffix"),
+    pytest.param(lambda: mlp(), x(), "m.nnef", TractNNEF.latest, {"custom_extensions": "tract_assert S >= 1"},
+                 T2NErrorInvalidArgument, "custom_extensions", id="extensions-not-a-list"),
+    pytest.param(lambda: mlp(), x(), "m.nnef", TractNNEF.latest, {"compression_level": 10},
+                 T2NErrorInvalidArgument, "compression_level", id="bad-level"),
+]
+
+
+@pytest.mark.parametrize("make_model, args, name, make_target, kwargs, error, match", ERRORS)
+def test_errors_write_nothing(
+    make_model: Callable[[], nn.Module], args: Any, name: str, make_target: Callable[[], TractNNEF],
+    kwargs: dict[str, Any], error: type, match: str, tmp_path: Path,
+) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    with pytest.raises(error, match=match) as info:
+        export_model_to_nnef(make_model(), args, out_dir / name, make_target(), **kwargs)
+    assert isinstance(info.value, T2NError)
+    assert all_files(tmp_path) == ["out"]
