@@ -240,7 +240,7 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
     positions = ctx.tmp("unsqueeze", [positions], {"axes": [1]}, dtype="i64", shape=(n, 1), suffix="posc")
     idx = ctx.cast(index, "i64")
     neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
-    idx = ctx.tmp("select", [neg, ctx.tmp("add", [idx, n], dtype="i64", shape=idx.shape, suffix="wrap"), idx],
+    idx = ctx.tmp("select", [neg, ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap"), idx],
                   dtype="i64", shape=idx.shape, suffix="norm")
     eq = ctx.tmp("eq", [positions, ctx.to_rank(idx, 2)], dtype="bool", shape=(n, index.shape[0]), suffix="eq")
     hit = ctx.tmp("any_reduce", [eq], {"axes": [1]}, dtype="bool", shape=(n, 1), suffix="any")
