@@ -273,6 +273,53 @@ def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, 
     return ctx.emit("tract_core_scatter_elements", [ctx.cast(x, dtype), index, updates], {"axis": axis})
 
 
+@handler("aten::index_put", args="t _ t b")
+def index_put(ctx: OpContext, x: NTensor, values: NTensor, accumulate: bool) -> NTensor:
+    """aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"""
+    if accumulate:
+        raise ctx.unsupported("index_put with accumulate=True", "use scatter_add / index_add")
+    items = ctx.node.inputs[1]
+    assert isinstance(items, ListValue)
+    tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
+    if len(tensors) != 1 or not isinstance(tensors[0][1], TensorValue):
+        raise ctx.unsupported("index assignment with several index tensors", "assign one axis at a time")
+    axis, value = tensors[0]
+    idx = ctx.tensor(value)
+    dtype = ctx.out_dtype()
+    if idx.dtype == "bool" and axis == 0:  # x[mask] = v: a select where the mask covers leading dims
+        if values.rank != 0:
+            raise ctx.unsupported("x[mask] = tensor with elements", "assign a scalar, or use torch.where")
+        mask = idx
+        if mask.rank < x.rank:
+            mask = ctx.tmp("unsqueeze", [mask], {"axes": list(range(mask.rank, x.rank))}, dtype="bool",
+                           shape=tuple(mask.shape) + (1,) * (x.rank - mask.rank), suffix="mask")
+        return _select(ctx, mask, values, x)
+    idx = _indices(ctx, idx)
+    if idx.rank != 1:
+        raise ctx.unsupported("index assignment with a multi-dimensional index tensor")
+    ctx.static(x, [axis], "index assignment")
+    n = x.shape[axis]
+    target = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
+    v = ctx.to_rank(ctx.cast(values, dtype), x.rank)
+    if tuple(v.shape) != tuple(target):
+        v = ctx.tmp("tract_core_broadcast", [v], {"shape": list(target)}, dtype=dtype, shape=target, suffix="values")
+    idx = ctx.cast(idx, "i64")
+    neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
+    wrapped = ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap")
+    idx = ctx.tmp("select", [neg, wrapped, idx], dtype="i64", shape=idx.shape, suffix="norm")
+    idx = ctx.tmp("unsqueeze", [idx], {"axes": [1]}, dtype="i64", shape=idx.shape + (1,), suffix="nd")
+    x = ctx.cast(x, dtype)
+    if axis == 0:
+        return ctx.emit("tract_core_scatter_nd", [x, idx, v])
+    # scatter_nd indexes leading axes: move the indexed axis first and back.
+    perm = [axis] + [d for d in range(x.rank) if d != axis]
+    inverse = [perm.index(d) for d in range(x.rank)]
+    xp = ctx.tmp("transpose", [x], {"axes": perm}, dtype=dtype, shape=tuple(x.shape[d] for d in perm), suffix="xp")
+    vp = ctx.tmp("transpose", [v], {"axes": perm}, dtype=dtype, shape=tuple(target[d] for d in perm), suffix="vp")
+    out = ctx.tmp("tract_core_scatter_nd", [xp, idx, vp], dtype=dtype, shape=xp.shape, suffix="scatter")
+    return ctx.emit("transpose", [out], {"axes": inverse})
+
+
 # --- reordering -------------------------------------------------------------------------
 @handler("aten::flip", args="t I")
 def flip(ctx: OpContext, x: NTensor, dims: list[int]) -> NTensor:
