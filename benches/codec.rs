@@ -40,7 +40,7 @@ fn encode_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("dat_encode");
     group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(bytes as u64));
     let mut out = Vec::with_capacity(bytes + 128);
-    let mut run = |view: &TensorView<'_>, enc: Encoding, out: &mut Vec<u8>| {
+    let run = |view: &TensorView<'_>, enc: Encoding, out: &mut Vec<u8>| {
         out.clear();
         dat::encode_payload(view, enc, &EncodeOptions::default(), &mut |p| {
             out.extend_from_slice(p);

@@ -97,6 +97,33 @@ fn bench(c: &mut Criterion) {
     // Benchmarks double as tests: both paths agree before anything is timed.
     assert!(ours(&path, &x, &expected));
 
+    // On a shared machine sequential groups drift with the load; alternating the two paths
+    // gives a paired estimate of the overhead as well.
+    let (mut raw, mut ck) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        let t = std::time::Instant::now();
+        std::hint::black_box(raw_tract(&path, &x));
+        raw.push(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        std::hint::black_box(ours(&path, &x, &expected));
+        ck.push(t.elapsed().as_secs_f64());
+    }
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "interleaved x40: raw min {:.2} ms median {:.2} ms; tract_check min {:.2} ms median {:.2} ms; \
+         overhead min {:+.1}% median {:+.1}%",
+        min(&raw) * 1e3,
+        median(&mut raw) * 1e3,
+        min(&ck) * 1e3,
+        median(&mut ck) * 1e3,
+        (min(&ck) / min(&raw) - 1.0) * 100.0,
+        (median(&mut ck) / median(&mut raw) - 1.0) * 100.0
+    );
+
     let mut group = c.benchmark_group("mlp8x512_tar");
     group.sample_size(20);
     group.bench_function("raw_tract_load_optimize_run", |b| b.iter(|| raw_tract(&path, &x)));

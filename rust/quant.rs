@@ -51,12 +51,27 @@ impl FloatKind {
         }
     }
 
-    fn read(self, bytes: &[u8], i: usize) -> f32 {
+    /// Widen one block of little-endian values to f32 (the match is outside the loop).
+    fn load_block(self, bytes: &[u8]) -> [f32; BLOCK] {
+        let mut x = [0f32; BLOCK];
         match self {
-            FloatKind::F16 => f16::from_bits(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])).to_f32(),
-            FloatKind::Bf16 => f32::from_bits(u32::from(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])) << 16),
-            FloatKind::F32 => f32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]),
+            FloatKind::F32 => {
+                for (v, b) in x.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            FloatKind::F16 => {
+                for (v, b) in x.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                }
+            }
+            FloatKind::Bf16 => {
+                for (v, b) in x.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+                }
+            }
         }
+        x
     }
 }
 
@@ -155,7 +170,9 @@ fn quantize_block(
             FloatKind::F16 => f16::from_f32(f16::from_f32(v * r).to_f32() + 8.5).to_f32(),
             FloatKind::F32 | FloatKind::Bf16 => v * r + 8.5,
         };
-        *qi = shifted.floor().clamp(0.0, 15.0) as u8;
+        // Clamping first makes `as u8` (truncation) equal floor: same result as
+        // clamp(floor(v), 0, 15) without a libm floor call per value.
+        *qi = shifted.clamp(0.0, 15.0) as u8;
     }
     out[..2].copy_from_slice(&scale.to_le_bytes());
     out[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
@@ -194,11 +211,7 @@ pub fn quantize_q4_0(
         .enumerate()
         .with_min_len(256)
         .try_for_each(|(i, (block, dst))| {
-            let mut x = [0f32; BLOCK];
-            for (k, v) in x.iter_mut().enumerate() {
-                *v = kind.read(block, k);
-            }
-            quantize_block(&x, kind, percentile, order, first_block + i, dst)
+            quantize_block(&kind.load_block(block), kind, percentile, order, first_block + i, dst)
         })
 }
 

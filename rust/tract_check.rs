@@ -293,7 +293,10 @@ impl TractModel {
             })
             .collect();
         let outputs = self.plan.run(inputs).map_err(|e| tract_error("run", &self.source, e))?;
-        Ok(outputs.into_iter().map(|v| v.into_tensor()).collect())
+        outputs
+            .into_iter()
+            .map(|v| plain_tensor(v.into_tensor()).map_err(|e| tract_error("read output of", &self.source, e)))
+            .collect()
     }
 }
 
@@ -783,4 +786,16 @@ mod tests {
         // Both verdicts occur, so the agreement is not vacuous.
         assert!(passes > cases / 10 && passes < cases * 9 / 10, "{passes} / {cases}");
     }
+}
+
+/// `tensor` in plain memory: block-quantized (Q4_0) values, which tract keeps in their
+/// packed form when a variable is an output, are dequantized to f32.
+fn plain_tensor(tensor: Tensor) -> TractResult<Tensor> {
+    use tract_nnef::tract_core::tract_linalg::block_quant::BlockQuantStorage;
+    if tensor.is_plain() {
+        return Ok(tensor);
+    }
+    let packed = tensor.try_storage_as::<BlockQuantStorage>()?;
+    let values = packed.format().dequant_f32(packed.value().as_bytes())?;
+    values.into_shape(tensor.shape())
 }

@@ -20,6 +20,7 @@ pytestmark = [
 
 rng = np.random.default_rng(11)
 W = rng.standard_normal((4, 64)).astype(np.float32)
+BF16 = torch.tensor([1.5, -3.0e38], dtype=torch.bfloat16)
 
 # (label, tensor, generic, expected output of tract). Plain dtypes come back unchanged.
 CASES = [
@@ -35,7 +36,7 @@ CASES = [
     ("u32", torch.tensor([0, 2**32 - 1], dtype=torch.uint32), "integer", None),
     ("u64", torch.tensor([0, 2**40], dtype=torch.uint64), "integer", None),
     ("bool", torch.tensor([[True, False, True], [False, False, True]]), "logical", None),
-    ("bf16", torch.tensor([1.5, -3.0e38], dtype=torch.bfloat16), "scalar", np.array([1.5, -3.0e38], np.float32)),
+    ("bf16", BF16, "scalar", BF16.float().numpy()),  # written as exact f32
     ("scalar", torch.tensor(4.0), "scalar", None),
 ]
 
@@ -49,9 +50,16 @@ def build(path, fmt):
         outputs.append(f"o{i}")
         expected.append(want if want is not None else tensor.numpy())
     q = len(CASES)
-    body.append(f"  o{q} = variable<scalar>(label = 'deep/q4', shape = [4, 64]);")
-    outputs.append(f"o{q}")
-    expected.append(_native.q4_0_dequantize(_native.q4_0_quantize(W), [4, 64]))
+    # A Q4_0 constant stays block-quantized in tract, so it is read through the op it
+    # exists for: linear(I, w) = I @ w.T, exact with an identity input.
+    body.append("  eye = variable<scalar>(label = 'eye', shape = [64, 64]);")
+    body.append("  w4 = variable<scalar>(label = 'deep/q4', shape = [4, 64]);")
+    body.append("  w4l = variable<scalar>(label = 'q4_legacy', shape = [4, 64]);")
+    body.append(f"  o{q} = linear(eye, w4, 0.0);")
+    body.append(f"  o{q}l = linear(eye, w4l, 0.0);")
+    outputs += [f"o{q}", f"o{q}l"]
+    dequantized = _native.q4_0_dequantize(_native.q4_0_quantize(W), [4, 64])
+    expected += [dequantized.T, dequantized.T]
     qi = torch.quantize_per_tensor(torch.tensor([-1.0, 0.5]), 0.5, 0, torch.qint8)
     body.append(f"  o{q + 1} = variable<scalar>(label = 'qi8', shape = [2]);")
     outputs.append(f"o{q + 1}")
@@ -65,7 +73,9 @@ def build(path, fmt):
         art.add_file("graph.quant", quant_line(f"o{q + 1}", qi))
         for label, tensor, _, _ in CASES:
             art.add_tensor(label, tensor)
+        art.add_tensor("eye", torch.eye(64))
         art.add_tensor("deep/q4", torch.from_numpy(W), encoding="q4_0")
+        art.add_tensor("q4_legacy", torch.from_numpy(W), encoding="q4_0_legacy")
         art.add_tensor("qi8", qi)
     return art.path, expected
 
@@ -76,7 +86,7 @@ def test_tract_loads_every_dtype(tmp_path, fmt):
     model = _native.TractModel.load(path, optimize=False)
     got = model.run([])
     assert len(got) == len(expected)
-    for g, e, name in zip(got, expected, [c[0] for c in CASES] + ["q4_0", "qi8"]):
+    for g, e, name in zip(got, expected, [c[0] for c in CASES] + ["q4_0", "q4_0_legacy", "qi8"]):
         assert g.shape == e.shape, name
         if name == "qi8":
             # tract returns the QI8 codes as int8 values.

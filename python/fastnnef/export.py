@@ -143,13 +143,14 @@ def export_model_to_nnef(
             )
     path, fmt = resolve_artefact_path(file_path_export, compression_level)
 
+    names_from = model
     if isinstance(model, torch.jit.ScriptModule) and auto_harden_jit:
         model = harden_jit_for_export(model, args)
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced = trace_model(model, args, input_names, output_names)
+    traced = trace_model(model, args, input_names, output_names, names_from=names_from)
     if check_io_names_qte_match:
-        n_graph_inputs = len(list(traced.graph.inputs())) - 1
+        n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
         if n_graph_inputs != len(traced.flat_inputs):
             raise T2NErrorIoQuantity(
                 f"tracing kept {n_graph_inputs} of {len(traced.flat_inputs)} inputs (unused "

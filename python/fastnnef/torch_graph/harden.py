@@ -1,9 +1,10 @@
 """``harden_jit_for_export``: prepare a TorchScript-only model for tracing.
 
 fastnnef freezes the module (``torch.jit.freeze``, which inlines submodule calls and
-folds attributes), which is the first stage of torch_to_nnef's chain. Its data-dependent
-specialization passes are not implemented: TorchScript control flow that survives
-tracing is reported as an unsupported ``prim::If``/``prim::Loop`` with its location.
+folds attributes), the first stage of torch_to_nnef's chain. The specialization passes
+are not needed: the exporter runs the frozen graph in TorchScript's interpreter under a
+function trace, which records the aten ops of the branches actually taken for the example
+inputs (control flow, size checks and assertions are specialized by construction).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ same arithmetic builds symbolic expressions. Each tensor value carries ``dyn``: 
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -181,12 +182,19 @@ class _Builder:
         self.ops: list[IROp] = []
         self.const_count = 0
         # Canonical names: the first name of each tensor object (tied weights share one).
-        model = traced.wrapper.model
+        model = traced.names_from if traced.names_from is not None else traced.wrapper.model
         self.canonical: dict[int, str] = {}
         for name, t in model.named_parameters(remove_duplicate=False):
             self.canonical.setdefault(id(t), name)
         for name, t in model.named_buffers(remove_duplicate=False):
             self.canonical.setdefault(id(t), name)
+        # Constants recorded by the trace are new tensor objects over the model's storage
+        # (TorchScript models): name them after the parameter they view.
+        self.by_storage: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
+        named = list(model.named_parameters()) + list(model.named_buffers())
+        for name, t in named:
+            if t.numel():
+                self.by_storage.setdefault((t.data_ptr(), tuple(t.shape), t.dtype), name)
         self.dynamic_axes = dynamic_axes
         self.pending_lists: dict[int, ListValue] = {}
 
@@ -205,7 +213,9 @@ class _Builder:
             sizes = ty.sizes()
             dtype = ty.dtype()
             if sizes is None or dtype is None:
-                raise T2NErrorIR(f"the trace recorded no shape/dtype for %{v.debugName()}")
+                # An output nothing reads (e.g. attention weights not asked for): a
+                # placeholder that fails clearly if a handler ever reads it as a tensor.
+                return Const(v.debugName(), None)
             return TensorValue(v.debugName(), dtype, tuple(sizes), tuple(dyn) if dyn else ())
         if isinstance(ty, torch._C.ListType) or isinstance(ty, torch._C.TupleType):
             lst = ListValue(v.debugName(), [])
@@ -216,9 +226,11 @@ class _Builder:
     def build(self) -> IRGraph:
         graph = self.traced.graph
         graph_inputs = list(graph.inputs())
-        self.set(graph_inputs[0], ModuleRef("self", self.traced.wrapper, ""))
+        if self.traced.has_self:
+            self.set(graph_inputs[0], ModuleRef("self", self.traced.wrapper, ""))
+            graph_inputs = graph_inputs[1:]
         inputs: list[TensorValue] = []
-        for i, v in enumerate(graph_inputs[1:]):
+        for i, v in enumerate(graph_inputs):
             tv = self.tensor_value(v)
             assert isinstance(tv, TensorValue)
             axes = self.dynamic_axes.get(i, {})
@@ -264,11 +276,14 @@ class _Builder:
             self.op(node, kind, ins, outs)
 
     def constant(self, node: torch._C.Node, out: torch._C.Value) -> None:
-        value = out.toIValue() if node.hasAttributes() or True else None
+        value = out.toIValue()
         if isinstance(value, torch.Tensor):
-            scope = scope_path(node.scopeName())
-            label = f"{scope}.c{self.const_count}" if scope else f"c{self.const_count}"
-            self.const_count += 1
+            key = (value.data_ptr(), tuple(value.shape), value.dtype) if value.numel() else None
+            label = self.by_storage.get(key) if key else None
+            if label is None:
+                scope = scope_path(node.scopeName())
+                label = f"{scope}.c{self.const_count}" if scope else f"c{self.const_count}"
+                self.const_count += 1
             self.set(
                 out,
                 ConstTensor(out.debugName(), value.dtype, tuple(value.shape), (), label, value),

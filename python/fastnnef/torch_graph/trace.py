@@ -38,6 +38,8 @@ class TracedModel:
     flat_outputs: list[torch.Tensor]
     input_names: list[str]
     output_names: list[str]
+    has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
+    names_from: Optional[nn.Module] = None  # where parameter names come from
 
 
 class _FlatIO(nn.Module):
@@ -53,12 +55,15 @@ class _FlatIO(nn.Module):
         self.captured: Optional[list[torch.Tensor]] = None
         self.out_spec: Any = None
 
+    def call_model(self, *args: Any) -> Any:
+        return self.model(*args)
+
     def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         leaves = list(self._leaves)
         for slot, tensor in zip(self._tensor_slots, flat):
             leaves[slot] = tensor
         args = pytree.tree_unflatten(leaves, self._spec)
-        out = self.model(*args)
+        out = self.call_model(*args)
         out_leaves, self.out_spec = pytree.tree_flatten(out)
         not_tensors = [type(o).__name__ for o in out_leaves if not isinstance(o, torch.Tensor)]
         if not_tensors:
@@ -68,6 +73,16 @@ class _FlatIO(nn.Module):
             )
         self.captured = [o.detach() for o in out_leaves]
         return tuple(out_leaves)
+
+
+class _ScriptCall(_FlatIO):
+    """For TorchScript models: runs the script's graph in the interpreter, so that a
+    function trace records its aten ops (a ScriptModule cannot be traced as a submodule).
+    Weights appear as constants; the IR names them after the parameters they view."""
+
+    def call_model(self, *args: Any) -> Any:
+        script = self.model
+        return torch._C._jit_interpret_graph(script.graph, (script._c, *args))
 
 
 def normalize_args(args: Any) -> tuple[Any, ...]:
@@ -93,16 +108,14 @@ def _expand_names(
     if len(names) == n_flat:
         return names
     if len(names) == len(top_level):
+        # One name per top-level item: nested items get the key path appended
+        # (``rest_p``, ``rest_q_0``), as dict keys or positions.
         out: list[str] = []
         for name, item in zip(names, top_level):
-            leaves, spec = pytree.tree_flatten(item)
-            n_tensors = sum(isinstance(x, torch.Tensor) for x in leaves)
-            if isinstance(item, torch.Tensor):
-                out.append(name)
-            elif isinstance(item, dict):
-                out.extend(f"{name}_{k}" for k, v in item.items() if isinstance(v, torch.Tensor))
-            else:
-                out.extend(f"{name}_{i}" for i in range(n_tensors))
+            for path, leaf in pytree.tree_flatten_with_path(item)[0]:
+                if isinstance(leaf, torch.Tensor):
+                    keys = [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+                    out.append("_".join([name, *keys]))
         if len(out) == n_flat:
             return out
     raise T2NErrorIoQuantity(
@@ -114,9 +127,11 @@ def _expand_names(
 @contextlib.contextmanager
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Put every submodule in eval mode and restore each one's own flag afterwards."""
-    flags = [(m, m.training) for m in model.modules()]
+    # Frozen ScriptModules have no training flag at all: nothing to switch there.
+    flags = [(m, m.training) for m in model.modules() if hasattr(m, "training")]
     try:
-        model.eval()
+        for module, _ in flags:
+            module.training = False
         yield
     finally:
         for module, training in flags:
@@ -133,8 +148,11 @@ def trace_model(
     args: Any,
     input_names: Optional[Sequence[str]],
     output_names: Optional[Sequence[str]],
+    names_from: Optional[nn.Module] = None,
 ) -> TracedModel:
-    """Trace ``model(*args)`` once; return the inlined graph and the flat IO."""
+    """Trace ``model(*args)`` once; return the inlined graph and the flat IO.
+    ``names_from``: the module whose parameter names label the weights (for a frozen
+    TorchScript model, the module before freezing)."""
     top_level = normalize_args(args)
     leaves, spec = pytree.tree_flatten(top_level)
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
@@ -148,12 +166,18 @@ def trace_model(
                 f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
             )
     in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
-    wrapper = _FlatIO(model, leaves, spec, tensor_slots)
+    is_script = isinstance(model, torch.jit.ScriptModule)
+    wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     with _TRACE_LOCK, torch.no_grad(), eval_mode(model):
         try:
-            traced = torch.jit.trace(
-                wrapper, tuple(flat_inputs), check_trace=False, strict=False
-            )
+            if is_script:
+                # A function trace (a bound method would be traced as its module).
+                def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                    return wrapper(*flat)
+
+                traced = torch.jit.trace(run_script, tuple(flat_inputs), check_trace=False, strict=False)
+            else:
+                traced = torch.jit.trace(wrapper, tuple(flat_inputs), check_trace=False, strict=False)
         except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
             raise
         except Exception as err:  # torch raises many kinds; keep its message whole
@@ -169,7 +193,9 @@ def trace_model(
     top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
     return TracedModel(
-        graph=traced.inlined_graph,
+        graph=traced.graph if is_script else traced.inlined_graph,
+        has_self=not is_script,
+        names_from=names_from if names_from is not None else model,
         wrapper=wrapper,
         flat_inputs=flat_inputs,
         flat_outputs=list(flat_outputs),

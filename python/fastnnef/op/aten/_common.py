@@ -54,10 +54,5 @@ def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -
 
 def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: str = "") -> NTensor:
     """``kind(values...)`` computed in ``compute`` (default: the output dtype)."""
-    out_dtype = ctx.out_dtype()
-    compute = compute or out_dtype
-    rank = len(ctx.out_shape())
-    result = ctx.emit(kind, operands(ctx, values, compute, rank)) if compute == out_dtype else ctx.tmp(
-        kind, operands(ctx, values, compute, rank), dtype=out_dtype, shape=ctx.out_shape()
-    )
-    return result
+    compute = compute or ctx.out_dtype()
+    return ctx.emit(kind, operands(ctx, values, compute, len(ctx.out_shape())))

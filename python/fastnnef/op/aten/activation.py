@@ -1,11 +1,54 @@
-"""Activations: ReLU family, GELU, SiLU, Mish, Hardswish, Softplus, ELU/SELU, sigmoid/tanh..."""
+"""Activations: ReLU family, GELU, SiLU, Mish, Hardswish, Softplus, ELU/SELU/CELU,
+log-sigmoid, threshold, clamp, GLU, softmax/log_softmax.
+
+Every formula is written with ops that exist in every tract version the exporter targets
+(stdlib + ``tract_core`` unary ops), except where a version gate picks a native op.
+Intermediate ops keep the traced output dtype: torch keeps f16 activations in f16.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import Any, Optional, Sequence, Union
+
 from fastnnef.nnef.graph import NTensor
-from fastnnef.op.aten._common import elementwise
-from fastnnef.op.context import OpContext
+from fastnnef.op.aten._common import Operand, elementwise, literal, operands
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
+
+# torch.nn.SELU's constants (torch/nn/modules/activation.py docs, the SELU paper).
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def step(
+    ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor, suffix: str,
+    attrs: Optional[dict[str, Any]] = None, dtype: str = "",
+) -> NTensor:
+    """An intermediate op shaped like ``like`` (elementwise chains)."""
+    return ctx.tmp(kind, args, attrs, dtype=dtype or like.dtype, shape=like.shape, suffix=suffix)
+
+
+def finish(ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor, attrs: Optional[dict[str, Any]] = None) -> NTensor:
+    """The node's output op; when ``like`` is computed in another dtype than the traced
+    output (f32 norms of an f16 model), the op is an intermediate and a cast follows."""
+    out = ctx.out_dtype()
+    if like.dtype == out:
+        return ctx.emit(kind, args, attrs)
+    return ctx.emit("tract_core_cast", [step(ctx, kind, args, like, "f32", attrs)], {"to": out})
+
+
+def typed_scalar(ctx: OpContext, value: Union[int, float], dtype: str) -> Union[NTensor, int, float]:
+    """A scalar usable where tract does not cast literals (``select`` branches): f32 and
+    i64 literals as is, other dtypes through ``tract_core_cast`` of the literal."""
+    lit = literal(value, dtype)
+    if dtype in ("f32", "i64") or isinstance(lit, bool):
+        return lit
+    return ctx.tmp("tract_core_cast", [lit], {"to": dtype}, dtype=dtype, shape=(), suffix="const")
+
+
+def _input(ctx: OpContext, x: NTensor) -> NTensor:
+    return ctx.cast(x, ctx.out_dtype())
 
 
 @handler("aten::relu", args="t")
@@ -24,3 +67,272 @@ def sigmoid(ctx: OpContext, x: NTensor) -> NTensor:
 def tanh(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::tanh(Tensor self) -> Tensor"""
     return elementwise(ctx, "tanh", [x])
+
+
+# --- clamps ----------------------------------------------------------------------------
+def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+    """torch.clamp: ``min(max(x, lo), hi)`` (so lo > hi gives hi, as torch does)."""
+    if lo is None and hi is None:
+        raise ctx.unsupported("clamp with neither min nor max", "give at least one bound")
+    dtype = ctx.out_dtype()
+    rank = len(ctx.out_shape())
+    x, *bounds = operands(ctx, [x] + [b for b in (lo, hi) if b is not None], dtype, rank)
+    lo_op = bounds.pop(0) if lo is not None else None
+    hi_op = bounds.pop(0) if hi is not None else None
+    if lo_op is not None and hi_op is not None:
+        return ctx.emit("min", [step(ctx, "max", [x, lo_op], x, "lo"), hi_op])
+    return ctx.emit("max", [x, lo_op]) if lo_op is not None else ctx.emit("min", [x, hi_op])
+
+
+@handler("aten::clamp", "aten::clip", args="t x? x?")
+def clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+    """aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor  (also .Tensor)"""
+    return _clamp(ctx, x, lo, hi)
+
+
+@handler("aten::clamp_min", args="t x")
+def clamp_min(ctx: OpContext, x: NTensor, lo: Operand) -> NTensor:
+    """aten::clamp_min(Tensor self, Scalar min) -> Tensor  (also .Tensor)"""
+    return _clamp(ctx, x, lo, None)
+
+
+@handler("aten::clamp_max", args="t x")
+def clamp_max(ctx: OpContext, x: NTensor, hi: Operand) -> NTensor:
+    """aten::clamp_max(Tensor self, Scalar max) -> Tensor  (also .Tensor)"""
+    return _clamp(ctx, x, None, hi)
+
+
+@handler("aten::hardtanh", args="t f f")
+def hardtanh(ctx: OpContext, x: NTensor, lo: float, hi: float) -> NTensor:
+    """aten::hardtanh(Tensor self, Scalar min_val=-1, Scalar max_val=1) -> Tensor"""
+    return _clamp(ctx, x, lo, hi)
+
+
+@handler("aten::relu6", args="t")
+def relu6(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::relu6(Tensor self) -> Tensor"""
+    return _clamp(ctx, x, 0.0, 6.0)
+
+
+@handler("aten::threshold", args="t f f")
+def threshold(ctx: OpContext, x: NTensor, th: float, value: float) -> NTensor:
+    """aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor  (x > th ? x : value)"""
+    x = _input(ctx, x)
+    keep = step(ctx, "gt", [x, literal(th, x.dtype)], x, "keep", dtype="bool")
+    return ctx.emit("select", [keep, x, typed_scalar(ctx, value, x.dtype)])
+
+
+# --- ReLU variants ---------------------------------------------------------------------
+@handler("aten::leaky_relu", args="t f?")
+def leaky_relu(ctx: OpContext, x: NTensor, slope: Optional[float]) -> NTensor:
+    """aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"""
+    return ctx.emit("leaky_relu", [_input(ctx, x)], {"alpha": 0.01 if slope is None else float(slope)})
+
+
+@handler("aten::prelu", "aten::_prelu_kernel", args="t t")
+def prelu(ctx: OpContext, x: NTensor, weight: NTensor) -> NTensor:
+    """aten::prelu(Tensor self, Tensor weight) -> Tensor  (weight: 1 value or one per channel, dim 1)"""
+    x = _input(ctx, x)
+    w = ctx.cast(weight, x.dtype)
+    if weight.rank != 1:
+        raise ctx.unsupported(f"prelu weight of rank {weight.rank}", "use nn.PReLU (a 1-D weight)")
+    if weight.shape[0] != 1 and x.rank >= 2:
+        w = channel_param(ctx, w, x.rank)
+    else:
+        w = ctx.to_rank(w, x.rank)
+    neg = step(ctx, "lt", [x, literal(0, x.dtype)], x, "neg", dtype="bool")
+    return ctx.emit("select", [neg, step(ctx, "mul", [x, w], x, "scaled"), x])
+
+
+def channel_param(ctx: OpContext, p: NTensor, rank: int) -> NTensor:
+    """A per-channel ``[C]`` tensor as ``[1, C, 1, ...]`` to broadcast along dim 1."""
+    axes = [0] + list(range(2, rank))
+    shape = (1,) + tuple(p.shape) + (1,) * (rank - 2)
+    return ctx.tmp("unsqueeze", [p], {"axes": axes}, dtype=p.dtype, shape=shape, suffix="chan")
+
+
+# --- smooth activations ----------------------------------------------------------------
+@handler("aten::gelu", args="t s?")
+def gelu(ctx: OpContext, x: NTensor, approximate: Optional[str]) -> NTensor:
+    """aten::gelu(Tensor self, *, str approximate='none') -> Tensor"""
+    x = _input(ctx, x)
+    if approximate in (None, "none"):
+        # x * 0.5 * (1 + erf(x / sqrt(2)))
+        inner = step(ctx, "mul", [x, 1.0 / math.sqrt(2.0)], x, "scaled")
+        cdf = step(ctx, "add", [step(ctx, "tract_core_erf", [inner], x, "erf"), 1.0], x, "cdf")
+    elif approximate == "tanh":
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+        cube = step(ctx, "mul", [x, step(ctx, "mul", [x, x], x, "sq")], x, "cube")
+        poly = step(ctx, "add", [x, step(ctx, "mul", [cube, 0.044715], x, "c")], x, "poly")
+        inner = step(ctx, "mul", [poly, math.sqrt(2.0 / math.pi)], x, "inner")
+        cdf = step(ctx, "add", [step(ctx, "tanh", [inner], x, "tanh"), 1.0], x, "cdf")
+    else:
+        raise ctx.unsupported(f"gelu approximate={approximate!r}", "use 'none' or 'tanh'")
+    return ctx.emit("mul", [step(ctx, "mul", [x, cdf], x, "xcdf"), 0.5])
+
+
+@handler("aten::silu", args="t")
+def silu(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::silu(Tensor self) -> Tensor  (x * sigmoid(x))"""
+    x = _input(ctx, x)
+    return ctx.emit("mul", [x, step(ctx, "sigmoid", [x], x, "sig")])
+
+
+def _softplus(ctx: OpContext, x: NTensor, suffix: str) -> NTensor:
+    """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
+    e = step(ctx, "exp", [step(ctx, "neg", [step(ctx, "abs", [x], x, f"{suffix}_abs")], x, f"{suffix}_nabs")],
+             x, f"{suffix}_exp")
+    tail = step(ctx, "log", [step(ctx, "add", [e, 1.0], x, f"{suffix}_1p")], x, f"{suffix}_log")
+    return step(ctx, "add", [step(ctx, "max", [x, literal(0, x.dtype)], x, f"{suffix}_pos"), tail], x, suffix)
+
+
+@handler("aten::mish", args="t")
+def mish(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::mish(Tensor self) -> Tensor  (x * tanh(softplus(x)))"""
+    x = _input(ctx, x)
+    return ctx.emit("mul", [x, step(ctx, "tanh", [_softplus(ctx, x, "sp")], x, "tanh")])
+
+
+@handler("aten::softplus", args="t f? f?")
+def softplus(ctx: OpContext, x: NTensor, beta: Optional[float], thresh: Optional[float]) -> NTensor:
+    """aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor
+    (x where beta*x > threshold, else log(1 + exp(beta*x)) / beta)"""
+    x = _input(ctx, x)
+    beta = 1.0 if beta is None else beta
+    thresh = 20.0 if thresh is None else thresh
+    bx = x if beta == 1 else step(ctx, "mul", [x, beta], x, "bx")
+    sp = _softplus(ctx, bx, "sp")
+    if beta != 1:
+        sp = step(ctx, "div", [sp, beta], x, "sp_beta")
+    linear = step(ctx, "gt", [bx, thresh], x, "linear", dtype="bool")
+    return ctx.emit("select", [linear, x, sp])
+
+
+def _elu(ctx: OpContext, x: NTensor, alpha: float, scale: float, input_scale: float) -> NTensor:
+    """x > 0 ? scale*x : scale*alpha*(exp(x*input_scale) - 1); exp only sees x <= 0."""
+    x = _input(ctx, x)
+    neg = step(ctx, "min", [x, literal(0, x.dtype)], x, "neg")
+    if input_scale != 1:
+        neg = step(ctx, "mul", [neg, input_scale], x, "in_scale")
+    em1 = step(ctx, "sub", [step(ctx, "exp", [neg], x, "exp"), 1.0], x, "em1")
+    low = step(ctx, "mul", [em1, scale * alpha], x, "low") if scale * alpha != 1 else em1
+    high = step(ctx, "mul", [x, scale], x, "high") if scale != 1 else x
+    pos = step(ctx, "gt", [x, literal(0, x.dtype)], x, "pos", dtype="bool")
+    return ctx.emit("select", [pos, high, low])
+
+
+@handler("aten::elu", args="t f? f? f?")
+def elu(ctx: OpContext, x: NTensor, alpha: Optional[float], scale: Optional[float], input_scale: Optional[float]) -> NTensor:
+    """aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
+    return _elu(ctx, x, 1.0 if alpha is None else alpha, 1.0 if scale is None else scale,
+                1.0 if input_scale is None else input_scale)
+
+
+@handler("aten::selu", args="t")
+def selu(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::selu(Tensor self) -> Tensor"""
+    return _elu(ctx, x, SELU_ALPHA, SELU_SCALE, 1.0)
+
+
+@handler("aten::celu", args="t f?")
+def celu(ctx: OpContext, x: NTensor, alpha: Optional[float]) -> NTensor:
+    """aten::celu(Tensor self, Scalar alpha=1.0) -> Tensor  (elu with input_scale 1/alpha)"""
+    alpha = 1.0 if alpha is None else alpha
+    if alpha == 0:
+        raise ctx.unsupported("celu with alpha=0", "torch itself rejects it")
+    return _elu(ctx, x, alpha, 1.0, 1.0 / alpha)
+
+
+@handler("aten::log_sigmoid", args="t")
+def log_sigmoid(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::log_sigmoid(Tensor self) -> Tensor  (-softplus(-x) = min(x, 0) - log(1 + exp(-|x|)))"""
+    x = _input(ctx, x)
+    e = step(ctx, "exp", [step(ctx, "neg", [step(ctx, "abs", [x], x, "abs")], x, "nabs")], x, "exp")
+    tail = step(ctx, "log", [step(ctx, "add", [e, 1.0], x, "1p")], x, "log")
+    return ctx.emit("sub", [step(ctx, "min", [x, literal(0, x.dtype)], x, "neg"), tail])
+
+
+@handler("aten::hardswish", args="t")
+def hardswish(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::hardswish(Tensor self) -> Tensor  (x * relu6(x + 3) / 6; tract_core_hard_swish
+    computes x * clamp(x/6 + 1/2, 0, 1), the same function)"""
+    return ctx.emit("tract_core_hard_swish", [_input(ctx, x)])
+
+
+@handler("aten::hardsigmoid", args="t")
+def hardsigmoid(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::hardsigmoid(Tensor self) -> Tensor  (relu6(x + 3) / 6)"""
+    x = _input(ctx, x)
+    shifted = step(ctx, "add", [x, 3.0], x, "shift")
+    clamped = step(ctx, "min", [step(ctx, "max", [shifted, 0.0], x, "lo"), 6.0], x, "hi")
+    return ctx.emit("div", [clamped, 6.0])
+
+
+@handler("aten::hardshrink", args="t f?")
+def hardshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
+    """aten::hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (|x| > lambd ? x : 0)"""
+    x = _input(ctx, x)
+    lambd = 0.5 if lambd is None else lambd
+    keep = step(ctx, "gt", [step(ctx, "abs", [x], x, "abs"), lambd], x, "keep", dtype="bool")
+    return ctx.emit("select", [keep, x, typed_scalar(ctx, 0.0, x.dtype)])
+
+
+@handler("aten::softshrink", args="t f?")
+def softshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
+    """aten::softshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (x - clamp(x, -lambd, lambd))"""
+    x = _input(ctx, x)
+    lambd = 0.5 if lambd is None else lambd
+    inner = step(ctx, "min", [step(ctx, "max", [x, -lambd], x, "lo"), lambd], x, "hi")
+    return ctx.emit("sub", [x, inner])
+
+
+@handler("aten::glu", args="t i?")
+def glu(ctx: OpContext, x: NTensor, dim: Optional[int]) -> NTensor:
+    """aten::glu(Tensor self, int dim=-1) -> Tensor  (a * sigmoid(b), a|b the halves along dim)"""
+    x = _input(ctx, x)
+    axis = ctx.axis(-1 if dim is None else dim, x.rank)
+    ctx.static(x, [axis], "glu")
+    size = int(x.shape[axis])
+    if size % 2:
+        raise ctx.unsupported(f"glu over an axis of odd size {size}", "the split axis must be even")
+    half = size // 2
+    shape = tuple(half if i == axis else d for i, d in enumerate(x.shape))
+    a = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [half]}, dtype=x.dtype, shape=shape, suffix="a")
+    b = ctx.tmp("slice", [x], {"axes": [axis], "begin": [half], "end": [size]}, dtype=x.dtype, shape=shape, suffix="b")
+    return ctx.emit("mul", [a, step(ctx, "sigmoid", [b], b, "gate")])
+
+
+# --- softmax ---------------------------------------------------------------------------
+def _softmax_input(ctx: OpContext, x: NTensor, dim: int) -> tuple[NTensor, list[int]]:
+    x = _input(ctx, x)
+    if x.dtype not in FLOAT_DTYPES:
+        raise ctx.unsupported(f"softmax of {x.dtype}", "softmax needs a float tensor")
+    return x, [ctx.axis(dim, x.rank)]
+
+
+@handler("aten::softmax", "aten::_softmax", "aten::special_softmax", args="t i n?")
+def softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
+    """aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+    (_softmax's third input is half_to_float; both are covered by the traced output dtype)"""
+    x, axes = _softmax_input(ctx, x, dim)
+    return ctx.emit("softmax", [x], {"axes": axes})
+
+
+@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?")
+def log_softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
+    """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+    (before tract 0.21.14: x - max - log(sum(exp(x - max))))"""
+    x, axes = _softmax_input(ctx, x, dim)
+    reduced = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    top = ctx.tmp("max_reduce", [x], {"axes": axes}, dtype=x.dtype, shape=reduced, suffix="max")
+    shifted = step(ctx, "sub", [x, top], x, "shift")
+    total = ctx.tmp("sum_reduce", [step(ctx, "exp", [shifted], x, "exp")], {"axes": axes},
+                    dtype=x.dtype, shape=reduced, suffix="sum")
+    return ctx.emit("sub", [shifted, ctx.tmp("log", [total], dtype=x.dtype, shape=reduced, suffix="log")])
+
+
+@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="0.21.14")
+def log_softmax_native(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
+    """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
+    x, axes = _softmax_input(ctx, x, dim)
+    return ctx.emit("tract_core_log_softmax", [x], {"axes": axes})

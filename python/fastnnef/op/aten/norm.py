@@ -1,0 +1,180 @@
+"""Normalizations: batch_norm (eval and batch statistics), instance_norm, group_norm,
+layer_norm, rms_norm.
+
+Written with stdlib reductions (``mean_reduce`` keeps reduced axes as size 1), so dynamic
+axes keep working; tract folds the parameter-only arithmetic at load. With
+``TractNNEF(force_norm_in_f32=True)`` an f16 norm is computed in f32 and cast back.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.op.aten.activation import channel_param, finish, step
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
+from fastnnef.op.registry import handler
+
+
+def _compute_dtype(ctx: OpContext) -> str:
+    out = ctx.out_dtype()
+    if out not in FLOAT_DTYPES:
+        raise ctx.unsupported(f"normalization of a {out} tensor", "normalize a float tensor")
+    if out == "f16" and getattr(ctx.target, "force_norm_in_f32", False):
+        return "f32"
+    return out
+
+
+def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def _normalize(ctx: OpContext, x: NTensor, axes: list[int], eps: float) -> tuple[NTensor, NTensor]:
+    """``(x - mean, 1 / sqrt(var + eps))``: biased variance over ``axes``, two passes."""
+    shape = _reduced(x, axes)
+    mean = ctx.tmp("mean_reduce", [x], {"axes": axes}, dtype=x.dtype, shape=shape, suffix="mean")
+    centered = step(ctx, "sub", [x, mean], x, "centered")
+    var = ctx.tmp("mean_reduce", [step(ctx, "sqr", [centered], x, "sq")], {"axes": axes},
+                  dtype=x.dtype, shape=shape, suffix="var")
+    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [var, float(eps)], dtype=x.dtype, shape=shape, suffix="var_eps")],
+                  dtype=x.dtype, shape=shape, suffix="inv_std")
+    return centered, inv
+
+
+def _scale_shift(
+    ctx: OpContext, x: NTensor, inv: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
+) -> NTensor:
+    """``x * inv [* weight] [+ bias]`` (operands broadcastable to ``x``); the last op is
+    the node output (cast back to the traced dtype when computed in f32)."""
+    chain: list[tuple[str, NTensor]] = [("mul", inv)]
+    if weight is not None:
+        chain.append(("mul", weight))
+    if bias is not None:
+        chain.append(("add", bias))
+    y = x
+    for i, (kind, operand) in enumerate(chain):
+        if i == len(chain) - 1:
+            return finish(ctx, kind, [y, operand], x)
+        y = step(ctx, kind, [y, operand], x, f"{kind}{i}")
+    raise AssertionError("unreachable: the chain is never empty")
+
+
+def _channel(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
+    return None if p is None else channel_param(ctx, ctx.cast(p, dtype), rank)
+
+
+def _trailing(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
+    return None if p is None else ctx.to_rank(ctx.cast(p, dtype), rank)
+
+
+@handler("aten::batch_norm", args="t t? t? t? t? b f f *")
+def batch_norm(
+    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
+    mean: Optional[NTensor], var: Optional[NTensor], training: bool, _momentum: float, eps: float,
+) -> NTensor:
+    """aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
+    Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor"""
+    if x.rank < 2:
+        raise ctx.unsupported(f"batch_norm of a rank-{x.rank} input", "the input needs a channel dim 1")
+    dtype = _compute_dtype(ctx)
+    xc = ctx.cast(x, dtype)
+    if training or mean is None or var is None:
+        # torch normalizes with the batch statistics here (the output does not depend on momentum).
+        centered, inv = _normalize(ctx, xc, [0] + list(range(2, x.rank)), eps)
+        return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
+    # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
+    # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
+    var_c, mean_c = ctx.cast(var, dtype), ctx.cast(mean, dtype)
+    scale = step(ctx, "rsqrt", [step(ctx, "add", [var_c, float(eps)], var_c, "var_eps")], var_c, "inv_std")
+    if weight is not None:
+        scale = step(ctx, "mul", [scale, ctx.cast(weight, dtype)], var_c, "scale")
+    shift = step(ctx, "neg", [step(ctx, "mul", [mean_c, scale], var_c, "mean_scaled")], var_c, "shift")
+    if bias is not None:
+        shift = step(ctx, "add", [shift, ctx.cast(bias, dtype)], var_c, "shift_bias")
+    return _scale_shift(ctx, xc, channel_param(ctx, scale, x.rank), None, channel_param(ctx, shift, x.rank))
+
+
+@handler("aten::instance_norm", args="t t? t? t? t? b f f *")
+def instance_norm(
+    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
+    mean: Optional[NTensor], var: Optional[NTensor], use_input_stats: bool, momentum: float, eps: float,
+) -> NTensor:
+    """aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
+    Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor"""
+    if not use_input_stats:
+        # track_running_stats=True in eval: the running stats act as batch_norm's.
+        return batch_norm(ctx, x, weight, bias, mean, var, False, momentum, eps)
+    if x.rank < 3:
+        raise ctx.unsupported(f"instance_norm of a rank-{x.rank} input", "the input needs (N, C, spatial...)")
+    dtype = _compute_dtype(ctx)
+    centered, inv = _normalize(ctx, ctx.cast(x, dtype), list(range(2, x.rank)), eps)
+    return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
+
+
+@handler("aten::group_norm", args="t i t? t? f *")
+def group_norm(
+    ctx: OpContext, x: NTensor, groups: int, weight: Optional[NTensor], bias: Optional[NTensor], eps: float,
+) -> NTensor:
+    """aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
+    float eps=1e-05, bool cudnn_enabled=True) -> Tensor"""
+    if x.rank < 2:
+        raise ctx.unsupported(f"group_norm of a rank-{x.rank} input", "the input needs (N, C, ...)")
+    ctx.static(x, [1], "group_norm (channels split into groups)")
+    channels = int(x.shape[1])
+    if groups <= 0 or channels % groups:
+        raise ctx.unsupported(f"group_norm of {channels} channels in {groups} groups", "C must divide by G")
+    dtype = _compute_dtype(ctx)
+    xc = ctx.cast(x, dtype)
+    # Reshape only the channel axis (C -> G, C/G): the batch and spatial axes may be dynamic.
+    grouped_shape = (x.shape[0], groups, channels // groups) + tuple(x.shape[2:])
+    grouped = ctx.tmp("reshape", [xc], {"shape": [groups, channels // groups], "axis_start": 1, "axis_count": 1},
+                      dtype=dtype, shape=grouped_shape, suffix="grouped")
+    centered, inv = _normalize(ctx, grouped, list(range(2, grouped.rank)), eps)
+    if weight is None and bias is None:
+        normed = step(ctx, "mul", [centered, inv], centered, "normed")
+        return finish(ctx, "reshape", [normed], xc, {"shape": [channels], "axis_start": 1, "axis_count": 2})
+    y = ctx.tmp("reshape", [step(ctx, "mul", [centered, inv], centered, "normed")],
+                {"shape": [channels], "axis_start": 1, "axis_count": 2}, dtype=dtype, shape=xc.shape, suffix="ungrouped")
+    w, b = _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank)
+    if w is None:
+        return finish(ctx, "add", [y, b], y)
+    return _scale_shift(ctx, y, w, None, b)
+
+
+@handler("aten::layer_norm", args="t I t? t? f *")
+def layer_norm(
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor],
+    bias: Optional[NTensor], eps: float,
+) -> NTensor:
+    """aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
+    Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor"""
+    k = len(normalized_shape)
+    if not 0 < k <= x.rank:
+        raise ctx.unsupported(f"layer_norm over {normalized_shape} of a rank-{x.rank} input")
+    dtype = _compute_dtype(ctx)
+    centered, inv = _normalize(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
+    return _scale_shift(ctx, centered, inv, _trailing(ctx, weight, dtype, x.rank), _trailing(ctx, bias, dtype, x.rank))
+
+
+@handler("aten::rms_norm", args="t I t? f?")
+def rms_norm(
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor], eps: Optional[float],
+) -> NTensor:
+    """aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
+    float? eps=None) -> Tensor  (x * rsqrt(mean(x^2) + eps) * weight; eps None = finfo.eps)"""
+    k = len(normalized_shape)
+    if not 0 < k <= x.rank:
+        raise ctx.unsupported(f"rms_norm over {normalized_shape} of a rank-{x.rank} input")
+    dtype = _compute_dtype(ctx)
+    if eps is None:
+        eps = torch.finfo(ctx.out_value().dtype).eps
+    xc = ctx.cast(x, dtype)
+    axes = list(range(x.rank - k, x.rank))
+    shape = _reduced(xc, axes)
+    ms = ctx.tmp("mean_reduce", [step(ctx, "sqr", [xc], xc, "sq")], {"axes": axes}, dtype=dtype, shape=shape,
+                 suffix="ms")
+    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [ms, float(eps)], dtype=dtype, shape=shape, suffix="ms_eps")],
+                  dtype=dtype, shape=shape, suffix="inv_rms")
+    return _scale_shift(ctx, xc, inv, _trailing(ctx, weight, dtype, x.rank), None)
