@@ -10,6 +10,7 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
+from fastnnef.utils import SemanticVersion
 from tests.helpers import export_and_check
 from tests.op._table import Fn, check
 
@@ -157,3 +158,10 @@ def test_indexing_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch
     target = TractNNEF.latest().with_dynamic_axes({"in0": {1: "S"}}) if message == "roll" else TractNNEF.latest()
     with pytest.raises(T2NErrorNotImplemented, match=message):
         export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names)
+
+
+def test_cumsum_needs_recent_tract(tmp_path: Any) -> None:
+    """tract_core_cumsum is only known from tract 0.23.9: older targets get a clear error."""
+    target = TractNNEF(SemanticVersion.from_str("0.22.1"))
+    with pytest.raises(T2NErrorNotImplemented, match="0.23.9"):
+        export_and_check(Fn(lambda x: x.cumsum(0)), (randn(3, 2),), tmp_path, target=target)
