@@ -168,7 +168,16 @@ def logical_xor(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
     """aten::logical_xor(Tensor self, Tensor other) -> Tensor"""
     if ctx.out_dtype() != "bool":
         raise ctx.unsupported("bitwise xor on integers", "use bool tensors")
-    return ctx.emit("ne", _bool_operands(ctx, a, b))
+    # tract's ne does not take bools: (a and not b) or (not a and b).
+    a, b = _bool_operands(ctx, a, b)
+    if not isinstance(a, NTensor) or not isinstance(b, NTensor):
+        raise ctx.unsupported("xor with a constant", "use logical_not(x) or x itself")
+    shape = ctx.out_shape()
+    not_a = ctx.tmp("not", [a], dtype="bool", shape=a.shape, suffix="na")
+    not_b = ctx.tmp("not", [b], dtype="bool", shape=b.shape, suffix="nb")
+    left = ctx.tmp("and", [a, not_b], dtype="bool", shape=shape, suffix="l")
+    right = ctx.tmp("and", [not_a, b], dtype="bool", shape=shape, suffix="r")
+    return ctx.emit("or", [left, right])
 
 
 @handler("aten::logical_not", "aten::bitwise_not", args="t")

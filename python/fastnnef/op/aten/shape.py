@@ -75,14 +75,13 @@ def t(ctx: OpContext, x: NTensor) -> NTensor:
     return ctx.emit("transpose", [x], {"axes": list(range(x.rank))[::-1]})
 
 
-@handler("aten::squeeze", args="t n?")
-def squeeze(ctx: OpContext, x: NTensor, dims: Optional[Union[int, list[int]]]) -> NTensor:
+@handler("aten::squeeze", args="t I?")
+def squeeze(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
     """aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)  (also .dims and no-dim forms)"""
     if dims is None:
         axes = [d for d in range(x.rank) if x.shape[d] == 1]
     else:
-        wanted = [dims] if isinstance(dims, int) else list(dims)
-        axes = sorted({ctx.axis(d, x.rank) for d in wanted if x.shape[ctx.axis(d, x.rank)] == 1})
+        axes = sorted({ctx.axis(d, x.rank) for d in dims if x.shape[ctx.axis(d, x.rank)] == 1})
     if not axes:
         return ctx.emit("copy", [x])
     return ctx.emit("squeeze", [x], {"axes": axes})
@@ -94,9 +93,13 @@ def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
     return ctx.emit("unsqueeze", [x], {"axes": [ctx.axis(dim, x.rank + 1)]})
 
 
-def _broadcast(ctx: OpContext, x: NTensor) -> NTensor:
+def _broadcast(ctx: OpContext, x: NTensor, sizes: Optional[list[Dim]] = None) -> NTensor:
     out = ctx.out_shape()
     x = ctx.to_rank(x, len(out))
+    if sizes is not None and len(sizes) == len(out):
+        # The requested sizes keep the symbols the traced output shape may have lost.
+        out = tuple(x.shape[i] if isinstance(s, int) and not isinstance(s, Sym) and s == -1 else s
+                    for i, s in enumerate(sizes))
     if tuple(out) == tuple(x.shape):
         return ctx.emit("copy", [x])
     if any(isinstance(d, Sym) and d == UNKNOWN for d in out):
@@ -104,10 +107,10 @@ def _broadcast(ctx: OpContext, x: NTensor) -> NTensor:
     return ctx.emit("tract_core_broadcast", [x], {"shape": list(out)})
 
 
-@handler("aten::expand", args="t * ")
-def expand(ctx: OpContext, x: NTensor) -> NTensor:
+@handler("aten::expand", args="t D *")
+def expand(ctx: OpContext, x: NTensor, sizes: list[Dim]) -> NTensor:
     """aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"""
-    return _broadcast(ctx, x)
+    return _broadcast(ctx, x, sizes)
 
 
 @handler("aten::expand_as", "aten::broadcast_to", args="t *")

@@ -1,0 +1,389 @@
+"""Indexing: slice/select/narrow, gathers (index_select, gather, index, embedding),
+masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.aten._common import Operand, operands
+from fastnnef.op.aten._dims import emit_shaped, plus, typed_scalar, unknown
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
+from fastnnef.op.registry import handler
+from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
+
+# torch writes "to the end" as INT64_MAX; anything this large means the same.
+_TO_END = 2**62
+
+
+def _in_value(ctx: OpContext, index: int) -> TensorValue:
+    value = ctx.node.inputs[index]
+    assert isinstance(value, TensorValue)
+    return value
+
+
+def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, what: str) -> Dim:
+    """A torch begin/end as tract needs it: non-negative and within the axis, since tract's
+    slice computes the length from the raw values (it only clamps the read window)."""
+    if v is None:
+        return default
+    if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
+        return v
+    if not isinstance(n, Sym):
+        return min(max(v + n if v < 0 else v, 0), n)
+    if v >= _TO_END:
+        if unknown(n):
+            raise ctx.unsupported(
+                f"slicing to the end of an axis whose dynamic size expression is unknown ({what})",
+                "slice before the op that reshaped this axis, or keep it static",
+            )
+        return n
+    if v < 0:
+        if unknown(n):
+            raise ctx.unsupported(f"negative {what} {v} on a dynamic axis of unknown size")
+        return plus(n, v)
+    if v > traced:
+        raise ctx.unsupported(
+            f"{what} {v} is past the traced size {traced} of a dynamic axis",
+            "torch clamps it at run time; tract cannot: use x[..., start:] or a size expression",
+        )
+    return v
+
+
+def _span(b: Dim, e: Dim, step: int) -> Dim:
+    """Length of ``b:e:step`` (for the declared output shape)."""
+    if isinstance(b, int) and isinstance(e, int):  # Sym is a str, never an int
+        return max(0, -(-(e - b) // step))
+    if step == 1 and b == 0:
+        return e
+    if step == 1 and isinstance(b, int):
+        return plus(e, -b)
+    return Sym("?")
+
+
+def _slice(
+    ctx: OpContext, x: NTensor, axis: int, b: Dim, e: Dim, step: int, final: bool, traced_len: int,
+) -> NTensor:
+    shape = list(x.shape)
+    shape[axis] = _span(b, e, step)
+    if isinstance(shape[axis], Sym) and unknown(shape[axis]) and not isinstance(x.shape[axis], Sym):
+        shape[axis] = traced_len
+    attrs: dict[str, object] = {"axes": [axis], "begin": [b], "end": [e]}
+    if step != 1:
+        attrs["stride"] = [step]
+    if final:
+        return emit_shaped(ctx, "slice", [x], attrs, shape)
+    return ctx.tmp("slice", [x], attrs, dtype=x.dtype, shape=shape, suffix="slice")
+
+
+def _one(v: Optional[list[Dim]]) -> Optional[Dim]:
+    return None if v is None else v[0]
+
+
+@handler("aten::slice", args="t i D? D? i")
+def slice_(ctx: OpContext, x: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int) -> NTensor:
+    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""
+    axis = ctx.axis(dim, x.rank)
+    n = x.shape[axis]
+    traced = _in_value(ctx, 0).shape[axis]
+    if step < 1:
+        raise ctx.unsupported(f"slice step {step}", "torch only allows positive steps")
+    b = _bound(ctx, _one(start), n, traced, 0, "start")
+    e = _bound(ctx, _one(end), n, traced, n, "end")
+    if isinstance(b, int) and isinstance(e, int):
+        e = max(e, b)
+    if b == 0 and e == n and step == 1:
+        return emit_shaped(ctx, "copy", [x], None, x.shape)
+    return _slice(ctx, x, axis, b, e, step, True, ctx.out_value().shape[axis])
+
+
+def _index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim, Dim]:
+    """[begin, end) of the single position ``index`` along ``axis``."""
+    n = x.shape[axis]
+    if isinstance(index, Sym):
+        return index, plus(index, 1)
+    if not isinstance(n, Sym):
+        if not -n <= index < n:
+            raise ctx.unsupported(f"index {index} out of range for size {n}")
+        index %= n
+        return index, index + 1
+    if index >= 0:
+        return index, index + 1
+    if unknown(n):
+        raise ctx.unsupported(f"negative index {index} on a dynamic axis of unknown size")
+    return plus(n, index), plus(n, index + 1)
+
+
+@handler("aten::select", args="t i D")
+def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
+    """aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"""
+    axis = ctx.axis(dim, x.rank)
+    b, e = _index_bounds(ctx, x, axis, index[0])
+    piece = _slice(ctx, x, axis, b, e, 1, False, 1)
+    return emit_shaped(ctx, "squeeze", [piece], {"axes": [axis]}, x.shape[:axis] + x.shape[axis + 1 :])
+
+
+@handler("aten::narrow", args="t i D i")
+def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: int) -> NTensor:
+    """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
+    axis = ctx.axis(dim, x.rank)
+    b, _ = _index_bounds(ctx, x, axis, start[0])
+    e = plus(b, length)
+    if b == 0 and e == x.shape[axis]:
+        return emit_shaped(ctx, "copy", [x], None, x.shape)
+    return _slice(ctx, x, axis, b, e, 1, True, length)
+
+
+# --- gathers ----------------------------------------------------------------------------
+def _indices(ctx: OpContext, idx: NTensor) -> NTensor:
+    if idx.dtype in FLOAT_DTYPES or idx.dtype == "bool":
+        raise ctx.unsupported(
+            f"indexing with a {idx.dtype} tensor",
+            "boolean masks select a data-dependent number of elements, which a static graph "
+            "cannot express: use torch.where / masked_fill, or integer indices",
+        )
+    return idx
+
+
+def _gather_shape(x: NTensor, idx: NTensor, axis: int) -> tuple[Dim, ...]:
+    return x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
+
+
+@handler("aten::index_select", args="t i t")
+def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTensor:
+    """aten::index_select(Tensor self, int dim, Tensor index) -> Tensor"""
+    axis = ctx.axis(dim, x.rank)
+    index = _indices(ctx, index)
+    if index.rank == 0:  # torch treats a 0-d index as [index]
+        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, dtype=index.dtype, shape=(1,), suffix="idx")
+    return emit_shaped(ctx, "tract_core_gather", [x, index], {"axis": axis}, _gather_shape(x, index, axis))
+
+
+@handler("aten::embedding", args="t t *")
+def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
+    """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    indices = _indices(ctx, indices)
+    return emit_shaped(ctx, "tract_core_gather", [weight, indices], {"axis": 0}, _gather_shape(weight, indices, 0))
+
+
+@handler("aten::gather", args="t i t b?")
+def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: Optional[bool]) -> NTensor:
+    """aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
+    axis = ctx.axis(dim, x.rank)
+    return emit_shaped(ctx, "tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis}, index.shape)
+
+
+@handler("aten::index", args="t _")
+def index(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
+    items = ctx.node.inputs[1]
+    assert isinstance(items, ListValue)
+    tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
+    if len(tensors) != 1 or not isinstance(tensors[0][1], TensorValue):
+        raise ctx.unsupported(
+            "advanced indexing with several index tensors",
+            "index one axis at a time (x[i][:, j]) or use torch.gather",
+        )
+    axis, value = tensors[0]
+    idx = _indices(ctx, ctx.tensor(value))
+    return emit_shaped(ctx, "tract_core_gather", [x, idx], {"axis": axis}, _gather_shape(x, idx, axis))
+
+
+# --- selection --------------------------------------------------------------------------
+def _as_bool(ctx: OpContext, t: NTensor) -> NTensor:
+    if t.dtype == "bool":
+        return t
+    zero = 0.0 if t.dtype in FLOAT_DTYPES else 0
+    return ctx.tmp("ne", [t, zero], dtype="bool", shape=t.shape, suffix="mask")
+
+
+def _select(ctx: OpContext, cond: NTensor, a: Operand, b: Operand) -> NTensor:
+    dtype = ctx.out_dtype()
+    rank = len(ctx.out_shape())
+    cond = ctx.to_rank(_as_bool(ctx, cond), rank)
+    a, b = (typed_scalar(ctx, v, dtype) if not isinstance(v, NTensor) else v for v in (a, b))
+    a, b = operands(ctx, [a, b], dtype, rank)
+    return ctx.emit("select", [cond, a, b])
+
+
+@handler("aten::masked_fill", args="t t x")
+def masked_fill(ctx: OpContext, x: NTensor, mask: NTensor, value: Operand) -> NTensor:
+    """aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor  (also .Tensor)"""
+    if isinstance(value, NTensor) and value.rank != 0:
+        raise ctx.unsupported("masked_fill with a non 0-d value tensor", "torch requires a 0-d value")
+    return _select(ctx, mask, value, x)
+
+
+@handler("aten::where", args="t x? x?")
+def where(ctx: OpContext, cond: NTensor, a: Optional[Operand], b: Optional[Operand]) -> NTensor:
+    """aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor  (also Scalar forms)"""
+    if a is None or b is None:
+        raise ctx.unsupported(
+            "torch.where(condition) (nonzero): its output size depends on the data",
+            "use the three-argument torch.where(condition, a, b)",
+        )
+    return _select(ctx, cond, a, b)
+
+
+@handler("aten::index_fill", args="t i t x")
+def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Operand) -> NTensor:
+    """aten::index_fill.int_Scalar(Tensor self, int dim, Tensor index, Scalar value) -> Tensor"""
+    axis = ctx.axis(dim, x.rank)
+    ctx.static(x, [axis], "index_fill")
+    n = x.shape[axis]
+    assert isinstance(n, int)
+    index = _indices(ctx, index)
+    if index.rank == 0:
+        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, dtype=index.dtype, shape=(1,), suffix="idx")
+    # hit[p] = any(index == p): an [n, k] comparison of positions with the indices.
+    positions = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="pos")
+    positions = ctx.tmp("unsqueeze", [positions], {"axes": [1]}, dtype="i64", shape=(n, 1), suffix="posc")
+    idx = ctx.cast(index, "i64")
+    neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
+    idx = ctx.tmp("select", [neg, ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap"), idx],
+                  dtype="i64", shape=idx.shape, suffix="norm")
+    eq = ctx.tmp("eq", [positions, ctx.to_rank(idx, 2)], dtype="bool", shape=(n, index.shape[0]), suffix="eq")
+    hit = ctx.tmp("any_reduce", [eq], {"axes": [1]}, dtype="bool", shape=(n, 1), suffix="any")
+    hit = ctx.tmp("squeeze", [hit], {"axes": [1]}, dtype="bool", shape=(n,), suffix="hit")
+    trailing = x.rank - axis - 1
+    if trailing:
+        hit = ctx.tmp("unsqueeze", [hit], {"axes": list(range(1, trailing + 1))}, dtype="bool",
+                      shape=(n,) + (1,) * trailing, suffix="hitb")
+    return _select(ctx, hit, value, x)
+
+
+@handler("aten::scatter", args="t i t x s?")
+def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: Optional[str]) -> NTensor:
+    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value)"""
+    if reduce is not None:
+        raise ctx.unsupported(f"scatter with reduce={reduce!r}", "use scatter_reduce or a plain scatter")
+    axis = ctx.axis(dim, x.rank)
+    dtype = ctx.out_dtype()
+    index = _indices(ctx, index)
+    if isinstance(src, NTensor):
+        if tuple(src.shape) != tuple(index.shape):
+            ctx.static(src, what="scatter with a src larger than index")
+            src = ctx.tmp("slice", [ctx.cast(src, dtype)], {
+                "axes": list(range(src.rank)), "begin": [0] * src.rank, "end": list(index.shape),
+            }, dtype=dtype, shape=index.shape, suffix="src")
+        updates = ctx.cast(src, dtype)
+    else:
+        updates = ctx.tmp("tract_core_broadcast", [typed_scalar(ctx, src, dtype)], {"shape": list(index.shape)},
+                          dtype=dtype, shape=index.shape, suffix="src")
+    return ctx.emit("tract_core_scatter_elements", [ctx.cast(x, dtype), index, updates], {"axis": axis})
+
+
+@handler("aten::index_put", args="t _ t b")
+def index_put(ctx: OpContext, x: NTensor, values: NTensor, accumulate: bool) -> NTensor:
+    """aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"""
+    if accumulate:
+        raise ctx.unsupported("index_put with accumulate=True", "use scatter_add / index_add")
+    items = ctx.node.inputs[1]
+    assert isinstance(items, ListValue)
+    tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
+    if len(tensors) != 1 or not isinstance(tensors[0][1], TensorValue):
+        raise ctx.unsupported("index assignment with several index tensors", "assign one axis at a time")
+    axis, value = tensors[0]
+    idx = ctx.tensor(value)
+    dtype = ctx.out_dtype()
+    if idx.dtype == "bool" and axis == 0:  # x[mask] = v: a select where the mask covers leading dims
+        if values.rank != 0:
+            raise ctx.unsupported("x[mask] = tensor with elements", "assign a scalar, or use torch.where")
+        mask = idx
+        if mask.rank < x.rank:
+            mask = ctx.tmp("unsqueeze", [mask], {"axes": list(range(mask.rank, x.rank))}, dtype="bool",
+                           shape=tuple(mask.shape) + (1,) * (x.rank - mask.rank), suffix="mask")
+        return _select(ctx, mask, values, x)
+    idx = _indices(ctx, idx)
+    if idx.rank != 1:
+        raise ctx.unsupported("index assignment with a multi-dimensional index tensor")
+    ctx.static(x, [axis], "index assignment")
+    n = x.shape[axis]
+    target = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
+    v = ctx.to_rank(ctx.cast(values, dtype), x.rank)
+    if tuple(v.shape) != tuple(target):
+        v = ctx.tmp("tract_core_broadcast", [v], {"shape": list(target)}, dtype=dtype, shape=target, suffix="values")
+    idx = ctx.cast(idx, "i64")
+    neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
+    wrapped = ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap")
+    idx = ctx.tmp("select", [neg, wrapped, idx], dtype="i64", shape=idx.shape, suffix="norm")
+    idx = ctx.tmp("unsqueeze", [idx], {"axes": [1]}, dtype="i64", shape=idx.shape + (1,), suffix="nd")
+    x = ctx.cast(x, dtype)
+    if axis == 0:
+        return ctx.emit("tract_core_scatter_nd", [x, idx, v])
+    # scatter_nd indexes leading axes: move the indexed axis first and back.
+    perm = [axis] + [d for d in range(x.rank) if d != axis]
+    inverse = [perm.index(d) for d in range(x.rank)]
+    xp = ctx.tmp("transpose", [x], {"axes": perm}, dtype=dtype, shape=tuple(x.shape[d] for d in perm), suffix="xp")
+    vp = ctx.tmp("transpose", [v], {"axes": perm}, dtype=dtype, shape=tuple(target[d] for d in perm), suffix="vp")
+    out = ctx.tmp("tract_core_scatter_nd", [xp, idx, vp], dtype=dtype, shape=xp.shape, suffix="scatter")
+    return ctx.emit("transpose", [out], {"axes": inverse})
+
+
+# --- reordering -------------------------------------------------------------------------
+@handler("aten::flip", args="t I")
+def flip(ctx: OpContext, x: NTensor, dims: list[int]) -> NTensor:
+    """aten::flip(Tensor self, int[] dims) -> Tensor"""
+    axes = sorted({ctx.axis(d, x.rank) for d in dims})
+    if not axes:
+        return ctx.emit("copy", [x])
+    for k, axis in enumerate(axes):
+        attrs = {"axis": axis, "stride": -1, "modulo": 0}
+        if k == len(axes) - 1:
+            return emit_shaped(ctx, "tract_core_downsample", [x], attrs, x.shape)
+        x = ctx.tmp("tract_core_downsample", [x], attrs, dtype=x.dtype, shape=x.shape, suffix="flip")
+    raise AssertionError("unreachable")
+
+
+def _roll_axis(ctx: OpContext, x: NTensor, shift: int, axis: int) -> NTensor:
+    ctx.static(x, [axis], "roll")
+    n = x.shape[axis]
+    assert isinstance(n, int)
+    s = shift % n if n else 0
+    if s == 0:
+        return x
+    tail = ctx.tmp("slice", [x], {"axes": [axis], "begin": [n - s], "end": [n]}, dtype=x.dtype,
+                   shape=x.shape[:axis] + (s,) + x.shape[axis + 1 :], suffix="tail")
+    head = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [n - s]}, dtype=x.dtype,
+                   shape=x.shape[:axis] + (n - s,) + x.shape[axis + 1 :], suffix="head")
+    return ctx.tmp("concat", [[tail, head]], {"axis": axis}, dtype=x.dtype, shape=x.shape, suffix="roll")
+
+
+@handler("aten::roll", args="t I I")
+def roll(ctx: OpContext, x: NTensor, shifts: list[int], dims: list[int]) -> NTensor:
+    """aten::roll(Tensor self, SymInt[1] shifts, int[1] dims=[]) -> Tensor"""
+    if not dims:  # roll the flattened tensor, then restore the shape
+        ctx.static(x, what="roll without dims")
+        flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(_volume(x),), suffix="flat")
+        rolled = _roll_axis(ctx, flat, shifts[0], 0)
+        return ctx.emit("reshape", [rolled], {"shape": list(x.shape)})
+    if len(shifts) != len(dims):
+        raise ctx.unsupported("roll with a different number of shifts and dims")
+    for shift, dim in zip(shifts, dims):
+        x = _roll_axis(ctx, x, shift, ctx.axis(dim, x.rank))
+    return ctx.emit("copy", [x])
+
+
+def _volume(x: NTensor) -> int:
+    v = 1
+    for d in x.shape:
+        assert isinstance(d, int)
+        v *= d
+    return v
+
+
+@handler("aten::tril", "aten::triu", args="t i")
+def trilu(ctx: OpContext, x: NTensor, diagonal: int) -> NTensor:
+    """aten::tril(Tensor self, int diagonal=0) -> Tensor  (and aten::triu)"""
+    if x.rank < 2:
+        raise ctx.unsupported("tril/triu of a tensor with fewer than 2 dims")
+    return ctx.emit("tract_core_trilu", [x, diagonal], {"upper": ctx.node.kind.startswith("aten::triu")})
+
+
+@handler("aten::cumsum", args="t i n?", since="0.23.9")
+def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTensor:
+    """aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
+    axis = ctx.axis(dim, x.rank)
+    return ctx.emit("tract_core_cumsum", [ctx.cast(x, ctx.out_dtype())],
+                    {"axis": axis, "exclusive": False, "reverse": False})
+

@@ -1,0 +1,266 @@
+"""Reductions: sum/mean/prod, max/min (values and indices), amax/amin, argmax/argmin,
+all/any, var/std (+ _mean forms), vector norms, logsumexp.
+
+NNEF reductions keep the reduced axes as size 1; ``keepdim=False`` adds a squeeze.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Union
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.aten._common import elementwise
+from fastnnef.op.aten._dims import emit_shaped
+from fastnnef.op.context import FLOAT_DTYPES, OpContext, parse_args
+from fastnnef.op.registry import handler
+from fastnnef.torch_graph.ir import Const
+
+DimArg = Union[None, int, Sequence[int]]
+
+
+def _axes(ctx: OpContext, x: NTensor, dims: DimArg) -> list[int]:
+    """Sorted non-negative axes; None or [] means every axis (torch's convention)."""
+    if dims is None:
+        return list(range(x.rank))
+    wanted = [dims] if isinstance(dims, int) else list(dims)
+    if not wanted:
+        return list(range(x.rank))
+    return sorted({ctx.axis(d, x.rank) for d in wanted})
+
+
+def _kept(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+def _dropped(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
+    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+def _finish(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
+            attrs: Optional[dict] = None, out: int = 0) -> NTensor:
+    """``kind(x, axes)`` as node output ``out``, squeezed unless ``keepdim``."""
+    attrs = {"axes": axes, **(attrs or {})}
+    if not axes:  # a 0-d input: reducing nothing
+        return emit_shaped(ctx, "copy", [x], None, x.shape, out=out)
+    if keepdim:
+        return emit_shaped(ctx, kind, [x], attrs, _kept(x, axes), out=out)
+    r = ctx.tmp(kind, [x], attrs, dtype=dtype, shape=_kept(x, axes), suffix="red")
+    return emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes), out=out)
+
+
+def _finish_tensor(ctx: OpContext, r: NTensor, axes: list[int], keepdim: bool, x: NTensor) -> NTensor:
+    """Emit ``r`` (a kept-dims reduction already computed) as the node output."""
+    if keepdim or not axes:
+        return emit_shaped(ctx, "copy", [r], None, r.shape)
+    return emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes))
+
+
+def _dim_form(ctx: OpContext) -> bool:
+    """True for the overloads taking (self, dim, keepdim, ...), False for (self, dtype)."""
+    return len(ctx.node.inputs) > 2
+
+
+@handler("aten::sum", args="t I? b? n?")
+def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""
+    dtype = ctx.out_dtype()
+    if not _dim_form(ctx):
+        dims, keepdim = None, False
+    return _finish(ctx, "sum_reduce", ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+
+
+@handler("aten::mean", args="t I? b? n?")
+def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
+    """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""
+    dtype = ctx.out_dtype()
+    if not _dim_form(ctx):
+        dims, keepdim = None, False
+    return _finish(ctx, "mean_reduce", ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+
+
+@handler("aten::prod", args="t I? b? n?")
+def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
+    """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""
+    dtype = ctx.out_dtype()
+    if not _dim_form(ctx):
+        dim, keepdim = None, False
+    return _finish(ctx, "tract_core_product_reduce", ctx.cast(x, dtype), _axes(ctx, x, dim), bool(keepdim), dtype)
+
+
+@handler("aten::amax", "aten::amin", args="t I? b?")
+def amax(ctx: OpContext, x: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
+    """aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor  (and aten::amin)"""
+    kind = "max_reduce" if ctx.node.kind == "aten::amax" else "min_reduce"
+    return _finish(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), x.dtype)
+
+
+@handler("aten::max", "aten::min", args="t x? b?")
+def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Optional[bool]) -> Union[NTensor, list[NTensor]]:
+    """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""
+    is_max = ctx.node.kind == "aten::max"
+    if isinstance(dim, NTensor):  # max.other: elementwise
+        return elementwise(ctx, "max" if is_max else "min", [x, dim])
+    if dim is None:
+        return _finish(ctx, "max_reduce" if is_max else "min_reduce", x, _axes(ctx, x, None), False, x.dtype)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise ctx.unsupported(f"max/min with dim {dim!r}")
+    if x.rank == 0:
+        raise ctx.unsupported("max/min with dim on a 0-d tensor", "call it without dim")
+    axes = [ctx.axis(dim, x.rank)]
+    values = _finish(ctx, "max_reduce" if is_max else "min_reduce", x, axes, bool(keepdim), x.dtype, out=0)
+    indices = _finish(ctx, "argmax_reduce" if is_max else "argmin_reduce", x, axes, bool(keepdim), "i64", out=1)
+    return [values, indices]
+
+
+@handler("aten::argmax", "aten::argmin", args="t i? b?")
+def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[bool]) -> NTensor:
+    """aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor  (and aten::argmin)"""
+    kind = "argmax_reduce" if ctx.node.kind == "aten::argmax" else "argmin_reduce"
+    if dim is not None and x.rank:
+        return _finish(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
+    # Over the flattened tensor: reshape to 1-D, reduce, then reshape to the output rank.
+    flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(Sym("?"),), suffix="flat")
+    r = ctx.tmp(kind, [flat], {"axes": [0]}, dtype="i64", shape=(1,), suffix="red")
+    rank = len(ctx.out_shape())
+    if rank == 0:
+        return emit_shaped(ctx, "squeeze", [r], {"axes": [0]}, ())
+    return emit_shaped(ctx, "reshape", [r], {"shape": [1] * rank}, (1,) * rank)
+
+
+@handler("aten::all", "aten::any", args="t I? b?")
+def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
+    """aten::all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor  (also all(self), all.dims, any)"""
+    kind = "all_reduce" if ctx.node.kind == "aten::all" else "any_reduce"
+    if x.dtype != "bool":
+        zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
+        x = ctx.tmp("ne", [x, zero], dtype="bool", shape=x.shape, suffix="nz")
+    if ctx.out_dtype() != "bool":
+        raise ctx.unsupported(f"{kind} with a {ctx.out_dtype()} result", "reduce a bool tensor")
+    return _finish(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), "bool")
+
+
+# --- moments ----------------------------------------------------------------------------
+def _correction(ctx: OpContext, raw: object) -> float:
+    """var(unbiased: bool) and var.correction(correction: Scalar?) share an input slot."""
+    if raw is None:
+        return 1.0
+    if isinstance(raw, bool):
+        return 1.0 if raw else 0.0
+    if isinstance(raw, (int, float)):
+        return float(raw)
+    raise ctx.unsupported(f"variance correction {raw!r}")
+
+
+def _moments(ctx: OpContext, x: NTensor, dims: DimArg, correction: float) -> tuple[NTensor, NTensor, list[int]]:
+    """(variance, mean), both with kept dims, computed in the output dtype."""
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    axes = _axes(ctx, x, dims)
+    kept = _kept(x, axes)
+    m = ctx.tmp("mean_reduce", [x], {"axes": axes}, dtype=dtype, shape=kept, suffix="mean")
+    d = ctx.tmp("sub", [x, m], dtype=dtype, shape=x.shape, suffix="dev")
+    sq = ctx.tmp("sqr", [d], dtype=dtype, shape=x.shape, suffix="sq")
+    var = ctx.tmp("mean_reduce", [sq], {"axes": axes}, dtype=dtype, shape=kept, suffix="var")
+    if correction:
+        ctx.static(x, axes, "var/std with a correction")
+        count = math.prod(int(x.shape[a]) for a in axes)
+        scale = count / (count - correction) if count > correction else math.inf
+        var = ctx.tmp("mul", [var, scale], dtype=dtype, shape=kept, suffix="unbiased")
+    return var, m, axes
+
+
+def _var_args(ctx: OpContext, third: object) -> tuple[Optional[list[int]], float, bool]:
+    """(dims, correction, keepdim) for every var/std overload."""
+    inputs = ctx.node.inputs
+    if len(inputs) == 2:  # var(self, bool unbiased)
+        raw = inputs[1].value if isinstance(inputs[1], Const) else None
+        return None, _correction(ctx, raw), False
+    dims = None if isinstance(inputs[1], Const) and inputs[1].value is None else parse_args(ctx, ["I"], [inputs[1]])[0]
+    keep = inputs[3].value if len(inputs) > 3 and isinstance(inputs[3], Const) else False
+    return dims, _correction(ctx, third), bool(keep)
+
+
+@handler("aten::var", "aten::std", args="t _ n? *")
+def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
+    """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""
+    dims, corr, keep = _var_args(ctx, third)
+    v, _, axes = _moments(ctx, x, dims, corr)
+    if ctx.node.kind == "aten::std":
+        v = ctx.tmp("sqrt", [v], dtype=v.dtype, shape=v.shape, suffix="std")
+    return _finish_tensor(ctx, v, axes, keep, x)
+
+
+@handler("aten::var_mean", "aten::std_mean", args="t _ n? *")
+def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
+    """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    dims, corr, keep = _var_args(ctx, third)
+    v, m, axes = _moments(ctx, x, dims, corr)
+    if ctx.node.kind == "aten::std_mean":
+        v = ctx.tmp("sqrt", [v], dtype=v.dtype, shape=v.shape, suffix="std")
+    out = []
+    for k, r in enumerate((v, m)):
+        if keep or not axes:
+            out.append(emit_shaped(ctx, "copy", [r], None, r.shape, out=k))
+        else:
+            out.append(emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes), out=k))
+    return out
+
+
+# --- norms ------------------------------------------------------------------------------
+def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bool) -> NTensor:
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    axes = _axes(ctx, x, dims)
+    kept = _kept(x, axes)
+    if p not in (2, 0):
+        a = ctx.tmp("abs", [x], dtype=dtype, shape=x.shape, suffix="abs")
+    if p == 2:
+        s = ctx.tmp("sum_reduce", [ctx.tmp("sqr", [x], dtype=dtype, shape=x.shape, suffix="sq")],
+                    {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
+        r = ctx.tmp("sqrt", [s], dtype=dtype, shape=kept, suffix="norm")
+    elif p == 1:
+        r = ctx.tmp("sum_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+    elif p == math.inf:
+        r = ctx.tmp("max_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+    elif p == -math.inf:
+        r = ctx.tmp("min_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+    elif p == 0:
+        nz = ctx.tmp("ne", [x, 0.0], dtype="bool", shape=x.shape, suffix="nz")
+        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, dtype=dtype, shape=x.shape, suffix="cnt")],
+                    {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+    else:
+        powed = ctx.tmp("pow", [a, float(p)], dtype=dtype, shape=x.shape, suffix="pow")
+        s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
+        r = ctx.tmp("pow", [s, 1.0 / float(p)], dtype=dtype, shape=kept, suffix="norm")
+    return _finish_tensor(ctx, r, axes, keepdim, x)
+
+
+@handler("aten::linalg_vector_norm", args="t f I? b n?")
+def linalg_vector_norm(ctx: OpContext, x: NTensor, p: float, dims: Optional[list[int]], keepdim: bool, _dtype) -> NTensor:
+    """aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    if ctx.out_dtype() not in FLOAT_DTYPES:
+        raise ctx.unsupported("vector norm of a non-float tensor")
+    return _vector_norm(ctx, x, p, dims, keepdim)
+
+
+@handler("aten::norm", args="t f? I? b? n?")
+def norm(ctx: OpContext, x: NTensor, p: Optional[float], dims: Optional[list[int]], keepdim: Optional[bool], _dtype) -> NTensor:
+    """aten::norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor  (also norm.Scalar)"""
+    return _vector_norm(ctx, x, 2.0 if p is None else p, dims, bool(keepdim))
+
+
+@handler("aten::logsumexp", args="t I b")
+def logsumexp(ctx: OpContext, x: NTensor, dims: list[int], keepdim: bool) -> NTensor:
+    """aten::logsumexp(Tensor self, int[1] dim, bool keepdim=False) -> Tensor"""
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    axes = _axes(ctx, x, dims)
+    kept = _kept(x, axes)
+    m = ctx.tmp("max_reduce", [x], {"axes": axes}, dtype=dtype, shape=kept, suffix="max")
+    e = ctx.tmp("exp", [ctx.tmp("sub", [x, m], dtype=dtype, shape=x.shape, suffix="shift")],
+                dtype=dtype, shape=x.shape, suffix="exp")
+    s = ctx.tmp("sum_reduce", [e], {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
+    r = ctx.tmp("add", [ctx.tmp("log", [s], dtype=dtype, shape=kept, suffix="log"), m], dtype=dtype,
+                shape=kept, suffix="lse")
+    return _finish_tensor(ctx, r, axes, keepdim, x)

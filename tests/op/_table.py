@@ -1,0 +1,58 @@
+"""Shared machinery of the per-family op tables: wrap a function as a module, export it
+with optional dynamic axes, run it in tract at the traced sizes and at grown sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+from fastnnef.inference_target import TractNNEF
+from tests.helpers import export_and_check
+
+Dyn = Optional[dict[int, dict[int, str]]]
+
+
+class Fn(nn.Module):
+    """Wraps a function of the inputs (the op under test) as a module."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.fn(*args)
+
+
+def _like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return torch.rand(*shape) > 0.5
+    if t.is_floating_point():
+        return torch.randn(*shape).to(t.dtype)
+    return torch.randint(0, 3, shape, dtype=t.dtype)
+
+
+def grown(inputs: tuple[torch.Tensor, ...], dyn: dict[int, dict[int, str]]) -> list[torch.Tensor]:
+    """Fresh inputs with every dynamic axis 3 longer (one symbol, one size)."""
+    out = []
+    for k, t in enumerate(inputs):
+        shape = list(t.shape)
+        for d in dyn.get(k, {}):
+            shape[d] += 3
+        out.append(_like(t, shape))
+    return out
+
+
+def check(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path, dyn: Dyn = None,
+          atol: float = 1e-4, rtol: float = 1e-4) -> None:
+    """Export ``fn`` and compare tract with torch; with ``dyn``, again on grown inputs."""
+    names = [f"in{k}" for k in range(len(inputs))]
+    target = TractNNEF.latest()
+    if dyn:
+        target = target.with_dynamic_axes({names[k]: axes for k, axes in dyn.items()})
+    export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names, atol=atol, rtol=rtol)
+    if dyn:
+        export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names, name="grown.nnef",
+                         run_inputs=grown(inputs, dyn), atol=atol, rtol=rtol)

@@ -1,0 +1,92 @@
+"""Tensor creation and casts exported and run in tract, compared with torch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+from fastnnef.exceptions import T2NErrorNotImplemented
+from tests.helpers import export_and_check
+from tests.op._table import check
+
+
+def randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+X = lambda: (randn(3, 5),)  # noqa: E731 - table shorthand
+DYN = {0: {1: "S"}}
+
+# (id, fn, inputs factory, dynamic axes or None). Creation ops need a tensor input to be
+# a graph; the functions add the created tensor to it or return both.
+CASES = [
+    ("arange_end", lambda x: x + torch.arange(5), X, None),
+    ("arange_start_step", lambda x: torch.arange(1, 11, 2) * 1 + x, X, None),
+    ("arange_negative_step", lambda x: (x, torch.arange(5, -3, -2)), X, None),
+    ("arange_float", lambda x: x + torch.arange(0.0, 1.0, 0.2), X, None),
+    ("arange_int_as_float", lambda x: x * torch.arange(5, dtype=torch.float32), X, None),
+    ("arange_dyn", lambda x: (x, torch.arange(x.size(1))), X, DYN),
+    ("arange_dyn_float", lambda x: x + torch.arange(x.size(1), dtype=torch.float32), X, DYN),
+    ("arange_dyn_start", lambda x: (x, torch.arange(2, x.size(1))), X, DYN),
+    ("zeros", lambda x: (x, torch.zeros(2, 3)), X, None),
+    ("ones_int", lambda x: (x, torch.ones(2, 3, dtype=torch.int64)), X, None),
+    ("full", lambda x: x + torch.full((3, 5), 7.5), X, None),
+    ("full_int", lambda x: (x, torch.full((2,), 3, dtype=torch.int32)), X, None),
+    ("empty_zero_size", lambda x: (x, torch.empty(0, 3)), X, None),
+    ("zeros_dyn_size", lambda x: x + torch.zeros(x.shape), X, DYN),
+    ("ones_dyn_size_list", lambda x: (x, torch.ones(2, x.size(1))), X, DYN),
+    ("zeros_like", lambda x: torch.zeros_like(x), X, None),
+    ("ones_like_dtype", lambda x: torch.ones_like(x, dtype=torch.int32), X, None),
+    ("full_like", lambda x: torch.full_like(x, 3), X, None),
+    ("zeros_like_dyn", lambda x: torch.zeros_like(x) + 1, X, DYN),
+    ("full_like_after_reduce_dyn", lambda x: torch.full_like(x.sum(0), 2.0), lambda: (randn(3, 5, 2),), {0: {1: "S"}}),
+    ("new_zeros", lambda x: (x, x.new_zeros(2, 3)), X, None),
+    ("new_ones_f16", lambda x: (x, x.half().new_ones((4,))), X, None),
+    ("new_full", lambda x: (x, x.new_full((2,), 4.0)), X, None),
+    ("scalar_tensor", lambda x: x * torch.scalar_tensor(2.0), X, None),
+    ("tensor_in_forward", lambda x: x + torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), X, None),
+    ("tensor_scalar_in_forward", lambda x: x * torch.tensor(3.0), X, None),
+    ("to_f16", lambda x: x.to(torch.float16), X, None),
+    ("half", lambda x: x.half() * 2, X, None),
+    ("long_truncates", lambda x: (x * 3).long(), X, None),
+    ("int", lambda x: (x * 3).int(), X, None),
+    ("bool", lambda x: x.round().bool(), X, None),
+    ("float_from_int", lambda x: x.float() / 2, lambda: (torch.randint(0, 9, (3, 4)),), None),
+    ("float_from_bool", lambda x: (x > 0).float(), X, None),
+    ("to_same_dtype", lambda x: x.to(torch.float32), X, None),
+    ("to_device_dtype", lambda x: x.to("cpu", torch.float64), X, None),
+    ("to_other", lambda x, i: x.to(i), lambda: (randn(3, 4) * 4, torch.tensor([1, 2])), None),
+    ("type_as", lambda x, i: i.type_as(x) + x, lambda: (randn(3, 2), torch.tensor([1, 2])), None),
+    ("to_dyn", lambda x: x.half(), X, DYN),
+]
+
+
+@pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_creation(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
+
+
+class Offsets(nn.Module):
+    """A plain tensor attribute (neither parameter nor buffer) used in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offsets = torch.tensor([[0.5, -1.0, 2.0]])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.offsets + torch.tensor([1.0, 2.0, 3.0])
+
+
+def test_constant_tensors_become_variables(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    path = export_and_check(Offsets(), (randn(2, 3),), tmp_path, compression_level=None)
+    assert len(list(path.glob("*.dat"))) == 2
+
+
+def test_arange_float_dynamic_refused(tmp_path: Any) -> None:
+    with pytest.raises(T2NErrorNotImplemented, match="float bounds"):
+        check(lambda x: x + torch.arange(0.0, x.size(1), 0.5)[: x.size(1)], X(), tmp_path, DYN)
