@@ -75,13 +75,15 @@ class OpContext:
 
     def emit(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, out: int = 0,
-        value: Optional[TensorValue] = None,
+        value: Optional[TensorValue] = None, shape: Optional[Sequence[Dim]] = None,
     ) -> NTensor:
-        """Emit the op that produces node output ``out`` (or list item ``value``)."""
+        """Emit the op that produces node output ``out`` (or list item ``value``).
+        ``shape`` overrides the traced one when the handler knows symbolic dims better."""
         value = value or self.out_value(out)
         return self.g.op(
             kind, args, attrs, name=self.converter.name_for(self.node, value),
-            dtype=tract_dtype(value.dtype, self.node.where()), shape=shape_of(value),
+            dtype=tract_dtype(value.dtype, self.node.where()),
+            shape=shape_of(value) if shape is None else shape,
             exact=id(value) in self.converter.fixed_names,
         )
 

@@ -120,6 +120,15 @@ class IRGraph:
     ops: list[IROp]
 
 
+# Ops whose output shares storage with input 0: an in-place write into it would change
+# that input too, which the graph (with values, not storage) cannot express.
+VIEW_KINDS = frozenset(
+    """aten::slice aten::select aten::narrow aten::view aten::reshape aten::transpose aten::t
+    aten::permute aten::expand aten::expand_as aten::squeeze aten::unsqueeze aten::diagonal
+    aten::as_strided aten::unfold aten::flatten aten::unflatten aten::view_as aten::split
+    aten::chunk aten::unbind aten::movedim aten::swapaxes aten::alias aten::real aten::imag""".split()
+)
+
 # Ops that are identities for export: output = input 0.
 NOOP_KINDS = frozenset(
     """aten::detach aten::detach_ aten::contiguous aten::clone aten::dropout aten::dropout_
@@ -197,6 +206,8 @@ class _Builder:
                 self.by_storage.setdefault((t.data_ptr(), tuple(t.shape), t.dtype), name)
         self.dynamic_axes = dynamic_axes
         self.pending_lists: dict[int, ListValue] = {}
+        self.views: set[int] = set()  # ids of tensor values that view another's storage
+        self.pending_views: set[int] = set()  # list outputs of view ops (split, unbind)
 
     def get(self, v: torch._C.Value) -> IRValue:
         try:
@@ -323,6 +334,8 @@ class _Builder:
             item = self.tensor_value(o)
             producer.items.append(item)
             self.set(o, item)
+            if id(producer) in self.pending_views:
+                self.views.add(id(item))
         self._propagate_list_dyn(producer)
 
     def size(self, ins: list[torch._C.Value], out: torch._C.Value) -> None:
@@ -372,7 +385,20 @@ class _Builder:
 
     def op(self, node: torch._C.Node, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
         inputs = [self.get(i) for i in ins]
+        in_place = kind.endswith("_") and not kind.endswith("__")
+        if in_place and inputs and id(inputs[0]) in self.views:
+            raise T2NErrorNotImplemented(
+                f"{kind} in {scope_path(node.scopeName()) or '<root module>'} ({_source(node)}) "
+                "writes in place into a view of another tensor (e.g. `y[:, i] = v`); the "
+                "exported graph would silently lose the write. Build the value out of place "
+                "instead (torch.where, torch.cat, or index_put on the whole tensor)"
+            )
         outputs = [self.tensor_value(o) for o in outs]
+        if kind in VIEW_KINDS:
+            for o in outputs:
+                self.views.add(id(o))
+                if isinstance(o, ListValue):
+                    self.pending_views.add(id(o))
         for o, value in zip(outs, outputs):
             self.set(o, value)
         ir_op = IROp(kind, inputs, outputs, scope_path(node.scopeName()), _source(node))
@@ -432,6 +458,8 @@ def propagate_dyn(op: IROp) -> None:
             outs.append(o)
         elif isinstance(o, ListValue):
             outs += [x for x in o.items if isinstance(x, TensorValue)]
+    scalar_sym = any(isinstance(v, SymInt) for v in op.inputs)
+    base = tensors[0] if tensors else None
     dyn_sizes = {t.shape[d] for t in dyn_inputs for d in range(t.rank) if t.dyn[d] is not None}
     for v in op.inputs:
         items = v.items if isinstance(v, ListValue) else [v]
@@ -451,6 +479,13 @@ def propagate_dyn(op: IROp) -> None:
             if mark is None and out.shape[d] in dyn_sizes and not any(
                 t.rank == out.rank for t in dyn_inputs
             ):
+                mark = UNKNOWN
+            if mark is None and scalar_sym and not (
+                base is not None and base.rank == out.rank and base.shape[d] == out.shape[d]
+                and base.dyn[d] is None
+            ):
+                # A size computed from a dynamic axis (arange(2, x.size(1)), x[:, :n]):
+                # the dim may vary even though its traced value matches no input dim.
                 mark = UNKNOWN
             dyn.append(mark)
         out.dyn = tuple(dyn)

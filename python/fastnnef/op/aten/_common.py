@@ -6,7 +6,7 @@ from typing import Sequence, Union
 
 import torch
 
-from fastnnef.nnef.graph import NTensor
+from fastnnef.nnef.graph import NTensor, Sym
 from fastnnef.op.context import DTYPES, FLOAT_DTYPES, OpContext
 
 Operand = Union[NTensor, int, float, bool]
@@ -42,13 +42,14 @@ def literal(value: Union[int, float, bool], dtype: str) -> Union[int, float, boo
 
 
 def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Operand]:
-    """Cast tensors to ``dtype`` and align ranks (tract broadcasts trailing, torch leading)."""
+    """Cast tensors to ``dtype`` and align ranks (tract broadcasts trailing, torch leading);
+    scalars become literals of ``dtype`` (typed explicitly where tract would read a TDim)."""
     out: list[Operand] = []
     for v in values:
         if isinstance(v, NTensor):
             out.append(ctx.to_rank(ctx.cast(v, dtype), rank))
         else:
-            out.append(literal(v, dtype))
+            out.append(typed_scalar(ctx, v, dtype) if dtype not in FLOAT_DTYPES else literal(v, dtype))
     return out
 
 
@@ -56,3 +57,18 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     """``kind(values...)`` computed in ``compute`` (default: the output dtype)."""
     compute = compute or ctx.out_dtype()
     return ctx.emit(kind, operands(ctx, values, compute, len(ctx.out_shape())))
+
+
+def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str) -> Union[int, float, bool, NTensor]:
+    """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
+    (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
+    int or a symbol as a TDim, so other dtypes get an explicit cast of the literal."""
+    if isinstance(value, Sym):
+        scalar: Union[int, float, bool, Sym] = value
+        natural = "tdim"
+    else:
+        scalar = literal(value, dtype)
+        natural = "bool" if isinstance(scalar, bool) else "f32" if isinstance(scalar, float) else "tdim"
+    if natural == dtype:
+        return scalar  # type: ignore[return-value]
+    return ctx.tmp("tract_core_cast", [scalar], {"to": dtype}, dtype=dtype, shape=(), suffix="value")

@@ -11,7 +11,7 @@ from typing import Any, Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import literal
-from fastnnef.op.context import OpContext, tract_dtype
+from fastnnef.op.context import OpContext
 from fastnnef.torch_graph.ir import UNKNOWN
 
 
@@ -20,12 +20,7 @@ def emit_shaped(
     shape: Sequence[Dim], out: int = 0,
 ) -> NTensor:
     """Emit the op producing node output ``out``, declaring ``shape`` for it."""
-    value = ctx.out_value(out)
-    return ctx.g.op(
-        kind, args, attrs, name=ctx.converter.name_for(ctx.node, value),
-        dtype=tract_dtype(value.dtype, ctx.node.where()), shape=tuple(shape),
-        exact=id(value) in ctx.converter.fixed_names,
-    )
+    return ctx.emit(kind, args, attrs, out=out, shape=shape)
 
 
 def unknown(d: Dim) -> bool:
@@ -42,16 +37,3 @@ def plus(d: Dim, k: int) -> Dim:
     return Sym(f"{d}+{k}" if k > 0 else f"{d}-{-k}")
 
 
-def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str) -> Union[int, float, bool, NTensor]:
-    """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
-    (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
-    int or a symbol as a TDim, so other dtypes get an explicit cast of the literal."""
-    if isinstance(value, Sym):
-        scalar: Union[int, float, bool, Sym] = value
-        natural = "tdim"
-    else:
-        scalar = literal(value, dtype)
-        natural = "bool" if isinstance(scalar, bool) else "f32" if isinstance(scalar, float) else "tdim"
-    if natural == dtype:
-        return scalar  # type: ignore[return-value]
-    return ctx.tmp("tract_core_cast", [scalar], {"to": dtype}, dtype=dtype, shape=(), suffix="value")

@@ -12,7 +12,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.op.aten._dims import emit_shaped, plus, typed_scalar, unknown
+from fastnnef.op.aten._common import typed_scalar
+from fastnnef.op.aten._dims import emit_shaped, plus, unknown
 from fastnnef.op.context import FLOAT_DTYPES, OpContext, parse_args
 from fastnnef.op.convert import float_encoding
 from fastnnef.op.registry import handler

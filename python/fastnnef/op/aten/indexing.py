@@ -7,7 +7,8 @@ from typing import Optional
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import Operand, operands
-from fastnnef.op.aten._dims import emit_shaped, plus, typed_scalar, unknown
+from fastnnef.op.aten._common import typed_scalar
+from fastnnef.op.aten._dims import emit_shaped, plus, unknown
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
