@@ -19,10 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fastnnef.export import convert_to_nnef
 from fastnnef.inference_target import TractNNEF
-from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.writer import graph_text
-from fastnnef.op.convert import Converter
 from fastnnef.op.registry import load_handlers
 from fastnnef.torch_graph.ir import build_ir
 from fastnnef.torch_graph.trace import trace_model
@@ -59,20 +58,7 @@ def build_graph(model: nn.Module, x: torch.Tensor, stages: dict[str, float]) -> 
     t1 = time.perf_counter()
     ir = build_ir(traced, {})
     t2 = time.perf_counter()
-    graph = NNEFGraph()
-    graph.use_registry("tract_core")
-    converter = Converter(graph, target, load_handlers(), "natural_verbose", target.version)
-    in_names = traced.input_names[: len(ir.inputs)]
-    converter.declare_inputs(ir, in_names)
-    converter.reserve_outputs(ir, traced.output_names, in_names)
-    converter.convert(ir)
-    converter.finish_outputs(ir, traced.output_names)
-    extensions: list[str] = []
-    target.post_trace(graph, extensions)
-    graph.extensions = extensions
-    fragments = dict(target.specific_fragments(model))
-    fragments.update(graph.fragments)
-    graph.fragments = fragments
+    graph = convert_to_nnef(traced, ir, target, "natural_verbose", [], model)
     t3 = time.perf_counter()
     text = graph_text(graph)
     t4 = time.perf_counter()

@@ -4,7 +4,7 @@ the linked tract, then compare tract's outputs with torch's once more, independe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pytest
@@ -63,3 +63,28 @@ def needs_handler(kind: str) -> pytest.MarkDecorator:
 
     missing = load_handlers().lookup(kind, TractNNEF.latest().version) is None
     return pytest.mark.xfail(missing, strict=True, reason=f"no handler for {kind} yet")
+
+
+def assert_gil_released(native_call: Callable[[], object]) -> None:
+    """Run ``native_call`` in a thread while this thread keeps executing Python: with the
+    GIL held for the whole native call, this thread would stall for all of it."""
+    import threading
+    import time
+
+    window: list[float] = []
+
+    def worker() -> None:
+        window.append(time.perf_counter())
+        native_call()
+        window.append(time.perf_counter())
+
+    thread = threading.Thread(target=worker)
+    ticks: list[float] = []
+    thread.start()
+    while thread.is_alive():
+        ticks.append(time.perf_counter())
+    thread.join()
+    start, end = window
+    inside = [t for t in ticks if start <= t <= end]
+    longest_pause = max(b - a for a, b in zip([start, *inside], [*inside, end]))
+    assert end - start > 0.05 and longest_pause < (end - start) / 2, (end - start, longest_pause)

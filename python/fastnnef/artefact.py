@@ -26,7 +26,7 @@ from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 
 # torch dtype -> .dat encoding for tensors whose numpy view has the same element type.
-_PLAIN_ENCODINGS = {
+PLAIN_ENCODINGS = {
     torch.float16: "f16",
     torch.float32: "f32",
     torch.float64: "f64",
@@ -40,7 +40,7 @@ _PLAIN_ENCODINGS = {
 for _name, _enc in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
     # These dtypes exist from torch 2.3 on.
     if hasattr(torch, _name):
-        _PLAIN_ENCODINGS[getattr(torch, _name)] = _enc
+        PLAIN_ENCODINGS[getattr(torch, _name)] = _enc
 
 # torch-quantized dtype -> (encoding of the int_repr() codes, graph.quant bits, signed).
 _QUANTIZED = {
@@ -90,7 +90,7 @@ def torch_tensor_to_native(
         return _view_numpy(torch.view_as_real(tensor.resolve_conj())), (
             "f32" if dtype == torch.complex64 else "f64"
         ), False
-    encoding = _PLAIN_ENCODINGS.get(dtype)
+    encoding = PLAIN_ENCODINGS.get(dtype)
     if encoding is None:
         raise T2NErrorNotImplemented(
             f"tensor {name!r} has dtype {dtype}, which tract cannot load; convert it first "

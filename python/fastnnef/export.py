@@ -24,9 +24,9 @@ from fastnnef.tensor_export import (
     iter_torch_tensors_from_disk,
 )
 from fastnnef.torch_graph.harden import harden_jit_for_export
-from fastnnef.torch_graph.ir import build_ir
+from fastnnef.torch_graph.ir import IRGraph, build_ir
 from fastnnef.torch_graph.ir_naming import DEFAULT_VARNAME_SCHEME, VariableNamingScheme
-from fastnnef.torch_graph.trace import trace_model
+from fastnnef.torch_graph.trace import TracedModel, trace_model
 from fastnnef.utils import SemanticVersion
 
 __all__ = [
@@ -160,23 +160,7 @@ def export_model_to_nnef(
     ir = build_ir(traced, dynamic)
     in_names = traced.input_names[: len(ir.inputs)]
 
-    version = inference_target.version
-    graph = NNEFGraph(strict=_is_strict(inference_target))
-    if not graph.strict:
-        graph.use_registry("tract_core")
-    converter = Converter(graph, inference_target, load_handlers(), naming, version)
-    converter.declare_inputs(ir, in_names)
-    converter.reserve_outputs(ir, traced.output_names, in_names)
-    converter.convert(ir)
-    converter.finish_outputs(ir, traced.output_names)
-
-    extensions: list[str] = []
-    inference_target.post_trace(graph, extensions)
-    extensions += [e for e in custom_extensions or [] if e not in extensions]
-    graph.extensions = extensions
-    fragments = dict(inference_target.specific_fragments(model))
-    fragments.update(graph.fragments)
-    graph.fragments = fragments
+    graph = convert_to_nnef(traced, ir, inference_target, naming, custom_extensions or [], model)
 
     written = write_artefact(path, fmt, compression_level or 0, graph)
     model_info = UnfoldModelInfo(
@@ -190,6 +174,32 @@ def export_model_to_nnef(
     )
     inference_target.post_export(model_info, graph, written, debug_bundle_path=debug_bundle_path)
     return written
+
+
+def convert_to_nnef(
+    traced: TracedModel,
+    ir: IRGraph,
+    target: InferenceTarget,
+    naming: str,
+    custom_extensions: T.List[str],
+    model: nn.Module,
+) -> NNEFGraph:
+    """IR -> NNEF graph, named IO, the target's extension lines and fragments (no bytes
+    written yet: the benchmark of graph building stops here)."""
+    in_names = traced.input_names[: len(ir.inputs)]
+    graph = NNEFGraph(strict=_is_strict(target))
+    if not graph.strict:
+        graph.use_registry("tract_core")
+    converter = Converter(graph, target, load_handlers(), naming, target.version)
+    converter.declare_inputs(ir, in_names)
+    converter.reserve_outputs(ir, traced.output_names, in_names)
+    converter.convert(ir)
+    converter.finish_outputs(ir, traced.output_names)
+    extensions: list[str] = []
+    target.post_trace(graph, extensions)
+    graph.extensions = extensions + [e for e in custom_extensions if e not in extensions]
+    graph.fragments = {**target.specific_fragments(model), **graph.fragments}
+    return graph
 
 
 def _is_strict(target: InferenceTarget) -> bool:

@@ -44,15 +44,4 @@ class KhronosNNEF(InferenceTarget):
         """If ``check_io``, run the artefact with the linked tract and compare the outputs."""
         if not self.check_io:
             return None
-        from fastnnef.check import check_io  # the check pulls in the native extension
-
-        return check_io(
-            artefact=exported_filepath,
-            inputs=model_info.flat_inputs,
-            expected_outputs=model_info.flat_outputs,
-            input_names=model_info.input_names,
-            output_names=model_info.output_names,
-            tolerance="approximate",
-            debug_bundle_path=debug_bundle_path,
-            tract_binary_path=None,
-        )
+        return self._check_with_linked_tract(model_info, exported_filepath, debug_bundle_path, "approximate")

@@ -396,17 +396,9 @@ class TractNNEF(InferenceTarget):
         """If ``check_io``, load the artefact in tract, run the inputs and compare the outputs."""
         if not self.check_io:
             return None
-        from fastnnef.check import check_io  # the check pulls in the native extension
-
-        return check_io(
-            artefact=exported_filepath,
-            inputs=model_info.flat_inputs,
-            expected_outputs=model_info.flat_outputs,
-            input_names=model_info.input_names,
-            output_names=model_info.output_names,
-            tolerance=self.effective_check_io_tolerance(),
-            debug_bundle_path=debug_bundle_path,
-            tract_binary_path=self.specific_tract_binary_path,
+        return self._check_with_linked_tract(
+            model_info, exported_filepath, debug_bundle_path,
+            self.effective_check_io_tolerance(), self.specific_tract_binary_path,
         )
 
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import torch
 
+from fastnnef.artefact import PLAIN_ENCODINGS
 from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorNotImplemented
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym
 from fastnnef.torch_graph.ir import UNKNOWN, Const, IROp, IRValue, ListValue, SymInt, TensorValue
@@ -15,22 +16,9 @@ if TYPE_CHECKING:
 
 Scalar = Union[int, float, bool]
 
-# torch dtype -> tract datum type. bf16 has no tract type: computed in f32 (exact upcast).
-DTYPES: dict[torch.dtype, str] = {
-    torch.float32: "f32",
-    torch.float16: "f16",
-    torch.float64: "f64",
-    torch.bfloat16: "f32",
-    torch.int8: "i8",
-    torch.int16: "i16",
-    torch.int32: "i32",
-    torch.int64: "i64",
-    torch.uint8: "u8",
-    torch.bool: "bool",
-}
-for _name, _tag in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
-    if hasattr(torch, _name):
-        DTYPES[getattr(torch, _name)] = _tag
+# torch dtype -> tract datum type: the .dat encodings (artefact.py), plus bf16, which has
+# no tract type and is computed in f32 (an exact upcast).
+DTYPES: dict[torch.dtype, str] = {**PLAIN_ENCODINGS, torch.bfloat16: "f32"}
 FLOAT_DTYPES = frozenset({"f16", "f32", "f64"})
 
 
