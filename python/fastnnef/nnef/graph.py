@@ -165,6 +165,12 @@ class NNEFGraph:
         else:
             self._used_names.add(name)
 
+    def claim(self, name: str) -> str:
+        """Take a name reserved with ``reserve_name(..., claim_later=True)``."""
+        self._reserved.discard(name)
+        self._used_names.add(name)
+        return name
+
     # --- building -----------------------------------------------------------------------
     def add_input(self, name: str, dtype: str, shape: Sequence[Dim]) -> NTensor:
         tensor = NTensor(name, dtype, tuple(shape))
@@ -206,11 +212,7 @@ class NNEFGraph:
     ) -> NTensor:
         """Append a single-output op; ``name`` is a base, made unique here, or with
         ``exact`` a reserved output name claimed as is."""
-        if exact and name in self._reserved:
-            self._reserved.discard(name)
-            self._used_names.add(name)
-        else:
-            name = self.fresh_name(name)
+        name = self.claim(name) if exact and name in self._reserved else self.fresh_name(name)
         out = NTensor(name, dtype, tuple(shape))
         self.op_multi(kind, args, attrs, outputs=(out,))
         return out

@@ -174,14 +174,10 @@ class Converter:
                 tensor = self.tensor(value, ir.ops[-1] if ir.ops else IROp("output", [], [], "", ""))
             if tensor.name != name:
                 if name in self.graph.input_names:
-                    if tensor.name != name:
-                        raise T2NErrorInvalidArgument(
-                            f"output {name!r} has an input's name but is not that input: with "
-                            "allow_same_io_names the output must be the unchanged input"
-                        )
-                    self.graph.outputs.append(tensor)
-                    continue
-                self.graph._reserved.discard(name)
-                self.graph._used_names.add(name)
-                tensor = self.graph.alias(name, tensor)
+                    raise T2NErrorInvalidArgument(
+                        f"output {name!r} has an input's name but is not that input: with "
+                        "allow_same_io_names the output must be the unchanged input"
+                    )
+                # Produced under another name (an input, a weight, a shared value): alias it.
+                tensor = self.graph.alias(self.graph.claim(name), tensor)
             self.graph.outputs.append(tensor)

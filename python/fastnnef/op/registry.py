@@ -116,11 +116,7 @@ def load_handlers() -> OpRegistry:
     global _loaded
     if not _loaded:
         for module in FAMILIES:
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as err:
-                if err.name != module:
-                    raise
+            importlib.import_module(module)
         _loaded = True
         if not DEFAULT_REGISTRY.kinds():
             raise T2NErrorConsistency("no op handler is registered")
