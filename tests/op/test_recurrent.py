@@ -120,6 +120,16 @@ def test_recurrent_dynamic_time(factory: Callable[[], nn.RNNBase], tmp_path):
             np.testing.assert_allclose(g, e.numpy(), atol=1e-5, rtol=1e-4)
 
 
+def test_lstm_dynamic_batch_and_time(tmp_path):
+    """The zero initial states follow a dynamic batch axis too."""
+    torch.manual_seed(0)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {0: "B", 1: "T"}})
+    path = export_and_check(Seq(nn.LSTM(I, H, 2, batch_first=True, bidirectional=True)).eval(), torch.randn(B, 7, I),
+                            tmp_path, target=target, input_names=["x"], run_inputs=[torch.randn(5, 11, I)])
+    facts = TractArtefact.load(path).output_facts
+    assert [shape for _, shape in facts] == [["B", "T", 2 * H], [4, "B", H], [4, "B", H]]
+
+
 class Audio(nn.Module):
     """The usual audio front end: conv features, a recurrent stack, a per-frame classifier."""
 

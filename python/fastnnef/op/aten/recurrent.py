@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.op.context import OpContext
@@ -114,7 +114,9 @@ def _flag(ctx: OpContext, value: IRValue, what: str) -> Any:
     return value.value
 
 
-def _axis_op(ctx: OpContext, kind: str, t: NTensor, attrs: dict[str, Any], shape: Sequence[Dim], suffix: str) -> NTensor:
+def _axis_op(
+    ctx: OpContext, kind: str, t: NTensor, attrs: dict[str, Any], shape: Sequence[Dim], suffix: str,
+) -> NTensor:
     return ctx.tmp(kind, [t], attrs, dtype=t.dtype, shape=shape, suffix=suffix)
 
 
@@ -124,52 +126,39 @@ def _row(ctx: OpContext, t: NTensor, k: int, suffix: str) -> NTensor:
     return _axis_op(ctx, "squeeze", piece, {"axes": [0]}, t.shape[1:], suffix)
 
 
-def _project(ctx: OpContext, x: NTensor, w_ih: NTensor, bias: Optional[NTensor], suffix: str) -> NTensor:
-    """``x @ W_ih^T (+ bias)`` for every step at once; x is [T, B, I] (or [B, I])."""
-    gh = w_ih.shape[0]
-    w = ctx.to_rank(w_ih, x.rank)
-    out = ctx.tmp("matmul", [x, w], {"transposeA": False, "transposeB": True}, dtype=x.dtype,
-                  shape=x.shape[:-1] + (gh,), suffix=suffix)
-    if bias is None:
-        return out
-    return ctx.tmp("add", [out, ctx.to_rank(bias, x.rank)], dtype=x.dtype, shape=out.shape, suffix=suffix)
-
-
-@dataclass
-class _Weights:
-    w_ih: NTensor
-    w_hh: NTensor
-    b_ih: Optional[NTensor]
-    b_hh: Optional[NTensor]
-    w_hr: Optional[NTensor]
-
-
-def _step_inputs(ctx: OpContext, step: _Step, x: NTensor, w: _Weights, suffix: str) -> tuple[NTensor, list[NTensor]]:
-    """The projected input (biases folded in where the math allows) and the weights the
-    step fragment reads, in its parameter order."""
+def _direction(
+    ctx: OpContext, step: _Step, body: str, x: NTensor, weights: list[NTensor], has_biases: bool,
+    states: list[NTensor], reverse: bool, tag: str,
+) -> list[NTensor]:
+    """One layer in one direction over x [T, B, I]: [output [T, B, Hout], h_n[, c_n]].
+    ``weights``: this direction's slice of torch's flat list (w_ih, w_hh[, b_ih, b_hh][, w_hr]);
+    ``states``: its initial h (and c)."""
     dtype = x.dtype
-    cast = [ctx.cast(t, dtype) if t is not None else None for t in (w.w_ih, w.w_hh, w.b_ih, w.b_hh, w.w_hr)]
-    w_ih, w_hh, b_ih, b_hh, w_hr = cast
-    assert w_ih is not None and w_hh is not None
-    bias = b_ih
-    if b_ih is not None and b_hh is not None and step.kind != "gru":
-        bias = ctx.tmp("add", [b_ih, b_hh], dtype=dtype, shape=b_ih.shape, suffix=suffix + "_bias")
-    xw = _project(ctx, x, w_ih, bias, suffix + "_xw")
-    weights = [w_hh]
-    if step.hh_bias:
-        assert b_hh is not None
-        weights.append(ctx.to_rank(b_hh, 2))
-    if step.proj:
-        assert w_hr is not None
-        weights.append(w_hr)
-    return xw, weights
+    w_ih, w_hh, *rest = (ctx.cast(w, dtype) for w in weights)
+    bias = rest[0] if has_biases else None
+    if has_biases and step.kind != "gru":  # b_hh folds into the projection; GRU's b_hn is scaled by r
+        bias = ctx.tmp("add", rest[:2], dtype=dtype, shape=rest[0].shape, suffix=tag + "_bias")
+    steps, batch, gh = x.shape[0], x.shape[1], w_ih.shape[0]
+    xw = ctx.tmp("matmul", [x, ctx.to_rank(w_ih, 3)], {"transposeA": False, "transposeB": True}, dtype=dtype,
+                 shape=(steps, batch, gh), suffix=tag + "_xw")
+    if bias is not None:
+        xw = ctx.tmp("add", [xw, ctx.to_rank(bias, 3)], dtype=dtype, shape=xw.shape, suffix=tag + "_xw")
+    full = [w_hh] + ([ctx.to_rank(rest[1], 2)] if step.hh_bias else []) + ([rest[-1]] if step.proj else [])
 
-
-def _layer_weights(params: list[NTensor], k: int, has_biases: bool, proj: bool) -> _Weights:
-    per = (4 if has_biases else 2) + (1 if proj else 0)
-    p = params[k * per:(k + 1) * per]
-    return _Weights(p[0], p[1], p[2] if has_biases else None, p[3] if has_biases else None,
-                    p[-1] if proj else None)
+    chunk = -1 if reverse else 1  # negative: tract scans back to front, and writes back in place
+    names = step.params()
+    results = step.results()
+    base = ctx.converter.name_for(ctx.node, None) + "_" + tag
+    outs = [NTensor(ctx.g.fresh_name(f"{base}_y"), dtype, (steps, batch, w_hh.shape[1]))]
+    outs += [NTensor(ctx.g.fresh_name(f"{base}_{r[0]}"), dtype, s.shape) for r, s in zip(results[1:], states)]
+    ctx.g.op_multi("tract_core_scan", [], {
+        "body": body,
+        "scan": [Tuple(("x", xw, 0, chunk))],
+        "full": [Tuple((n, t)) for n, t in zip(names[1 + len(states):], full)],
+        "state": [Tuple((n, s, r)) for n, s, r in zip(names[1:], states, results[1:])],
+        "output": [Tuple(("y", "full", 0, chunk))] + [Tuple((r, "last", 0, 1)) for r in results[1:]],
+    }, outputs=outs)
+    return outs
 
 
 @handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="*")
@@ -200,72 +189,46 @@ def recurrent(ctx: OpContext) -> list[NTensor]:
     if kind == "lstm":
         if not (isinstance(hx, ListValue) and len(hx.items) == 2):
             raise ctx.unsupported("an LSTM state that is not a (h0, c0) pair")
-        h0, c0 = (ctx.cast(ctx.tensor(v), dtype) for v in hx.items)
+        initial = [ctx.cast(ctx.tensor(v), dtype) for v in hx.items]
     else:
         if not isinstance(hx, TensorValue):
             raise ctx.unsupported("a state that is not a tensor")
-        h0, c0 = ctx.cast(ctx.tensor(hx), dtype), None
+        initial = [ctx.cast(ctx.tensor(hx), dtype)]
     params = [ctx.tensor(v) for v in inputs[2].items]
     directions = 2 if bidirectional else 1
     count = num_layers * directions
     per = 4 if has_biases else 2
-    if len(params) == count * (per + 1) and kind == "lstm":
-        proj = True
-    elif len(params) == count * per:
-        proj = False
-    else:
+    proj = kind == "lstm" and len(params) == count * (per + 1)  # proj_size adds weight_hr per layer
+    if not proj and len(params) != count * per:
         raise ctx.unsupported(f"{len(params)} weight tensors for {count} layer directions")
+    per += proj
 
-    gates = _GATES[kind]
-    hidden = params[1].shape[0] // gates
-    out_size = params[1].shape[1]  # proj_size with projections, else hidden
-    step = _Step(kind, hidden, proj, has_biases and kind == "gru")
+    step = _Step(kind, params[1].shape[0] // _GATES[kind], proj, has_biases and kind == "gru")
     body = _declare(ctx, step)
-    base = ctx.converter.name_for(ctx.node, None)
-
     layer_in = x
-    h_last: list[NTensor] = []
-    c_last: list[NTensor] = []
+    finals: list[list[NTensor]] = [[] for _ in initial]  # h_n (and c_n) of every layer direction
     for layer in range(num_layers):
         outs: list[NTensor] = []
         for d in range(directions):
             k = layer * directions + d
             tag = f"l{layer}" + ("_reverse" if d else "")
-            w = _layer_weights(params, k, has_biases, proj)
-            xw, weights = _step_inputs(ctx, step, layer_in, w, tag)
-            chunk = -1 if d else 1
-            state = [Tuple(("h", _row(ctx, h0, k, tag + "_h0"), "h_next"))]
-            if c0 is not None:
-                state.append(Tuple(("c", _row(ctx, c0, k, tag + "_c0"), "c_next")))
-            full = [Tuple((name, t)) for name, t in zip(step.params()[len(state) + 1:], weights)]
-            output = [Tuple(("y", "full", 0, chunk)), Tuple(("h_next", "last", 0, 1))]
-            names = [ctx.g.fresh_name(f"{base}_{tag}_{s}") for s in ("y", "h", "c")]
-            results = [NTensor(names[0], dtype, (steps, batch, out_size)), NTensor(names[1], dtype, (batch, out_size))]
-            if kind == "lstm":
-                output.append(Tuple(("c_next", "last", 0, 1)))
-                results.append(NTensor(names[2], dtype, (batch, hidden)))
-            ctx.g.op_multi("tract_core_scan", [], {
-                "body": body, "scan": [Tuple(("x", xw, 0, chunk))], "full": full, "state": state, "output": output,
-            }, outputs=results)
-            outs.append(results[0])
-            h_last.append(results[1])
-            if kind == "lstm":
-                c_last.append(results[2])
+            states = [_row(ctx, s, k, f"{tag}_{s0}") for s, s0 in zip(initial, ("h0", "c0"))]
+            y, *last = _direction(ctx, step, body, layer_in, params[k * per:(k + 1) * per], has_biases, states,
+                                  bool(d), tag)
+            outs.append(y)
+            for acc, t in zip(finals, last):
+                acc.append(t)
         if directions == 1:
             layer_in = outs[0]
         else:
             layer_in = ctx.tmp("concat", [outs], {"axis": 2}, dtype=dtype,
-                               shape=(steps, batch, directions * out_size), suffix=f"l{layer}_cat")
+                               shape=(steps, batch, sum(o.shape[2] for o in outs)), suffix=f"l{layer}_cat")
 
     if batch_first:
-        y = ctx.emit("transpose", [layer_in], {"axes": [1, 0, 2]}, out=0,
-                     shape=(batch, steps, layer_in.shape[2]))
+        y = ctx.emit("transpose", [layer_in], {"axes": [1, 0, 2]}, out=0, shape=(batch, steps, layer_in.shape[2]))
     else:
         y = ctx.emit("copy", [layer_in], out=0, shape=layer_in.shape)
-    result = [y, _stacked(ctx, h_last, 1)]
-    if kind == "lstm":
-        result.append(_stacked(ctx, c_last, 2))
-    return result
+    return [y] + [_stacked(ctx, acc, i + 1) for i, acc in enumerate(finals)]
 
 
 def _stacked(ctx: OpContext, states: list[NTensor], out: int) -> NTensor:
