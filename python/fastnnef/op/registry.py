@@ -107,6 +107,7 @@ FAMILIES = (
     "fastnnef.op.aten.creation",
     "fastnnef.op.aten.attention",
     "fastnnef.op.aten.resize",
+    "fastnnef.op.aten.recurrent",
 )
 _loaded = False
 

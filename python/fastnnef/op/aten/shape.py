@@ -169,7 +169,9 @@ def _pieces(ctx: OpContext, x: NTensor, dim: int, squeeze_axis: bool = False) ->
     return out
 
 
-@handler("aten::split", "aten::split_with_sizes", "aten::chunk", "aten::tensor_split", args="t _ i")
+# unsafe_* are the same ops without view tracking (LSTMCell/GRUCell decompose to unsafe_chunk).
+@handler("aten::split", "aten::split_with_sizes", "aten::chunk", "aten::tensor_split", "aten::unsafe_chunk",
+         "aten::unsafe_split", "aten::unsafe_split_with_sizes", args="t _ i")
 def split(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
     """aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
     return _pieces(ctx, x, dim)
