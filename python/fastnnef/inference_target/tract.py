@@ -37,6 +37,7 @@ from fastnnef.exceptions import (
 )
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo, unwrap_model
 from fastnnef.inference_target.properties import PROPERTIES_FRAGMENT_NAME, properties_fragment
+from fastnnef.nnef.graph import NNEF_KEYWORDS
 from fastnnef.utils import SemanticVersion
 
 LOGGER = logging.getLogger(__name__)
@@ -88,11 +89,6 @@ VERSION_GATES: Dict[str, VersionGate] = {
     "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
 }
 
-# Identifiers that NNEF reserves (nnef-format.md §6.2); a dynamic-axis symbol can't be one.
-NNEF_KEYWORDS = frozenset(
-    "version extension fragment graph tensor integer scalar logical string true false "
-    "for in if else yield length_of shape_of range_of".split()
-)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 DynamicAxes = Dict[str, Dict[int, str]]
