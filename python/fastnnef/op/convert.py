@@ -109,7 +109,9 @@ class Converter:
 
     def q4_0_variable(self, value: ParamValue, node: IROp) -> NTensor:
         """A Q4_0 weight: its packed blocks are written as they are (no re-quantization),
-        declared f32 with its logical shape; tract dequantizes them. Targets without the
+        declared with its logical dtype and shape (declaring f32 in an f16 model would make
+        handlers cast the weight, and tract cannot cast Q4_0 storage); tract dequantizes
+        them. Targets without the
         Q4_0 vendor type (Khronos) get the dequantized floats."""
         qtensor = value.tensor
         assert isinstance(qtensor, QTensorTractScaleOnly)
@@ -121,7 +123,7 @@ class Converter:
                 name, value.qualname, plain, tract_dtype(plain.dtype, node.where()), value.shape, encoding, bf16
             )
         return self.graph.add_variable(
-            name, value.qualname, qtensor, tract_dtype(torch.float32, node.where()), value.shape,
+            name, value.qualname, qtensor, tract_dtype(value.dtype, node.where()), value.shape,
             q4_0_encoding(self.target),
         )
 
