@@ -21,7 +21,8 @@ from fastnnef.compress import (
     quantize_weights_min_max_Q4_0,
 )
 from fastnnef.exceptions import T2NErrorImport, T2NErrorInvalidArgument
-from fastnnef.inference_target import TractNNEF
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from fastnnef.tensor.quant import QTensorTractScaleOnly
 from helpers import export_and_check
 
@@ -131,6 +132,22 @@ def test_legacy_order_for_old_tract(tmp_path: Path) -> None:
     # Same values as the GGML-order file, nibbles in the legacy order.
     ggml = _native.q4_0_blocks_dat_encode(weight.blocks.numpy(), [32, 64])
     assert dat.payload() != _native.dat_decode(ggml).payload()
+
+
+def test_f16_model(tmp_path: Path) -> None:
+    model = DEFAULT_COMPRESSION["min_max_q4_0"](_model(Mlp).half())
+    assert model.fc1.weight.dequant_to_dtype == torch.float16
+    path = export_and_check(model, (torch.randn(3, 64).half(),), tmp_path, name="m.nnef.tgz", atol=1e-2, rtol=1e-2)
+    dat = _native.dat_decode(_dat_files(path)["fc1.weight"])
+    assert (dat.vendor, dat.item_type) == (VENDOR_TRACT, CODE_Q4_0)
+
+
+def test_khronos_target_gets_dequantized_floats(tmp_path: Path) -> None:
+    model = DEFAULT_COMPRESSION["min_max_q4_0"](_model(Mlp))
+    path = export_model_to_nnef(model, torch.randn(3, 64), tmp_path / "k.nnef.tgz", KhronosNNEF("1.0.5", check_io=False))
+    dat = _native.dat_decode(_dat_files(path)["fc1.weight"])
+    assert dat.encoding == "f32"
+    np.testing.assert_array_equal(dat.array(), model.fc1.weight.decompress().numpy())
 
 
 def test_graph_declares_q4_0_variable_without_generic(tmp_path: Path) -> None:
