@@ -470,6 +470,24 @@ impl ArtefactWriter {
         Ok(size)
     }
 
+    /// Add already-packed GGML-order Q4_0 `blocks` of a tensor of logical `shape` as
+    /// `<label>.dat` stored as `encoding` (Q4_0 or Q4_0Legacy), without re-quantizing;
+    /// returns the bytes written (header included).
+    pub fn add_q4_0_blocks(&mut self, label: &str, blocks: &[u8], shape: &[usize], encoding: Encoding) -> Result<u64> {
+        self.check_usable()?;
+        let header = dat::prepare_q4_0_blocks(label, blocks.len(), shape, encoding)?;
+        let name = format!("{label}.dat");
+        self.claim(&name)?;
+        let size = HEADER_LEN as u64 + u64::from(header.data_length);
+        let tmp = self.tmp.join(&name);
+        self.member(&name, size, &mut |w| {
+            let io_err = |e| Error::io("cannot write", &tmp, e);
+            w.write_all(&header.to_bytes()).map_err(io_err)?;
+            dat::q4_0_blocks_payload(blocks, encoding, &mut |piece| w.write_all(piece).map_err(io_err))
+        })?;
+        Ok(size)
+    }
+
     /// Close the stream and rename the temporary into place; returns the final path.
     /// A target that is a non-empty directory is never replaced.
     pub fn finish(mut self) -> Result<PathBuf> {
@@ -684,6 +702,22 @@ mod tests {
             })
             .collect();
         assert_eq!(names, vec!["graph.nnef".to_string(), format!("{long}.dat")]);
+    }
+
+    #[test]
+    fn packed_q4_0_blocks_equal_encoded_tensor_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("q");
+        let vals: Vec<u8> = (0..4 * 64).flat_map(|i| ((i as f32) * 0.19).cos().to_le_bytes()).collect();
+        let view = TensorView::contiguous(&vals, dat::SrcDtype::F32, &[4, 64]).unwrap();
+        let direct = dat::encode("a", &view, Encoding::Q4_0, &EncodeOptions::default()).unwrap();
+        let mut w = ArtefactWriter::create(&target, Format::Dir, 0).unwrap();
+        w.add_tensor("a", &view, Encoding::Q4_0Legacy, &EncodeOptions::default()).unwrap();
+        let size = w.add_q4_0_blocks("b", &direct[HEADER_LEN..], &[4, 64], Encoding::Q4_0Legacy).unwrap();
+        assert_eq!(size, (HEADER_LEN + 8 * crate::quant::BLOCK_BYTES) as u64);
+        assert!(w.add_q4_0_blocks("b", &direct[HEADER_LEN..], &[4, 64], Encoding::Q4_0).is_err());
+        w.finish().unwrap();
+        assert_eq!(fs::read(target.join("a.dat")).unwrap(), fs::read(target.join("b.dat")).unwrap());
     }
 
     #[test]

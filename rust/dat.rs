@@ -766,6 +766,61 @@ pub fn encode(label: &str, view: &TensorView<'_>, encoding: Encoding, options: &
     Ok(bytes)
 }
 
+/// The header of already-packed Q4_0 blocks (GGML order, as [`quant::quantize_q4_0`]
+/// gives them) stored as `encoding` for a tensor of logical `shape`: the shape must be
+/// Q4_0-storable and `blocks_len` must be exactly its payload size.
+pub fn prepare_q4_0_blocks(label: &str, blocks_len: usize, shape: &[usize], encoding: Encoding) -> Result<Header> {
+    if encoding.nibble_order().is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "tensor '{label}': packed Q4_0 blocks are written as q4_0 or q4_0_legacy, not {encoding}"
+        )));
+    }
+    let header = Header::for_tensor(label, shape, encoding)?;
+    if blocks_len != header.data_length as usize {
+        return Err(Error::InvalidArgument(format!(
+            "tensor '{label}': {blocks_len} bytes of Q4_0 blocks given, shape {shape:?} needs {}",
+            header.data_length
+        )));
+    }
+    Ok(header)
+}
+
+/// Stream GGML-order Q4_0 `blocks` as the payload of `encoding`: unchanged for Q4_0, each
+/// block's nibbles repacked for Q4_0Legacy. No re-quantization. Call
+/// [`prepare_q4_0_blocks`] first.
+pub fn q4_0_blocks_payload(blocks: &[u8], encoding: Encoding, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    match encoding.nibble_order() {
+        Some(NibbleOrder::Ggml) => sink(blocks),
+        Some(NibbleOrder::Legacy) => {
+            let step = CHUNK_BYTES / quant::BLOCK_BYTES * quant::BLOCK_BYTES;
+            let mut out = Vec::with_capacity(step.min(blocks.len()));
+            for chunk in blocks.chunks(step) {
+                out.clear();
+                for block in chunk.chunks_exact(quant::BLOCK_BYTES) {
+                    let q = quant::unpack_nibbles(&block[2..], NibbleOrder::Ggml);
+                    out.extend_from_slice(&block[..2]);
+                    out.extend_from_slice(&quant::pack_nibbles(&q, NibbleOrder::Legacy));
+                }
+                sink(&out)?;
+            }
+            Ok(())
+        }
+        None => Err(Error::InvalidArgument(format!("{encoding} is not a Q4_0 encoding"))),
+    }
+}
+
+/// A whole `.dat` file of already-packed GGML-order Q4_0 blocks, in memory.
+pub fn encode_q4_0_blocks(label: &str, blocks: &[u8], shape: &[usize], encoding: Encoding) -> Result<Vec<u8>> {
+    let header = prepare_q4_0_blocks(label, blocks.len(), shape, encoding)?;
+    let mut bytes = Vec::with_capacity(HEADER_LEN + blocks.len());
+    bytes.extend_from_slice(&header.to_bytes());
+    q4_0_blocks_payload(blocks, encoding, &mut |piece| {
+        bytes.extend_from_slice(piece);
+        Ok(())
+    })?;
+    Ok(bytes)
+}
+
 /// Decoded element values.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Values {
@@ -908,6 +963,31 @@ mod tests {
         assert_eq!(file.len(), HEADER_LEN + 0x480);
         let legacy = enc(&vals, |v| v.to_le_bytes().to_vec(), SrcDtype::F32, &[32, 64], Encoding::Q4_0Legacy);
         assert_eq!(&legacy[0x30..0x34], &hex("40 20 52 54")[..]);
+    }
+
+    #[test]
+    fn packed_q4_0_blocks_are_written_without_requantizing() {
+        // 64x32 values: the dat file from packed blocks equals direct encoding, both orders.
+        let vals: Vec<f32> = (0..64 * 32).map(|i| ((i as f32) * 0.731).sin() * 2.5).collect();
+        let src: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let view = TensorView::contiguous(&src, SrcDtype::F32, &[64, 32]).unwrap();
+        let opts = EncodeOptions::default();
+        let direct = encode("w", &view, Encoding::Q4_0, &opts).unwrap();
+        let blocks = &direct[HEADER_LEN..];
+        assert_eq!(encode_q4_0_blocks("w", blocks, &[64, 32], Encoding::Q4_0).unwrap(), direct);
+        let legacy = encode("w", &view, Encoding::Q4_0Legacy, &opts).unwrap();
+        assert_eq!(encode_q4_0_blocks("w", blocks, &[64, 32], Encoding::Q4_0Legacy).unwrap(), legacy);
+        // A block whose codes are not what the quantizer would give is kept as is.
+        let mut odd = blocks.to_vec();
+        odd[2] ^= 0x11;
+        let out = encode_q4_0_blocks("w", &odd, &[64, 32], Encoding::Q4_0).unwrap();
+        assert_eq!(&out[HEADER_LEN..], &odd[..]);
+        // Wrong length, wrong shape, wrong encoding.
+        let err = encode_q4_0_blocks("w", &blocks[..18], &[64, 32], Encoding::Q4_0).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)) && err.to_string().contains("'w'"), "{err}");
+        let err = encode_q4_0_blocks("w", blocks, &[2048], Encoding::Q4_0).unwrap_err();
+        assert!(matches!(err, Error::ImpossibleQuantization(_)), "{err}");
+        assert!(encode_q4_0_blocks("w", blocks, &[64, 32], Encoding::F32).is_err());
     }
 
     #[test]

@@ -88,6 +88,13 @@ def q4_0_quantize(array: npt.NDArray, bf16: bool = False, percentile: float = 1.
 def q4_0_dequantize(blocks: npt.NDArray[np.uint8], shape: Sequence[int]) -> npt.NDArray[np.float32]:
     """Inverse of ``q4_0_quantize`` (GGML nibble order)."""
 
+def q4_0_blocks_dat_encode(blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> bytes:
+    """A whole ``.dat`` file of already-packed Q4_0 ``blocks`` (GGML order, as
+    ``q4_0_quantize`` gives them) for a tensor of logical ``shape``, stored as ``encoding``
+    (``q4_0``, or ``q4_0_legacy``: nibbles repacked); never re-quantizes. Raises
+    T2NErrorInvalidArgument (length not ``shape``'s payload size, non-Q4_0 encoding,
+    non-contiguous blocks), T2NErrorImpossibleQuantization (shape not Q4_0-storable)."""
+
 # --- artefact sink --------------------------------------------------------------------
 
 class ArtefactWriter:
@@ -113,6 +120,10 @@ class ArtefactWriter:
         """Encode ``array`` and add it as ``<label>.dat``; returns the bytes written.
         The GIL is released while encoding and writing. Labels are validated (no empty
         component, no ``..``, no leading ``/`` or ``.`` component)."""
+    def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> int:
+        """Add already-packed GGML-order Q4_0 ``blocks`` of a tensor of logical ``shape`` as
+        ``<label>.dat`` (no re-quantization; ``q4_0_legacy`` repacks the nibbles); returns
+        the bytes written. Raises as ``q4_0_blocks_dat_encode``."""
     def finish(self) -> str:
         """Flush, fsync-free close, atomic rename; returns the final path."""
     def abort(self) -> None:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
 
 from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
+
+if TYPE_CHECKING:
+    from fastnnef.tensor.quant import QTensorTractScaleOnly
 
 # torch dtype -> .dat encoding for tensors whose numpy view has the same element type.
 PLAIN_ENCODINGS = {
@@ -166,6 +169,12 @@ class Artefact:
         if chosen is None:
             raise T2NErrorInvalidArgument(f"tensor {label!r}: a numpy array needs an explicit encoding")
         return self._live().add_tensor(label, array, chosen, bf16, percentile)
+
+    def add_q4_0_blocks(self, label: str, qtensor: "QTensorTractScaleOnly", encoding: str = "q4_0") -> int:
+        """Add ``<label>.dat`` from a Q4_0 tensor's packed blocks, never re-quantized
+        (``encoding`` ``"q4_0"``, or ``"q4_0_legacy"`` for tract < 0.21.11)."""
+        blocks = qtensor.blocks.detach().cpu().contiguous().numpy()
+        return self._live().add_q4_0_blocks(label, blocks, list(qtensor.shape), encoding)
 
     def finish(self) -> str:
         """Finish and rename into place; returns the final path."""

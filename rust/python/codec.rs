@@ -265,6 +265,21 @@ fn q4_0_dequantize<'py>(
     PyArray1::from_vec(py, values).call_method1("reshape", (PyTuple::new(py, shape)?,))
 }
 
+/// A `.dat` file of already-packed GGML-order Q4_0 blocks (no re-quantization).
+#[pyfunction]
+#[pyo3(signature = (blocks, shape, encoding = "q4_0"))]
+fn q4_0_blocks_dat_encode<'py>(
+    py: Python<'py>,
+    blocks: PyReadonlyArrayDyn<'py, u8>,
+    shape: Vec<usize>,
+    encoding: &str,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let enc = self::encoding(encoding)?;
+    let bytes = blocks.as_slice().map_err(|_| invalid("Q4_0 blocks must be a contiguous uint8 array".into()))?;
+    let out = py.detach(|| dat::encode_q4_0_blocks("blocks", bytes, &shape, enc)).map_err(to_pyerr)?;
+    Ok(PyBytes::new(py, &out))
+}
+
 /// Python face of [`ArtefactWriter`]; the lock lets the GIL go while a member is written.
 #[pyclass(name = "ArtefactWriter", module = "fastnnef._native")]
 struct PyArtefactWriter {
@@ -312,6 +327,21 @@ impl PyArtefactWriter {
         py.detach(|| self.with(|w| w.add_tensor(label, &view, enc, &options))).map_err(to_pyerr)
     }
 
+    #[pyo3(signature = (label, blocks, shape, encoding = "q4_0"))]
+    fn add_q4_0_blocks(
+        &self,
+        py: Python<'_>,
+        label: &str,
+        blocks: PyReadonlyArrayDyn<'_, u8>,
+        shape: Vec<usize>,
+        encoding: &str,
+    ) -> PyResult<u64> {
+        let enc = self::encoding(encoding)?;
+        let bytes = blocks.as_slice().map_err(|_| invalid("Q4_0 blocks must be a contiguous uint8 array".into()))?;
+        // `blocks` stays borrowed (and so alive) until detach returns.
+        py.detach(|| self.with(|w| w.add_q4_0_blocks(label, bytes, &shape, enc))).map_err(to_pyerr)
+    }
+
     fn finish(&self, py: Python<'_>) -> PyResult<String> {
         py.detach(|| {
             let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -343,6 +373,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(validate_member_name, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_quantize, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_dequantize, m)?)?;
+    m.add_function(wrap_pyfunction!(q4_0_blocks_dat_encode, m)?)?;
     m.add_class::<DatTensor>()?;
     m.add_class::<PyArtefactWriter>()?;
     Ok(())

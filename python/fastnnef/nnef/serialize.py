@@ -14,6 +14,7 @@ from pathlib import Path
 from fastnnef.artefact import Artefact
 from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.writer import graph_text, quant_text
+from fastnnef.tensor.quant import QTensorTractScaleOnly
 
 log = logging.getLogger("fastnnef")
 
@@ -31,10 +32,14 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
             artefact.add_file("graph.quant", quant)
         for label in labels:
             var = graph.variables[label]
-            # Plain tensors take their dtype's encoding; Q4_0 (and bf16->f16) are asked for.
-            encoding = var.encoding if var.encoding.startswith("q4_0") else None
-            artefact.add_tensor(label, var.data, encoding=encoding,
-                                bf16_as=var.encoding if var.bf16 else "f32")
+            if isinstance(var.data, QTensorTractScaleOnly):
+                # Already-packed Q4_0 blocks go out as they are: torch ran on exactly these.
+                artefact.add_q4_0_blocks(label, var.data, var.encoding)
+            else:
+                # Plain tensors take their dtype's encoding; Q4_0 (and bf16->f16) are asked for.
+                encoding = var.encoding if var.encoding.startswith("q4_0") else None
+                artefact.add_tensor(label, var.data, encoding=encoding,
+                                    bf16_as=var.encoding if var.bf16 else "f32")
             done += var.data.numel() * var.data.element_size()
             if total > 64 << 20 and done >= next_report:  # progress on long writes only
                 log.info("writing %s: %d%% of %.1f MiB", path.name, 100 * done // total, total / 2**20)

@@ -26,6 +26,7 @@ from fastnnef.torch_graph.ir import (
     ParamValue,
     TensorValue,
 )
+from fastnnef.tensor.quant import QTensorTractScaleOnly, q4_0_encoding
 from fastnnef.utils import SemanticVersion
 
 _CAMEL_SPLIT = re.compile(r"[._]+")
@@ -80,7 +81,9 @@ class Converter:
         bound = self.bound.get(id(value))
         if bound is not None:
             return bound
-        if isinstance(value, ParamValue):
+        if isinstance(value, ParamValue) and isinstance(value.tensor, QTensorTractScaleOnly):
+            t = self.q4_0_variable(value, node)
+        elif isinstance(value, ParamValue):
             encoding, bf16 = float_encoding(value.tensor.dtype)
             t = self.graph.add_variable(
                 self.graph.fresh_name(value.qualname), value.qualname, value.tensor,
@@ -103,6 +106,26 @@ class Converter:
             )
         self.bound[id(value)] = t
         return t
+
+    def q4_0_variable(self, value: ParamValue, node: IROp) -> NTensor:
+        """A Q4_0 weight: its packed blocks are written as they are (no re-quantization),
+        declared with its logical dtype and shape (declaring f32 in an f16 model would make
+        handlers cast the weight, and tract cannot cast Q4_0 storage); tract dequantizes
+        them. Targets without the
+        Q4_0 vendor type (Khronos) get the dequantized floats."""
+        qtensor = value.tensor
+        assert isinstance(qtensor, QTensorTractScaleOnly)
+        name = self.graph.fresh_name(value.qualname)
+        if not hasattr(self.target, "supports"):
+            plain = qtensor.decompress()
+            encoding, bf16 = float_encoding(plain.dtype)
+            return self.graph.add_variable(
+                name, value.qualname, plain, tract_dtype(plain.dtype, node.where()), value.shape, encoding, bf16
+            )
+        return self.graph.add_variable(
+            name, value.qualname, qtensor, tract_dtype(value.dtype, node.where()), value.shape,
+            q4_0_encoding(self.target),
+        )
 
     def bind(self, value: IRValue, tensor: NTensor) -> None:
         self.bound[id(value)] = tensor

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
+from fastnnef.tensor.quant import QTensor
 from fastnnef.torch_graph.trace import WRAPPED, TracedModel
 
 UNKNOWN = "?"
@@ -202,7 +203,8 @@ class _Builder:
         self.by_storage: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
         named = list(model.named_parameters()) + list(model.named_buffers())
         for name, t in named:
-            if t.numel():
+            # Quantized weights (QTensor) have no storage, so no data pointer to match.
+            if t.numel() and not isinstance(t, QTensor):
                 self.by_storage.setdefault((t.data_ptr(), tuple(t.shape), t.dtype), name)
         self.dynamic_axes = dynamic_axes
         self.pending_lists: dict[int, ListValue] = {}

@@ -3,7 +3,7 @@ masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import Operand, operands
@@ -164,7 +164,11 @@ def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTenso
 def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
     """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
     indices = _indices(ctx, indices)
-    return emit_shaped(ctx, "tract_core_gather", [weight, indices], {"axis": 0}, _gather_shape(weight, indices, 0))
+    attrs: dict[str, Any] = {"axis": 0}
+    if any(v.tensor is weight and v.encoding.startswith("q4_0") for v in ctx.g.variables.values()):
+        # tract gathers Q4_0 rows directly but must be told the output type.
+        attrs["datum_type"] = weight.dtype
+    return emit_shaped(ctx, "tract_core_gather", [weight, indices], attrs, _gather_shape(weight, indices, 0))
 
 
 @handler("aten::gather", args="t i t b?")

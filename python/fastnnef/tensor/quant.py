@@ -1,0 +1,460 @@
+"""Weight quantization that stays runnable in torch (torch_to_nnef-api.md §9.1).
+
+A :class:`QTensor` is a ``torch.Tensor`` subclass with no float storage of its own: it
+holds its quantized codes and dequantizes on every torch op (``__torch_dispatch__``), so
+the model still runs in torch, and ``torch.jit.trace`` records the parameter itself
+(a ``prim::GetAttr``), not a dequantized constant.
+
+:class:`QTensorTractScaleOnly` (what ``fp_to_tract_q4_0_with_min_max_calibration`` and
+``fastnnef.compress`` build) keeps ONLY the packed Q4_0 blocks, 18 bytes per 32 values
+(the reference keeps the float weight plus one byte per value). It quantizes and
+dequantizes through ``fastnnef._native`` (tract's recipe), so torch computes with exactly
+the values tract will, and the export writes the blocks as they are, never re-quantized.
+
+Example::
+
+    q = fp_to_tract_q4_0_with_min_max_calibration(linear.weight.data)
+    linear.weight = torch.nn.Parameter(q, requires_grad=False)
+    y = linear(x)          # runs on the dequantized weight
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import math
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch.utils._pytree import tree_map
+
+from fastnnef import _native
+from fastnnef.exceptions import (
+    T2NErrorImpossibleQuantization,
+    T2NErrorInvalidArgument,
+    T2NErrorNotImplemented,
+)
+
+Q4_0_GROUP = 32
+Q4_0_BLOCK_BYTES = 18
+
+_aten = torch.ops.aten
+# Ops that return the same tensor object's data under another Python object: they keep
+# the quantized form (nn.Parameter() detaches its argument, for instance).
+_SHARING_OPS = {_aten.detach.default, _aten.alias.default}
+
+
+def check_percentile(percentile: float) -> None:
+    if not 0.0 < percentile <= 1.0:
+        raise T2NErrorInvalidArgument(
+            f"percentile must satisfy 0 < percentile <= 1, got {percentile}; use 1.0 for plain "
+            "absmax calibration"
+        )
+
+
+class QScheme(abc.ABC):
+    """How floats map to unsigned 8-bit codes and back."""
+
+    @abc.abstractmethod
+    def quantize_as_u8(self, fp_tensor: torch.Tensor) -> torch.Tensor:
+        """One uint8 code per element, same shape."""
+
+    @abc.abstractmethod
+    def dequantize(self, u8_tensor: torch.Tensor, target_dtype: torch.dtype) -> torch.Tensor:
+        """Floats of ``target_dtype`` from codes."""
+
+    def quantize_as_torch(self, fp_tensor: torch.Tensor) -> torch.Tensor:
+        """``fp_tensor`` after a quantize/dequantize round trip, in its dtype."""
+        return self.dequantize(self.quantize_as_u8(fp_tensor), fp_tensor.dtype)
+
+    @abc.abstractmethod
+    def to_device(self, new_device: Any) -> None:
+        """Move the scheme's tensor attributes to ``new_device``."""
+
+
+class QScalePerGroupF16(QScheme):
+    """Symmetric ``n_bits`` quantization, one f16 scale per ``group_size`` consecutive
+    values of the flattened tensor, no zero point. Scales are negative by convention.
+
+    code = clamp(floor(x * (1/scale) + (2^n + 1)/2), 0, 2^n - 1); x ≈ (code - 2^n/2) * scale.
+    """
+
+    def __init__(self, group_size: int, scale: torch.Tensor, n_bits: int):
+        if group_size <= 0 or not 1 <= n_bits <= 8:
+            raise T2NErrorInvalidArgument(
+                f"QScalePerGroupF16 needs group_size > 0 and 1 <= n_bits <= 8, got {group_size}, {n_bits}"
+            )
+        self.group_size = group_size
+        self.scale = scale.reshape(-1, 1) if scale.dtype == torch.float16 else scale.to(torch.float16).reshape(-1, 1)
+        self.n_bits = n_bits
+
+    def __repr__(self) -> str:
+        return f"QScalePerGroupF16(group_size={self.group_size}, n_bits={self.n_bits}, groups={self.scale.shape[0]})"
+
+    def reshape_tensor_per_group(self, fp_tensor: torch.Tensor, group_size: Optional[int] = None) -> torch.Tensor:
+        """``fp_tensor`` flattened to ``(groups, group_size)``."""
+        size = group_size or self.group_size
+        if fp_tensor.numel() % size:
+            raise T2NErrorImpossibleQuantization(
+                f"a tensor of shape {tuple(fp_tensor.shape)} ({fp_tensor.numel()} values) cannot be split "
+                f"into groups of {size}; keep it in float"
+            )
+        return fp_tensor.reshape(-1, size)
+
+    def clone_with_scale_factor(self, factor: float) -> "QScalePerGroupF16":
+        """The same scheme with every scale multiplied by ``factor``."""
+        return QScalePerGroupF16(self.group_size, self.scale * factor, self.n_bits)
+
+    def quantize_as_u8(self, fp_tensor: torch.Tensor) -> torch.Tensor:
+        groups = self.reshape_tensor_per_group(fp_tensor)
+        if groups.shape[0] != self.scale.shape[0]:
+            raise T2NErrorInvalidArgument(
+                f"the scheme has {self.scale.shape[0]} scales but the tensor has {groups.shape[0]} groups"
+            )
+        # 1/scale rounded to f16 as torch_to_nnef does; a zero scale (all-zero group) keeps
+        # itself so that x * r stays 0 instead of 0 * inf.
+        recip = torch.where(self.scale == 0, self.scale, 1 / self.scale)
+        shifted = groups * recip + (2**self.n_bits + 1) / 2
+        codes = torch.clamp(torch.floor(shifted), 0, 2**self.n_bits - 1)
+        return codes.to(torch.uint8).reshape(fp_tensor.shape)
+
+    def dequantize(self, u8_tensor: torch.Tensor, target_dtype: torch.dtype) -> torch.Tensor:
+        groups = self.reshape_tensor_per_group(u8_tensor)
+        centred = groups.to(torch.float32) - 2 ** (self.n_bits - 1)
+        return (centred * self.scale.to(torch.float32)).to(target_dtype).reshape(u8_tensor.shape)
+
+    def to_device(self, new_device: Any) -> None:
+        self.scale = self.scale.to(new_device)
+
+
+def qscale_per_group_f16_min_max_calibration(
+    fp_tensor: torch.Tensor, n_bits: int, group_size: int, percentile: float = 1.0
+) -> QScalePerGroupF16:
+    """Scales from each group's max |x| (or its ``percentile`` quantile, in f32):
+    ``scale = f16(amax / -(2^n / 2))``."""
+    check_percentile(percentile)
+    if fp_tensor.numel() % group_size:
+        raise T2NErrorImpossibleQuantization(
+            f"a tensor of shape {tuple(fp_tensor.shape)} ({fp_tensor.numel()} values) cannot be split "
+            f"into groups of {group_size}; keep it in float"
+        )
+    groups = fp_tensor.detach().reshape(-1, group_size).abs()
+    if percentile < 1.0:
+        amax = torch.quantile(groups.float(), percentile, dim=1)
+    else:
+        amax = groups.amax(dim=1).float()
+    return QScalePerGroupF16(group_size, (amax / -(2**n_bits / 2)).to(torch.float16), n_bits)
+
+
+class U8Compressor(abc.ABC):
+    """A lossless, shape-preserving transform of uint8 codes (none ships, as in the reference)."""
+
+    @abc.abstractmethod
+    def compress(self, u8_tensor: torch.Tensor) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def decompress(self, u8_tensor: torch.Tensor) -> torch.Tensor: ...
+
+    def to_device(self, new_device: Any) -> None:
+        """Move tensor attributes, if any."""
+
+
+class QTensor(torch.Tensor):
+    """A quantized weight that behaves as the float tensor it stands for.
+
+    Holds ``u8_blob`` (one code per value, after ``u8_compressors``), ``qscheme``,
+    ``dequant_to_dtype`` and ``nnef_name`` (the ``.dat`` label); no float copy. Every torch
+    op sees ``decompress()``; writing into it raises (quantize the new values instead).
+    """
+
+    qscheme: QScheme
+    u8_compressors: list[U8Compressor]
+    dequant_to_dtype: torch.dtype
+    nnef_name: Optional[str]
+
+    @staticmethod
+    def __new__(
+        cls,
+        fp_tensor: torch.Tensor,
+        qscheme: QScheme,
+        dequant_to_dtype: torch.dtype = torch.float32,
+        u8_compressors: Optional[Sequence[U8Compressor]] = None,
+    ) -> "QTensor":
+        if not isinstance(fp_tensor, torch.Tensor) or not fp_tensor.dtype.is_floating_point:
+            raise T2NErrorInvalidArgument(
+                f"{cls.__name__} quantizes a float tensor, got {getattr(fp_tensor, 'dtype', type(fp_tensor))}"
+            )
+        self = cls._empty(tuple(fp_tensor.shape), dequant_to_dtype, fp_tensor.device)
+        self.qscheme = qscheme
+        self.u8_compressors = list(u8_compressors or [])
+        self._store(fp_tensor.detach())
+        return self
+
+    @classmethod
+    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> "QTensor":
+        # A wrapper subclass: sizes and dtype only, no storage.
+        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=False)
+        self.dequant_to_dtype = dtype
+        self.nnef_name = None
+        return self
+
+    def _store(self, fp_tensor: torch.Tensor) -> None:
+        u8 = self.qscheme.quantize_as_u8(fp_tensor)
+        for compressor in self.u8_compressors:
+            u8 = compressor.compress(u8)
+        self.u8_blob = u8
+
+    def _state(self) -> dict[str, Any]:
+        """Attributes that make the quantized value (shared by detach/alias)."""
+        return {k: v for k, v in self.__dict__.items()}
+
+    def _shallow(self, copy_tensors: bool = False) -> "QTensor":
+        new = type(self)._empty(tuple(self.shape), self.dtype, self.device)
+        for key, value in self._state().items():
+            setattr(new, key, value.clone() if copy_tensors and isinstance(value, torch.Tensor) else value)
+        return new
+
+    # --- decompression ----------------------------------------------------------------
+    def decompress_to_u8(self) -> torch.Tensor:
+        """The uint8 codes, one per value, in the tensor's shape."""
+        u8 = self.u8_blob
+        for compressor in reversed(self.u8_compressors):
+            u8 = compressor.decompress(u8)
+        return u8
+
+    def decompress(self) -> torch.Tensor:
+        """A plain tensor of ``dequant_to_dtype`` (new memory each call)."""
+        return self.qscheme.dequantize(self.decompress_to_u8(), self.dequant_to_dtype)
+
+    def to_device(self, new_device: Any) -> "QTensor":
+        """A copy whose quantized state lives on ``new_device``."""
+        new = type(self)._empty(tuple(self.shape), self.dtype, new_device)
+        for key, value in self._state().items():
+            setattr(new, key, value.to(new_device) if isinstance(value, torch.Tensor) else value)
+        new.qscheme = _copy_scheme_to(self.qscheme, new_device)
+        for compressor in new.u8_compressors:
+            compressor.to_device(new_device)
+        return new
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+        return (
+            f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dequant_to_dtype}, "
+            f"qscheme={self.qscheme!r}, nnef_name={self.nnef_name!r})"
+        )
+
+    # --- torch integration ----------------------------------------------------------------
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if torch._C._get_tracing_state() is None:
+            # Eager: ops reach __torch_dispatch__, which dequantizes.
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        # Under jit.trace, some composite ops (convolutions) would run whole inside
+        # __torch_dispatch__ and be recorded as a constant. Instead, hand the op a plain
+        # dequantized tensor that the trace knows as this parameter's value (its GetAttr).
+        return func(*tree_map(_traced_plain, args), **tree_map(_traced_plain, kwargs))
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SHARING_OPS:
+            return args[0]._shallow()
+        if func is _aten.clone.default:
+            return args[0]._shallow(copy_tensors=True)
+        _refuse_writes(func, args, kwargs)
+
+        def plain(a: Any) -> Any:
+            return a.decompress() if isinstance(a, QTensor) else a
+
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs))
+
+
+def _traced_plain(value: Any) -> Any:
+    if not isinstance(value, QTensor):
+        return value
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)  # dequantization is not part of the graph
+    try:
+        plain = value.decompress()
+    finally:
+        torch._C._set_tracing_state(state)
+    try:
+        traced = torch._C._get_value_trace(value)
+    except RuntimeError:
+        return plain  # not a module parameter: the trace records a constant, as for any tensor
+    torch._C._set_value_trace(plain, traced)
+    return plain
+
+
+def _copy_scheme_to(qscheme: QScheme, device: Any) -> QScheme:
+    moved = copy.copy(qscheme)
+    moved.to_device(device)
+    return moved
+
+
+def _refuse_writes(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    for i, arg in enumerate(func._schema.arguments):
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        if isinstance(value, QTensor) and arg.alias_info is not None and arg.alias_info.is_write:
+            raise T2NErrorNotImplemented(
+                f"{func} writes into a quantized tensor ({value.nnef_name or 'QTensor'}), which holds "
+                "codes, not floats; quantize the new values into a new QTensor instead"
+            )
+
+
+class QTensorTract(QTensor):
+    """Marker base of the QTensors that tract can load."""
+
+
+class QTensorTractScaleOnly(QTensorTract):
+    """Q4_0 (4 bits, groups of 32, one f16 scale per group): stored as the packed blocks
+    tract reads (``blocks``: uint8, 18 bytes per 32 values, GGML nibble order), nothing
+    else. ``u8_blob`` and ``qscheme.scale`` are computed from / views of the blocks."""
+
+    blocks: torch.Tensor
+    specific_machine: Optional[str]
+
+    @staticmethod
+    def __new__(cls, *args: Any, specific_machine: Optional[str] = None, **kwargs: Any) -> "QTensorTractScaleOnly":
+        self = QTensor.__new__(cls, *args, **kwargs)
+        self.specific_machine = specific_machine
+        return self
+
+    @classmethod
+    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> "QTensorTractScaleOnly":
+        self = super()._empty(shape, dtype, device)
+        self.specific_machine = None
+        return self
+
+    def _store(self, fp_tensor: torch.Tensor) -> None:
+        scheme = self.qscheme
+        if not isinstance(scheme, QScalePerGroupF16) or scheme.n_bits != 4 or scheme.group_size != Q4_0_GROUP:
+            raise T2NErrorImpossibleQuantization(
+                f"QTensorTractScaleOnly stores Q4_0: it needs QScalePerGroupF16(group_size=32, n_bits=4), "
+                f"got {scheme!r}"
+            )
+        if self.u8_compressors:
+            raise T2NErrorInvalidArgument("QTensorTractScaleOnly stores packed Q4_0 blocks; u8_compressors do not apply")
+        check_q4_0_shape(tuple(fp_tensor.shape))
+        codes = scheme.quantize_as_u8(fp_tensor).reshape(-1, Q4_0_GROUP)
+        packed = codes[:, :16] | (codes[:, 16:] << 4)  # GGML order: byte j = q[j] | q[j+16] << 4
+        scale_bytes = scheme.scale.reshape(-1).contiguous().view(torch.uint8).reshape(-1, 2)
+        self._set_blocks(torch.cat([scale_bytes, packed], dim=1).reshape(-1))
+
+    @classmethod
+    def _from_blocks(
+        cls, blocks: torch.Tensor, shape: Sequence[int], dequant_to_dtype: torch.dtype
+    ) -> "QTensorTractScaleOnly":
+        self = cls._empty(tuple(shape), dequant_to_dtype, blocks.device)
+        self.u8_compressors = []
+        self._set_blocks(blocks)
+        return self
+
+    def _set_blocks(self, blocks: torch.Tensor) -> None:
+        self.blocks = blocks.contiguous()
+        # The scales are the first two bytes of each block: a view, no copy.
+        scale = self.blocks.view(-1, Q4_0_BLOCK_BYTES)[:, :2].view(torch.float16).reshape(-1)
+        self.qscheme = QScalePerGroupF16(Q4_0_GROUP, scale, 4)
+
+    def _state(self) -> dict[str, Any]:
+        # qscheme is rebuilt from the (possibly copied) blocks.
+        return {k: v for k, v in self.__dict__.items() if k != "qscheme"}
+
+    def _shallow(self, copy_tensors: bool = False) -> "QTensorTractScaleOnly":
+        new = super()._shallow(copy_tensors)
+        new._set_blocks(new.blocks)
+        return new
+
+    def to_device(self, new_device: Any) -> "QTensorTractScaleOnly":
+        return type(self)._from_blocks(self.blocks.to(new_device), tuple(self.shape), self.dequant_to_dtype)
+
+    @property
+    def u8_blob(self) -> torch.Tensor:  # type: ignore[override]
+        """The 4-bit codes, one uint8 per value (computed from the blocks)."""
+        return self.decompress_to_u8()
+
+    def decompress_to_u8(self) -> torch.Tensor:
+        nibbles = self.blocks.view(-1, Q4_0_BLOCK_BYTES)[:, 2:]
+        return torch.cat([nibbles & 0x0F, nibbles >> 4], dim=1).reshape(self.shape)
+
+    def decompress(self) -> torch.Tensor:
+        """Dequantized by ``_native`` (tract's arithmetic); through f16 on ARM machines,
+        as tract's ARM kernels do."""
+        values = torch.from_numpy(_native.q4_0_dequantize(self.blocks.cpu().numpy(), list(self.shape)))
+        if "arm" in (self.specific_machine or platform.machine()).lower():
+            values = values.to(torch.float16)
+        return values.to(device=self.device, dtype=self.dequant_to_dtype)
+
+    def nbytes_quantized(self) -> int:
+        """Bytes held: the packed blocks only."""
+        return self.blocks.numel()
+
+    def write_in_file(self, dirpath: "os.PathLike[str] | str", label: str, inference_target: Any = None) -> None:
+        """Write ``<dirpath>/<label>.dat``: code 0x3040 for tract >= 0.21.11 (or no target),
+        0x2040 before. An existing file with the same bytes is left as is; a different one
+        raises ``T2NErrorNotImplemented``."""
+        data = _native.q4_0_blocks_dat_encode(
+            self.blocks.cpu().numpy(), list(self.shape), q4_0_encoding(inference_target)
+        )
+        path = Path(dirpath) / f"{label}.dat"
+        if path.exists():
+            if path.read_bytes() == data:
+                return
+            raise T2NErrorNotImplemented(
+                f"{path} already exists with different content; two tensors share the label {label!r}"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def q4_0_encoding(inference_target: Any) -> str:
+    """``"q4_0"`` (GGML order) unless ``inference_target`` is a tract older than 0.21.11."""
+    supports: Optional[Callable[[str], bool]] = getattr(inference_target, "supports", None)
+    if inference_target is None or supports is None or supports("q4_0_ggml_order"):
+        return "q4_0"
+    return "q4_0_legacy"
+
+
+def check_q4_0_shape(shape: Sequence[int]) -> None:
+    """Raise ``T2NErrorImpossibleQuantization`` unless tract can hold ``shape`` as Q4_0."""
+    if not 2 <= len(shape) <= 4 or math.prod(shape[1:]) % Q4_0_GROUP:
+        raise T2NErrorImpossibleQuantization(
+            f"shape {tuple(shape)} cannot be quantized to Q4_0: tract needs rank 2 to 4 with the "
+            f"product of all dimensions but the first divisible by {Q4_0_GROUP}; keep this tensor in float"
+        )
+
+
+def fp_to_tract_q4_0_with_min_max_calibration(
+    fp_tensor: torch.Tensor, percentile: float = 1.0
+) -> QTensorTractScaleOnly:
+    """Q4_0 of ``fp_tensor`` (min-max, or ``percentile`` of |x| per block), quantized by
+    ``_native`` on all cores; dequantizes back to ``fp_tensor``'s dtype."""
+    check_percentile(percentile)
+    if not isinstance(fp_tensor, torch.Tensor):
+        raise T2NErrorInvalidArgument(f"expected a torch.Tensor, got {type(fp_tensor).__name__}")
+    check_q4_0_shape(tuple(fp_tensor.shape))
+    if isinstance(fp_tensor, QTensor):
+        fp_tensor = fp_tensor.decompress()
+    values = fp_tensor.detach().cpu()
+    if values.dtype == torch.bfloat16:
+        array, bf16 = values.view(torch.int16).numpy(), True
+    elif values.dtype in (torch.float16, torch.float32):
+        array, bf16 = values.numpy(), False
+    elif values.dtype == torch.float64:
+        array, bf16 = values.float().numpy(), False
+    else:
+        raise T2NErrorInvalidArgument(f"Q4_0 quantizes float tensors, got {values.dtype}")
+    blocks = torch.from_numpy(_native.q4_0_quantize(array, bf16=bf16, percentile=percentile))
+    return QTensorTractScaleOnly._from_blocks(blocks.to(fp_tensor.device), tuple(fp_tensor.shape), fp_tensor.dtype)
