@@ -457,17 +457,9 @@ impl ArtefactWriter {
     ) -> Result<u64> {
         self.check_usable()?;
         let header = dat::prepare(label, view, encoding, options)?;
-        let name = format!("{label}.dat");
-        self.claim(&name)?;
-        let size = HEADER_LEN as u64 + u64::from(header.data_length);
-        let tmp = self.tmp.join(&name);
-        self.member(&name, size, &mut |w| {
-            let io_err = |e| Error::io("cannot write", &tmp, e);
-            w.write_all(&header.to_bytes()).map_err(io_err)?;
-            dat::encode_payload(view, encoding, options, &mut |piece| w.write_all(piece).map_err(io_err))
-                .map_err(|e| dat::with_label(label, e))
-        })?;
-        Ok(size)
+        self.add_dat(label, header, &mut |sink| {
+            dat::encode_payload(view, encoding, options, sink).map_err(|e| dat::with_label(label, e))
+        })
     }
 
     /// Add already-packed GGML-order Q4_0 `blocks` of a tensor of logical `shape` as
@@ -476,6 +468,16 @@ impl ArtefactWriter {
     pub fn add_q4_0_blocks(&mut self, label: &str, blocks: &[u8], shape: &[usize], encoding: Encoding) -> Result<u64> {
         self.check_usable()?;
         let header = dat::prepare_q4_0_blocks(label, blocks.len(), shape, encoding)?;
+        self.add_dat(label, header, &mut |sink| dat::q4_0_blocks_payload(blocks, encoding, sink))
+    }
+
+    /// Write `<label>.dat`: `header`, then the payload that `payload` streams into its sink.
+    fn add_dat(
+        &mut self,
+        label: &str,
+        header: dat::Header,
+        payload: &mut dyn FnMut(&mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()>,
+    ) -> Result<u64> {
         let name = format!("{label}.dat");
         self.claim(&name)?;
         let size = HEADER_LEN as u64 + u64::from(header.data_length);
@@ -483,7 +485,7 @@ impl ArtefactWriter {
         self.member(&name, size, &mut |w| {
             let io_err = |e| Error::io("cannot write", &tmp, e);
             w.write_all(&header.to_bytes()).map_err(io_err)?;
-            dat::q4_0_blocks_payload(blocks, encoding, &mut |piece| w.write_all(piece).map_err(io_err))
+            payload(&mut |piece| w.write_all(piece).map_err(io_err))
         })?;
         Ok(size)
     }

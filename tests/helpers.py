@@ -15,6 +15,17 @@ from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 
 
+class Fn(torch.nn.Module):
+    """Wraps a function of the inputs (the op under test) as a module."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        return self.fn(*args)
+
+
 def as_tuple(args: Any) -> tuple[Any, ...]:
     return args if isinstance(args, tuple) else (args,)
 

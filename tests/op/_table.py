@@ -10,20 +10,11 @@ import torch
 from torch import nn
 
 from fastnnef.inference_target import TractNNEF
-from tests.helpers import export_and_check
+from tests.helpers import Fn, export_and_check
 
 Dyn = Optional[dict[int, dict[int, str]]]
 
 
-class Fn(nn.Module):
-    """Wraps a function of the inputs (the op under test) as a module."""
-
-    def __init__(self, fn: Callable[..., Any]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args: torch.Tensor) -> Any:
-        return self.fn(*args)
 
 
 def _like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:

@@ -15,18 +15,9 @@ from torch import nn
 
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
-from tests.helpers import export_and_check
+from tests.helpers import Fn, export_and_check
 
 
-class Fn(nn.Module):
-    """Wrap a function of the input as a module (for functional-only ops)."""
-
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(x)
 
 
 class ClampTensor(nn.Module):

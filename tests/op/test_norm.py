@@ -12,7 +12,7 @@ from torch import nn
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.op.registry import load_handlers
-from tests.helpers import export_and_check
+from tests.helpers import Fn, export_and_check
 
 
 def randomized(module: nn.Module) -> nn.Module:
@@ -41,13 +41,6 @@ class HandRMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-class Fn(nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(x)
 
 
 def needs(*kinds: str) -> list[pytest.MarkDecorator]:

@@ -12,16 +12,9 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import KhronosNNEF, TractNNEF
-from tests.helpers import export_and_check
+from tests.helpers import Fn, export_and_check
 
 
-class Fn(nn.Module):
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fn(x)
 
 
 class First(nn.Module):
