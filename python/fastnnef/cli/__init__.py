@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from typing import Optional, Sequence
 
 from fastnnef.exceptions import T2NError
@@ -32,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    # torch announces jit.trace's deprecation on every trace; fastnnef relies on tracing
+    # knowingly, so the command line (which owns its process) keeps its output clean.
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -1,6 +1,6 @@
 """A tiny keyword-spotting style audio net: 1-D convolutions over time, a GELU MLP head.
 
-Small (about 60 k parameters) but real: batch norm folded at export, a dynamic time axis,
+Small (about 22 k parameters) but real: batch norm folded at export, a dynamic time axis,
 and the op families an on-device audio model uses.
 """
 
