@@ -61,31 +61,30 @@ def _dim_form(ctx: OpContext) -> bool:
     return len(ctx.node.inputs) > 2
 
 
-@handler("aten::sum", args="t I? b? n?")
-def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
-    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""
+def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
+    """A reduction computed in the output dtype; the (self, dtype) overloads reduce all axes."""
     dtype = ctx.out_dtype()
     if not _dim_form(ctx):
         dims, keepdim = None, False
-    return _finish(ctx, "sum_reduce", ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+    return _finish(ctx, kind, ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+
+
+@handler("aten::sum", args="t I? b? n?")
+def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""
+    return _reduce(ctx, "sum_reduce", x, dims, keepdim)
 
 
 @handler("aten::mean", args="t I? b? n?")
 def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
     """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""
-    dtype = ctx.out_dtype()
-    if not _dim_form(ctx):
-        dims, keepdim = None, False
-    return _finish(ctx, "mean_reduce", ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+    return _reduce(ctx, "mean_reduce", x, dims, keepdim)
 
 
 @handler("aten::prod", args="t I? b? n?")
 def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
     """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""
-    dtype = ctx.out_dtype()
-    if not _dim_form(ctx):
-        dim, keepdim = None, False
-    return _finish(ctx, "tract_core_product_reduce", ctx.cast(x, dtype), _axes(ctx, x, dim), bool(keepdim), dtype)
+    return _reduce(ctx, "tract_core_product_reduce", x, dim, keepdim)
 
 
 @handler("aten::amax", "aten::amin", args="t I? b?")
