@@ -1,5 +1,5 @@
 """check_io wall time on the bench MLP (same artefact as benches/tract_check.rs)."""
-import io, sys, tarfile, tempfile, time
+import io, tarfile, tempfile, time
 from pathlib import Path
 import numpy as np
 from fastnnef.check import check_io, TractArtefact

@@ -111,7 +111,7 @@ def test_perturbed_artefact_fails_with_figures(tmp_path: Path) -> None:
     assert report.worst_expected == 10.0 and report.worst_got == float(got[1, 2])
     nonzero = got != 0
     assert report.max_rel_error == (diff[nonzero] / np.abs(got[nonzero].astype(np.float64))).max()
-    assert f"failing elements: 5 / 6" in message
+    assert "failing elements: 5 / 6" in message
 
 
 def test_perturbed_expected_outputs_fail_with_figures(tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ from fastnnef.torch_graph.harden import harden_jit_for_export
 from fastnnef.torch_graph.ir import IRGraph, build_ir
 from fastnnef.torch_graph.ir_naming import DEFAULT_VARNAME_SCHEME, VariableNamingScheme
 from fastnnef.torch_graph.trace import TracedModel, trace_model
-from fastnnef.utils import SemanticVersion
 
 __all__ = [
     "export_model_to_nnef",

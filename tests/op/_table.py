@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-from torch import nn
 
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import Fn, export_and_check

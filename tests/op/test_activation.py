@@ -6,7 +6,6 @@ negative side, clamps) is exercised; f32 tolerance 1e-4, f16 1e-2.
 
 from __future__ import annotations
 
-from typing import Callable
 
 import pytest
 import torch

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tarfile
-from typing import Callable
 
 import pytest
 import torch

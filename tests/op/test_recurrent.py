@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fastnnef.check import TractArtefact
-from fastnnef.exceptions import T2NErrorNotImplemented, T2NErrorStrictNNEFSpec
+from fastnnef.exceptions import T2NErrorStrictNNEFSpec
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from tests.helpers import export_and_check

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
-import io
 import re
 import struct
 import tarfile

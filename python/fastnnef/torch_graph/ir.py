@@ -368,6 +368,8 @@ class _Builder:
 
     def foldable(self, ins: list[torch._C.Value]) -> bool:
         vals = [self.number(i) for i in ins]
+        if len(vals) == 3 and isinstance(vals[2], Const) and isinstance(vals[2].value, str):
+            vals = vals[:2]  # aten::div(a, b, rounding_mode)
         return all(isinstance(v, (Const, SymInt)) for v in vals) and any(
             not isinstance(v, Const) or isinstance(v.value, (int, float)) for v in vals
         ) and all(not isinstance(v, Const) or isinstance(v.value, (int, float, bool)) for v in vals)
@@ -376,6 +378,16 @@ class _Builder:
         vals = [self.number(i) for i in ins]
         # aten::add(Scalar a, Scalar b, alpha) on NumToTensor values: alpha is 1 here.
         a_b = vals[:2] if kind != "aten::neg" else vals[:1]
+        mode = vals[2].value if kind == "aten::div" and len(vals) == 3 and isinstance(vals[2], Const) else None
+        if mode is not None:  # torch.div(a, b, rounding_mode="floor" | "trunc")
+            if not all(isinstance(v, Const) for v in a_b):
+                raise T2NErrorNotImplemented(
+                    f"torch.div with rounding_mode on a size that depends on a dynamic axis "
+                    f"({_source(out.node())}): use `//` (floor division) instead"
+                )
+            q = a_b[0].value / a_b[1].value  # type: ignore[union-attr]
+            self.set(out, Const(out.debugName(), math.floor(q) if mode == "floor" else math.trunc(q)))
+            return
         if all(isinstance(v, Const) for v in a_b):
             self.set(out, Const(out.debugName(), _FOLD[kind](*[v.value for v in a_b])))
             return

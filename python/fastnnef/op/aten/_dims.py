@@ -7,10 +7,9 @@ handler knows them (a reduction keeps the input's ``S``), and later handlers nee
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.op.aten._common import literal
 from fastnnef.op.context import OpContext
 from fastnnef.torch_graph.ir import UNKNOWN
 
