@@ -25,7 +25,7 @@ Arrays may be non-contiguous (any strides); they are read in C order without a c
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,7 @@ def validate_member_name(name: str) -> None:
 def dat_decode(data: bytes) -> DatTensor:
     """Parse ``.dat`` bytes. Raises T2NErrorDatFormat naming the bad field."""
 
+@final
 class DatTensor:
     """A decoded ``.dat`` file."""
 
@@ -97,6 +98,7 @@ def q4_0_blocks_dat_encode(blocks: npt.NDArray[np.uint8], shape: Sequence[int], 
 
 # --- artefact sink --------------------------------------------------------------------
 
+@final
 class ArtefactWriter:
     """Streams ``graph.nnef``, ``graph.quant`` and tensors into a directory, ``.tar`` or
     ``.tgz`` in one pass. Everything goes to a temporary name beside ``path``; ``finish``
@@ -111,7 +113,7 @@ class ArtefactWriter:
     cores (deterministic for a given level, whatever the thread count).
     """
 
-    def __init__(self, path: str, format: str, compression_level: int = 0) -> None:
+    def __new__(cls, path: str, format: str, compression_level: int = 0) -> ArtefactWriter:
         """``format`` is ``"dir"``, ``"tar"`` or ``"tgz"``; ``compression_level`` 0..9
         (tgz only; 0 = stored deflate blocks)."""
     def add_file(self, name: str, data: bytes) -> None:
@@ -131,6 +133,7 @@ class ArtefactWriter:
 
 # --- tract, in-process ----------------------------------------------------------------
 
+@final
 class TractModel:
     """An NNEF artefact loaded by the linked tract (registries tract_core, tract_pulse,
     tract_extra, tract_transformers), optimized and planned once, runnable many times."""
@@ -161,6 +164,7 @@ def compare(expected: npt.NDArray, got: npt.NDArray, approximation: str) -> Comp
     ``expected`` is cast to ``got``'s dtype first when both are unquantized floats, and
     the tolerance row is chosen by that dtype."""
 
+@final
 class CompareReport:
     ok: bool
     approximation: str
