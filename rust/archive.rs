@@ -134,7 +134,7 @@ impl<W: Write> ParallelGz<W> {
     /// Compress what is pending; with `last`, end the deflate stream.
     fn compress_pending(&mut self, last: bool) -> io::Result<()> {
         let mut pieces: Vec<&[u8]> = self.pending.chunks(GZ_CHUNK).collect();
-        if last && self.pending.len() % GZ_CHUNK == 0 {
+        if last && self.pending.len().is_multiple_of(GZ_CHUNK) {
             // The final block needs a chunk of its own when the data ends on a boundary.
             pieces.push(&[]);
         }
@@ -329,6 +329,9 @@ pub struct ArtefactWriter {
     failed: bool,
 }
 
+/// Receives a `.dat` payload piece by piece (bounded chunks, never the whole tensor).
+type PieceSink<'a> = dyn FnMut(&[u8]) -> Result<()> + 'a;
+
 impl ArtefactWriter {
     /// Start an artefact at `path`. `level` is the gzip level (tgz only, 0..=9).
     pub fn create(path: impl Into<PathBuf>, format: Format, level: u32) -> Result<Self> {
@@ -471,12 +474,13 @@ impl ArtefactWriter {
         self.add_dat(label, header, &mut |sink| dat::q4_0_blocks_payload(blocks, encoding, sink))
     }
 
-    /// Write `<label>.dat`: `header`, then the payload that `payload` streams into its sink.
+    /// Write `<label>.dat`: `header`, then the payload that `payload` streams into its sink
+    /// piece by piece.
     fn add_dat(
         &mut self,
         label: &str,
         header: dat::Header,
-        payload: &mut dyn FnMut(&mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()>,
+        payload: &mut dyn FnMut(&mut PieceSink<'_>) -> Result<()>,
     ) -> Result<u64> {
         let name = format!("{label}.dat");
         self.claim(&name)?;

@@ -337,7 +337,7 @@ impl Header {
         let len: u128 = match encoding {
             Encoding::Q4_0 | Encoding::Q4_0Legacy => {
                 let inner: u128 = shape.iter().skip(1).map(|&d| d as u128).product();
-                if shape.len() < 2 || inner % quant::BLOCK as u128 != 0 {
+                if shape.len() < 2 || !inner.is_multiple_of(quant::BLOCK as u128) {
                     return Err(Error::ImpossibleQuantization(format!(
                         "tensor '{label}' of shape {shape:?} cannot be stored as Q4_0: tract needs rank >= 2 \
                          with the product of all dimensions but the first divisible by {}; keep it in float",
@@ -420,7 +420,7 @@ impl Header {
         let expected = match encoding {
             Encoding::Q4_0 | Encoding::Q4_0Legacy => {
                 let inner: u128 = header.shape.iter().skip(1).map(|&d| u128::from(d)).product();
-                if rank < 2 || inner % quant::BLOCK as u128 != 0 {
+                if rank < 2 || !inner.is_multiple_of(quant::BLOCK as u128) {
                     return Err(Error::DatFormat(format!(
                         "Q4_0 needs rank >= 2 and dims[1..] a multiple of 32, got shape {:?}",
                         header.shape
@@ -583,7 +583,7 @@ impl<'a> TensorView<'a> {
     pub fn gather(&self, start: usize, out: &mut [u8]) {
         let es = self.dtype.size();
         let n = out.len() / es;
-        assert!(out.len() % es == 0 && start + n <= self.numel, "gather range out of bounds");
+        assert!(out.len().is_multiple_of(es) && start + n <= self.numel, "gather range out of bounds");
         if n == 0 {
             return;
         }
@@ -690,11 +690,10 @@ pub fn encode_payload(
     let plan = encoding.plan(view.dtype())?;
     let es = view.dtype().size();
     let n = view.numel();
-    if plan == Plan::Copy {
-        if let Some(all) = view.as_contiguous() {
+    if plan == Plan::Copy
+        && let Some(all) = view.as_contiguous() {
             return sink(all);
         }
-    }
     // Elements per step: a multiple of 32 so Q4_0 blocks and packed bool bytes never straddle.
     let step = (CHUNK_BYTES / es / quant::BLOCK * quant::BLOCK).max(quant::BLOCK);
     let contiguous = view.as_contiguous();

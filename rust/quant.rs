@@ -192,7 +192,7 @@ pub fn quantize_q4_0(
 ) -> Result<()> {
     check_percentile(percentile)?;
     let block_src = BLOCK * kind.size();
-    if src.len() % block_src != 0 {
+    if !src.len().is_multiple_of(block_src) {
         return Err(Error::ImpossibleQuantization(format!(
             "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
             src.len() / kind.size()
@@ -217,7 +217,7 @@ pub fn quantize_q4_0(
 
 /// Dequantize Q4_0 blocks into f32: `(q - 8) * scale`.
 pub fn dequantize_q4_0(blocks: &[u8], order: NibbleOrder, out: &mut [f32]) -> Result<()> {
-    if blocks.len() % BLOCK_BYTES != 0 || out.len() != blocks.len() / BLOCK_BYTES * BLOCK {
+    if !blocks.len().is_multiple_of(BLOCK_BYTES) || out.len() != blocks.len() / BLOCK_BYTES * BLOCK {
         return Err(Error::DatFormat(format!(
             "Q4_0 payload of {} bytes is not {} values in {BLOCK_BYTES}-byte blocks",
             blocks.len(),

@@ -552,7 +552,7 @@ pub fn compare(expected: &Tensor, got: &Tensor, approx: Approximation) -> Result
         }
         let better = match worst {
             None => true,
-            Some((_, w, wf)) => (!pass && !wf) || (!pass == wf && err > w),
+            Some((_, w, wf)) => (!pass && !wf) || (pass != wf && err > w),
         };
         if better {
             worst = Some((ix, err, !pass));
@@ -598,6 +598,18 @@ impl fmt::Display for CompareReport {
         }
         Ok(())
     }
+}
+
+/// `tensor` in plain memory: block-quantized (Q4_0) values, which tract keeps in their
+/// packed form when a variable is an output, are dequantized to f32.
+fn plain_tensor(tensor: Tensor) -> TractResult<Tensor> {
+    use tract_nnef::tract_core::tract_linalg::block_quant::BlockQuantStorage;
+    if tensor.is_plain() {
+        return Ok(tensor);
+    }
+    let packed = tensor.try_storage_as::<BlockQuantStorage>()?;
+    let values = packed.format().dequant_f32(packed.value().as_bytes())?;
+    values.into_shape(tensor.shape())
 }
 
 #[cfg(test)]
@@ -758,7 +770,7 @@ mod tests {
                     let i = (rng.next() as usize) % n;
                     let bound = atol as f32 + rtol as f32 * g[i].abs();
                     let f = [0.5f32, 0.999, 1.0, 1.001, 2.0, 20.0][(rng.next() % 6) as usize];
-                    g[i] += if rng.next() % 2 == 0 { bound * f } else { -bound * f } + f32::EPSILON * scale;
+                    g[i] += if rng.next().is_multiple_of(2) { bound * f } else { -bound * f } + f32::EPSILON * scale;
                 }
                 if case % 17 == 0 {
                     g[0] = f32::NAN;
@@ -786,16 +798,4 @@ mod tests {
         // Both verdicts occur, so the agreement is not vacuous.
         assert!(passes > cases / 10 && passes < cases * 9 / 10, "{passes} / {cases}");
     }
-}
-
-/// `tensor` in plain memory: block-quantized (Q4_0) values, which tract keeps in their
-/// packed form when a variable is an output, are dequantized to f32.
-fn plain_tensor(tensor: Tensor) -> TractResult<Tensor> {
-    use tract_nnef::tract_core::tract_linalg::block_quant::BlockQuantStorage;
-    if tensor.is_plain() {
-        return Ok(tensor);
-    }
-    let packed = tensor.try_storage_as::<BlockQuantStorage>()?;
-    let values = packed.format().dequant_f32(packed.value().as_bytes())?;
-    values.into_shape(tensor.shape())
 }
