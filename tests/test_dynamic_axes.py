@@ -94,3 +94,43 @@ def test_symbol_in_two_inputs_and_batch(tmp_path: Path) -> None:
     lines = (path / "graph.nnef").read_text().splitlines()
     assert lines.count("extension tract_symbol B;") == 1
     assert lines.count("extension tract_symbol S;") == 1
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm causal attention + MLP; heads split with sizes read from x.shape."""
+
+    def __init__(self, d: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.norm2(x))
+
+
+@pytest.mark.parametrize("reify", [True, False], ids=["sdpa_op", "sdpa_decomposed"])
+def test_transformer_blocks_run_at_other_batch_and_lengths(tmp_path: Path, reify: bool) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(TransformerBlock(), TransformerBlock()).eval()
+    target = TractNNEF(TractNNEF.latest_version(), reify_sdpa_operator=reify).with_dynamic_axes(
+        {"x": {0: "B", 1: "S"}}
+    )
+    path = export_and_check(model, (torch.randn(2, 7, 32),), tmp_path, target=target,
+                            input_names=["x"], output_names=["y"],
+                            custom_extensions=["tract_assert S >= 1"])
+    artefact = TractArtefact.load(path)
+    assert artefact.input_facts == [("f32", ["B", "S", 32])]
+    for batch, length in ((1, 1), (3, 12), (1, 40)):
+        x = torch.randn(batch, length, 32)
+        (got,) = artefact.run([x])
+        with torch.no_grad():
+            expected = model(x).numpy()
+        assert abs(got - expected).max() < 1e-4, (batch, length)
