@@ -15,10 +15,11 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from fastnnef.check import TractArtefact  # noqa: E402
-from fastnnef.compress import quantize_weights_min_max_Q4_0  # noqa: E402
-from fastnnef.inference_target import TractNNEF  # noqa: E402
-from tests.helpers import export_and_check  # noqa: E402
+from fastnnef.check import TractArtefact
+from fastnnef.compress import quantize_weights_min_max_Q4_0
+from fastnnef.inference_target import TractNNEF
+
+from tests.helpers import export_and_check
 
 VOCAB = 100
 EXPORT_LEN = 5

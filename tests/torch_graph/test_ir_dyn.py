@@ -11,11 +11,11 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from fastnnef.inference_target import TractNNEF
 from fastnnef.torch_graph.ir import TensorValue, build_ir
 from fastnnef.torch_graph.trace import trace_model
+from torch import nn
+
 from tests.helpers import export_and_check
 
 
