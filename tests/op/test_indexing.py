@@ -79,6 +79,13 @@ CASES = [
     ("index_tensor_axis1", lambda x, i: x[:, i], lambda: (randn(3, 5), idx(4, 1)), None),
     ("index_tensor_2d", lambda x, i: x[i], lambda: (randn(5, 3), torch.randint(0, 5, (2, 2))), None),
     ("index_after_slice", lambda x, i: x[i, 1:3], lambda: (randn(5, 4), idx(1, 3)), None),
+    ("index_two_tensors", lambda x, i, j: x[i, j], lambda: (randn(3, 4), idx(0, 2, -1), idx(2, 3, 0)), None),
+    # transformers' mask functions: x[b[:, None, None, None], q[None, None, :, None]]
+    ("index_two_broadcast", lambda x, b, q: x[b[:, None, None, None], q[None, None, :, None]],
+     lambda: (randn(2, 5), idx(1, 0), idx(4, 1, 3)), None),
+    ("index_two_inner_axes", lambda x, i, j: x[:, i, j], lambda: (randn(2, 3, 4, 5), idx(2, 0), idx(1, 3)), None),
+    ("index_two_dyn", lambda x: x[torch.arange(x.size(0))[:, None], torch.arange(x.size(1))[None, :]] * 2,
+     lambda: (randn(2, 5),), {0: {1: "S"}}),
     ("masked_fill_scalar", lambda x, m: x.masked_fill(m, -1.5), lambda: (randn(3, 4), mask(3, 4)), None),
     ("masked_fill_broadcast", lambda x, m: x.masked_fill(m, float("-inf")), lambda: (randn(2, 3, 4), mask(4)), None),
     ("masked_fill_tensor_value", lambda x, m: x.masked_fill(m, torch.tensor(2.0)), lambda: (randn(3, 4), mask(3, 4)), None),
@@ -99,6 +106,13 @@ CASES = [
     ("triu_diag", lambda x: x.triu(1), lambda: (randn(2, 4, 5),), None),
     ("tril_negative", lambda x: torch.tril(x, -1), lambda: (randn(4, 4),), None),
     ("cumsum", lambda x: x.cumsum(1), lambda: (randn(3, 5),), None),
+    ("diff", lambda x: torch.diff(x), lambda: (randn(3, 5),), None),
+    ("diff_n2_dim0", lambda x: torch.diff(x, n=2, dim=0), lambda: (randn(5, 3),), None),
+    ("diff_prepend_append", lambda x, p, a: torch.diff(x, dim=1, prepend=p, append=a),
+     lambda: (randn(2, 4), randn(2, 1), randn(2, 2)), None),
+    # transformers' packed-sequence detection on position ids
+    ("diff_int_dyn", lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1),
+     lambda: (torch.randint(0, 9, (1, 5)),), {0: {1: "S"}}),
     ("cumsum_int", lambda x: torch.cumsum(x, 0), lambda: (torch.randint(0, 9, (4, 3)),), None),
     ("scatter_src", lambda x, i, s: x.scatter(1, i, s), lambda: (randn(3, 5), idx(0, 4, 2).repeat(3, 1), randn(3, 3)), None),
     ("scatter_value", lambda x, i: x.scatter(0, i, 2.5), lambda: (randn(3, 5), idx(2, 0, 1, 1, 0).view(1, 5)), None),
@@ -147,7 +161,7 @@ def test_embedding_dynamic_sequence(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("fn, make, message", [
     pytest.param(lambda x, m: x[m], lambda: (randn(3, 4), mask(3, 4)), "data-dependent", id="bool_mask"),
-    pytest.param(lambda x, i, j: x[i, j], lambda: (randn(3, 4), idx(0, 1), idx(2, 3)), "several index tensors", id="two_index_tensors"),
+    pytest.param(lambda x, i, j: x[i, :, j], lambda: (randn(3, 2, 4), idx(0, 1), idx(2, 3)), "non-adjacent", id="index_tensors_apart"),
     pytest.param(lambda c: torch.where(c), lambda: (mask(3, 4),), "nonzero", id="where_one_arg"),
     pytest.param(lambda x: x.roll(1, 1), lambda: (randn(2, 5),), "roll", id="roll_dynamic_axis"),
     # y[:, i] = v is slice(y) + index_put_ on that view: the write would be lost silently.

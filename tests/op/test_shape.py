@@ -24,6 +24,11 @@ CASES = [
     ("view_infer", lambda x: x.view(-1, 12), X3, None),
     ("view_insert_unit", lambda x: x.view(1, 24), X3, None),
     ("reshape_1d_to_2d", lambda x: x.view(1, 4), lambda: (randn(4),), None),
+    # only unit axes dropped: tract rejects an empty reshape window (GPT-2's Conv1D view)
+    ("view_drop_leading_unit", lambda x: x.view(-1, x.size(-1)), lambda: (randn(1, 5, 4),), None),
+    ("view_drop_leading_unit_dyn", lambda x: x.view(-1, x.size(-1)), lambda: (randn(1, 5, 4),), DYN1),
+    ("view_drop_trailing_unit", lambda x: x.view(5, 4), lambda: (randn(5, 4, 1),), None),
+    ("view_to_scalar", lambda x: x.view(()) + 1, lambda: (randn(1, 1),), None),
     ("reshape_dyn_batch", lambda x: x.reshape(x.size(0), 12), X3, DYN0),
     ("reshape_dyn_split_last", lambda x: x.view(x.size(0), x.size(1), 2, 2), X3, DYN1),
     ("view_as", lambda x, y: x.view_as(y), lambda: (randn(2, 6), randn(3, 4)), None),

@@ -448,10 +448,12 @@ def propagate_dyn(op: IROp) -> None:
     Same-rank outputs follow the inputs dim by dim (broadcasting ops, conv along time,
     norms...). Other outputs: a dim whose traced size equals a dynamic input dim's is
     marked dynamic-unknown, so handlers that need a concrete value refuse it."""
+    if op.kind == "aten::arange" and _arange_dyn(op):
+        return
     rule = _DYN_RULES.get(op.kind)
     if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
         out = op.outputs[0]
-        if isinstance(out, TensorValue) and (op.inputs[0].is_dynamic() or out.is_dynamic()):
+        if isinstance(out, TensorValue) and (any(t.is_dynamic() for t in _tensor_inputs(op)) or out.is_dynamic()):
             out.dyn = rule(op.inputs[0], out, op.inputs[1:])
             return
         if isinstance(out, TensorValue) and not any(isinstance(v, SymInt) for v in _flat(op.inputs)):
@@ -503,6 +505,23 @@ def propagate_dyn(op: IROp) -> None:
                 mark = UNKNOWN
             dyn.append(mark)
         out.dyn = tuple(dyn)
+
+
+def _arange_dyn(op: IROp) -> bool:
+    """arange(S) / arange(0, S) / arange(0, S, 1) has length S: mark it (torch.arange over
+    a dynamic size builds position ids and masks in transformers)."""
+    bounds = {5: 1, 6: 2, 7: 3}.get(len(op.inputs))
+    out = op.outputs[0]
+    if bounds is None or not isinstance(out, TensorValue) or out.rank != 1:
+        return False
+    end = op.inputs[0] if bounds == 1 else op.inputs[1]
+    others = [v for v in op.inputs[:bounds] if v is not end]  # start, step
+    if not isinstance(end, SymInt) or end.expr == UNKNOWN or [
+        v.value if isinstance(v, Const) else None for v in others
+    ] != [0, 1][: len(others)]:
+        return False
+    out.dyn = (end.expr,)
+    return True
 
 
 def _flat(values: Sequence[IRValue]) -> list[IRValue]:
@@ -573,6 +592,49 @@ def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return x.dyn[:d] + (None,) + x.dyn[d:]
 
 
+def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """embedding(weight, indices): the indices' dims, then the embedding's."""
+    idx = args[0]
+    assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
+    return idx.dyn + weight.dyn[1:]
+
+
+def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
+    idx = args[1]
+    assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
+    a = _ints(args[0])[0] % x.rank
+    return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
+
+
+def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """matmul: broadcast batch dims, then a's rows and b's columns (the contracted dim,
+    dynamic or not, never reaches the output)."""
+    b = args[0]
+    assert isinstance(b, TensorValue)
+    if a.rank == 1:  # vector @ matrix: b's batch dims and columns
+        return b.dyn[:-2] + b.dyn[-1:] if b.rank > 1 else ()
+    if b.rank == 1:  # matrix @ vector: a's batch dims and rows
+        return a.dyn[:-1]
+    dyn: list[Optional[str]] = []
+    for d in range(out.rank - 2):
+        mark: Optional[str] = None
+        for t in (a, b):
+            k = d - (out.rank - t.rank)
+            if k >= 0 and t.dyn[k] is not None and t.shape[k] == out.shape[d]:
+                mark = t.dyn[k]
+        dyn.append(mark)
+    return tuple(dyn) + (a.dyn[-2], b.dyn[-1])
+
+
+def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """scaled_dot_product_attention: the query's dims, with the values' last one (the
+    mask's key axis never reaches the output)."""
+    v = args[1]
+    assert isinstance(v, TensorValue) and q.rank == out.rank
+    return q.dyn[:-1] + v.dyn[-1:]
+
+
 _DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[Optional[str], ...]]] = {
     "aten::view": _sizes_dyn,
     "aten::reshape": _sizes_dyn,
@@ -583,6 +645,12 @@ _DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tu
     "aten::transpose": _transpose_dyn,
     "aten::t": _transpose_dyn,
     "aten::unsqueeze": _unsqueeze_dyn,
+    "aten::embedding": _embedding_dyn,
+    "aten::scaled_dot_product_attention": _sdpa_dyn,
+    "aten::matmul": _matmul_dyn,
+    "aten::mm": _matmul_dyn,
+    "aten::bmm": _matmul_dyn,
+    "aten::index_select": _index_select_dyn,
 }
 
 

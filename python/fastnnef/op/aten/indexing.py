@@ -1,5 +1,5 @@
 """Indexing: slice/select/narrow, gathers (index_select, gather, index, embedding),
-masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum."""
+masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum, diff."""
 
 from __future__ import annotations
 
@@ -178,17 +178,75 @@ def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: Option
     return emit_shaped(ctx, "tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis}, index.shape)
 
 
+def _broadcast_shape(ctx: OpContext, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+    """torch's broadcast of index shapes (leading alignment); a dim of 1 yields to the other."""
+    rank = max(len(s) for s in shapes)
+    out: list[Dim] = []
+    for i in range(rank):
+        dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0} - {1}
+        if len(dims) > 1:
+            raise ctx.unsupported(f"index tensors with shapes {shapes} that only broadcast at run time")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _wrap_negative(ctx: OpContext, idx: NTensor, size: Dim, n: int) -> NTensor:
+    """torch counts negative indices from the end; tract's gather_nd does not."""
+    if unknown(size):
+        raise ctx.unsupported("advanced indexing into a dynamic axis whose size expression is unknown")
+    neg = ctx.tmp("lt", [idx, typed_scalar(ctx, 0, "i64")], dtype="bool", shape=idx.shape, suffix=f"neg{n}")
+    wrapped = ctx.tmp("add", [idx, typed_scalar(ctx, size, "i64")], dtype="i64", shape=idx.shape, suffix=f"wrap{n}")
+    return ctx.tmp("select", [neg, wrapped, idx], dtype="i64", shape=idx.shape, suffix=f"norm{n}")
+
+
+def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) -> NTensor:
+    """x[i0, i1, ...] with index tensors on adjacent axes: broadcast the indices to one shape B,
+    stack them on a last axis and gather_nd; torch puts B where the indexed axes were."""
+    a, k = axes[0], len(axes)
+    if axes != list(range(a, a + k)):
+        raise ctx.unsupported(
+            "advanced indexing with index tensors on non-adjacent axes",
+            "index adjacent axes (x[:, i, j]) or one axis at a time",
+        )
+    idxs = [_wrap_negative(ctx, ctx.cast(_indices(ctx, i), "i64"), x.shape[a + n], n) for n, i in enumerate(idxs)]
+    bshape = _broadcast_shape(ctx, [i.shape for i in idxs])
+    rank = len(bshape)
+    idxs = [ctx.to_rank(i, rank) for i in idxs]
+    # zeros of shape B (from the indices themselves: B may hold dynamic dims), added to each index.
+    zero: Optional[NTensor] = None
+    for n, i in enumerate(idxs):
+        term = ctx.tmp("mul", [i, typed_scalar(ctx, 0, "i64")], dtype="i64", shape=i.shape, suffix=f"z{n}")
+        zero = term if zero is None else ctx.tmp("add", [zero, term], dtype="i64", shape=bshape, suffix=f"zs{n}")
+    assert zero is not None
+    stacked = []
+    for n, i in enumerate(idxs):
+        b = ctx.tmp("add", [i, zero], dtype="i64", shape=bshape, suffix=f"b{n}")
+        stacked.append(ctx.tmp("unsqueeze", [b], {"axes": [rank]}, dtype="i64", shape=bshape + (1,), suffix=f"u{n}"))
+    nd = ctx.tmp("concat", [stacked], {"axis": rank}, dtype="i64", shape=bshape + (k,), suffix="nd")
+    # gather_nd indexes the leading axes: move the indexed ones first, and B back to axis a.
+    perm = list(range(a, a + k)) + list(range(a)) + list(range(a + k, x.rank))
+    src = x
+    if a:
+        src = ctx.tmp("transpose", [x], {"axes": perm}, dtype=x.dtype, shape=[x.shape[p] for p in perm], suffix="perm")
+    rest = x.shape[:a] + x.shape[a + k :]
+    gathered_shape = bshape + rest
+    if not a:
+        return emit_shaped(ctx, "tract_core_gather_nd", [src, nd], {"batch_dims": 0}, gathered_shape)
+    g = ctx.tmp("tract_core_gather_nd", [src, nd], {"batch_dims": 0}, dtype=x.dtype, shape=gathered_shape, suffix="gnd")
+    back = list(range(rank, rank + a)) + list(range(rank)) + list(range(rank + a, len(gathered_shape)))
+    return emit_shaped(ctx, "transpose", [g], {"axes": back}, [gathered_shape[p] for p in back])
+
+
 @handler("aten::index", args="t _")
 def index(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
     items = ctx.node.inputs[1]
     assert isinstance(items, ListValue)
     tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
-    if len(tensors) != 1 or not isinstance(tensors[0][1], TensorValue):
-        raise ctx.unsupported(
-            "advanced indexing with several index tensors",
-            "index one axis at a time (x[i][:, j]) or use torch.gather",
-        )
+    if not tensors or not all(isinstance(v, TensorValue) for _, v in tensors):
+        raise ctx.unsupported("aten::index without index tensors")
+    if len(tensors) > 1:
+        return _index_nd(ctx, x, [k for k, _ in tensors], [ctx.tensor(v) for _, v in tensors])
     axis, value = tensors[0]
     idx = _indices(ctx, ctx.tensor(value))
     return emit_shaped(ctx, "tract_core_gather", [x, idx], {"axis": axis}, _gather_shape(x, idx, axis))
@@ -392,3 +450,45 @@ def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTens
     return ctx.emit("tract_core_cumsum", [ctx.cast(x, ctx.out_dtype())],
                     {"axis": axis, "exclusive": False, "reverse": False})
 
+
+
+def _sum_dims(a: Dim, b: Dim) -> Dim:
+    """``a + b`` for the declared length of a concatenation (unknown for two symbols)."""
+    if isinstance(b, Sym):
+        a, b = b, a
+    if isinstance(b, Sym):
+        return Sym("?")
+    return plus(a, b)
+
+
+@handler("aten::diff", args="t i i t? t?")
+def diff(ctx: OpContext, x: NTensor, n: int, dim: int, prepend: Optional[NTensor], append: Optional[NTensor]) -> NTensor:
+    """aten::diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor"""
+    dtype = ctx.out_dtype()
+    if dtype == "bool":
+        raise ctx.unsupported("diff of a bool tensor (torch computes a logical xor)", "cast to an int dtype first")
+    if n < 1:
+        raise ctx.unsupported(f"diff with n={n}", "torch requires n >= 1")
+    axis = ctx.axis(dim, x.rank)
+    parts = [ctx.to_rank(ctx.cast(t, dtype), x.rank) for t in (prepend, x, append) if t is not None]
+    cur = ctx.cast(x, dtype)
+    if len(parts) > 1:
+        length = parts[0].shape[axis]
+        for p in parts[1:]:
+            length = _sum_dims(length, p.shape[axis])
+        shape = list(x.shape)
+        shape[axis] = length
+        cur = ctx.tmp("concat", [parts], {"axis": axis}, dtype=dtype, shape=shape, suffix="cat")
+    # diff^n: x[1:] - x[:-1] along the axis, n times.
+    for i in range(n):
+        length = cur.shape[axis]
+        if unknown(length):
+            raise ctx.unsupported("diff along a dynamic axis whose size expression is unknown")
+        shape = list(cur.shape)
+        shape[axis] = plus(length, -1)
+        hi = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [1], "end": [length]}, dtype=dtype, shape=shape, suffix=f"hi{i}")
+        lo = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [0], "end": [shape[axis]]}, dtype=dtype, shape=shape, suffix=f"lo{i}")
+        if i == n - 1:
+            return emit_shaped(ctx, "sub", [hi, lo], None, shape)
+        cur = ctx.tmp("sub", [hi, lo], None, dtype=dtype, shape=shape, suffix=f"diff{i}")
+    raise AssertionError("unreachable: n >= 1")

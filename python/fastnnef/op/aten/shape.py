@@ -23,6 +23,14 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
     suf = 0
     while suf < min(x.rank, len(out)) - pre and x.shape[x.rank - 1 - suf] == out[len(out) - 1 - suf]:
         suf += 1
+    if not out:
+        return ctx.emit("squeeze", [x], {"axes": list(range(x.rank))})
+    if pre + suf == len(out):
+        # Only unit axes dropped: tract rejects an empty reshape window, so widen it by one axis.
+        if suf:
+            suf -= 1
+        else:
+            pre -= 1
     window: list[Dim] = list(out[pre : len(out) - suf])
     unknown = [i for i, d in enumerate(window) if isinstance(d, Sym) and d == UNKNOWN]
     if len(unknown) > 1:

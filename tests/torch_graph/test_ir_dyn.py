@@ -1,0 +1,89 @@
+"""Dynamic-dim marks through ops whose output rank or last dims differ from their first
+input's (embedding, arange, matmul, SDPA, index_select): the generic rule would call the
+dims "unknown" and later size-dependent ops (x[..., : x.size(-1) // 2], arange(x.size(1)))
+would be refused. Each case is then exported and run at another length in tract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fastnnef.inference_target import TractNNEF
+from fastnnef.torch_graph.ir import TensorValue, build_ir
+from fastnnef.torch_graph.trace import trace_model
+from torch import nn
+
+from tests.helpers import export_and_check
+
+
+class Embed(nn.Module):
+    """Token embeddings plus position embeddings of arange(S) (GPT-2's first lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(11, 8)
+        self.pos = nn.Embedding(16, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.tok(ids)
+        return h + self.pos(torch.arange(h.shape[1]).unsqueeze(0))
+
+
+class Attend(nn.Module):
+    """Attention by matmul (the contracted dim is S) and by SDPA with an [S, S] mask, each
+    followed by a split of the head dim computed from its size (Llama's rotate_half)."""
+
+    def __init__(self, sdpa: bool) -> None:
+        super().__init__()
+        self.sdpa = sdpa
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        n = q.shape[-2]
+        mask = torch.ones(1, 1, n, n, dtype=torch.bool).tril()
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        else:
+            scores = (q @ q.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+            out = scores.softmax(-1) @ q
+        half = out.shape[-1] // 2
+        return torch.cat((-out[..., half:], out[..., :half]), dim=-1)
+
+
+class Select(nn.Module):
+    """Rows 0..S-1 of a table (position embeddings by index_select), then a slice to the end."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self.table.index_select(0, torch.arange(x.size(1)))
+        return (x.unsqueeze(-1) * rows)[:, 1:]
+
+
+CASES = [
+    pytest.param(Embed, lambda n: torch.randint(0, 11, (1, n)), 1, {"aten::embedding": (None, "S", None),
+                                                                    "aten::arange": ("S",)}, id="embedding"),
+    pytest.param(lambda: Attend(False), lambda n: torch.randn(1, 2, n, 4), 2,
+                 {"aten::matmul": (None, None, "S", None)}, id="matmul"),
+    pytest.param(lambda: Attend(True), lambda n: torch.randn(1, 2, n, 4), 2,
+                 {"aten::scaled_dot_product_attention": (None, None, "S", None)}, id="sdpa"),
+    pytest.param(Select, lambda n: torch.randn(3, n), 1, {"aten::index_select": ("S", None)}, id="index_select"),
+]
+
+
+@pytest.mark.parametrize("make, data, axis, marks", CASES)
+def test_dyn_marks(make: Callable[[], nn.Module], data: Callable[[int], torch.Tensor], axis: int,
+                   marks: dict[str, Any], tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = make().eval()
+    x = data(5)
+    ir = build_ir(trace_model(model, (x,), ["x"], None), {0: {axis: "S"}})
+    for kind, dyn in marks.items():
+        out = [op.outputs[0] for op in ir.ops if op.kind == kind][-1]  # the last one (attention output)
+        assert isinstance(out, TensorValue) and out.dyn == dyn, (kind, out)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {axis: "S"}})
+    export_and_check(model, (x,), tmp_path, target=target, input_names=["x"], run_inputs=[data(9)])
