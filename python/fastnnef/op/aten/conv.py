@@ -46,18 +46,25 @@ def _same_padding(kernel: Sequence[int], dilation: Sequence[int]) -> list[tuple[
     return pads
 
 
+def _geometry(
+    ctx: OpContext, x: NTensor, weight: NTensor, stride: Sequence[int], dilation: Sequence[int], what: str,
+) -> tuple[int, list[int], list[int]]:
+    """(spatial rank, stride, dilation) of a (transposed) convolution; refuses unbatched inputs."""
+    n = weight.rank - 2
+    if x.rank != n + 2:
+        raise ctx.unsupported(
+            f"{what} of a rank-{x.rank} input with a rank-{weight.rank} weight (unbatched input?)",
+            "add the batch axis with unsqueeze(0) before the convolution",
+        )
+    return n, _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
+
+
 def _conv(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
     padding: Union[str, Sequence[int]], dilation: Sequence[int], groups: int,
 ) -> NTensor:
     dtype = ctx.out_dtype()
-    n = weight.rank - 2
-    if x.rank != n + 2:
-        raise ctx.unsupported(
-            f"convolution of a rank-{x.rank} input with a rank-{weight.rank} weight (unbatched input?)",
-            "add the batch axis with unsqueeze(0) before the convolution",
-        )
-    stride, dilation = _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
+    n, stride, dilation = _geometry(ctx, x, weight, stride, dilation, "convolution")
     kernel = [int(k) for k in weight.shape[2:]]
     if isinstance(padding, str):
         if padding == "valid":
@@ -104,13 +111,7 @@ def _deconv(
     padding: Sequence[int], dilation: Sequence[int], output_padding: Sequence[int], groups: int,
 ) -> NTensor:
     dtype = ctx.out_dtype()
-    n = weight.rank - 2
-    if x.rank != n + 2:
-        raise ctx.unsupported(
-            f"transposed convolution of a rank-{x.rank} input with a rank-{weight.rank} weight",
-            "add the batch axis with unsqueeze(0) before the convolution",
-        )
-    stride, dilation = _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
+    n, stride, dilation = _geometry(ctx, x, weight, stride, dilation, "transposed convolution")
     padding = _spatial(padding, n, "padding", ctx)
     output_padding = _spatial(output_padding, n, "output_padding", ctx)
     output_shape: list[int] = []
