@@ -5,6 +5,7 @@
 //!
 //!     cargo bench --bench codec                       # all
 //!     FASTNNEF_BENCH_MB=256 cargo bench --bench codec -- tgz
+//!     cargo bench --bench codec -- deflate             # level-1 encoder candidates
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -112,9 +113,42 @@ fn archive_benches(c: &mut Criterion) {
     group.finish();
 }
 
+/// The deflate strategies compared when choosing the level-1 encoder (benches/README.md,
+/// "gzip encoders"): 1 MiB chunks of weight-like f32, each a complete raw deflate stream.
+fn deflate_benches(c: &mut Criterion) {
+    use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Method, Strategy};
+    let data = weights(workload_bytes() / 4);
+    let mut group = c.benchmark_group("deflate");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(data.len() as u64));
+    let mut out = vec![0u8; zlib_rs::compress_bound(1 << 20) + 64];
+    for (name, level, strategy) in [
+        ("zlib_rs_level1_quick", 1, Strategy::Default),
+        ("zlib_rs_level1_rle", 1, Strategy::Rle),
+        ("zlib_rs_level1_huffman_only", 1, Strategy::HuffmanOnly),
+        ("zlib_rs_level2", 2, Strategy::Default),
+        ("zlib_rs_level6", 6, Strategy::Default),
+    ] {
+        let config = DeflateConfig { level, method: Method::Deflated, window_bits: -15, mem_level: 8, strategy };
+        let mut size = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                size = 0;
+                for chunk in data.chunks(1 << 20) {
+                    let mut d = Deflate::new_with_config(config);
+                    d.compress(chunk, &mut out, DeflateFlush::Finish).unwrap();
+                    size += d.total_out();
+                }
+                black_box(size)
+            })
+        });
+        println!("deflate/{name}: size/input {:.4}", size as f64 / data.len() as f64);
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = encode_benches, archive_benches
+    targets = encode_benches, archive_benches, deflate_benches
 }
 criterion_main!(benches);

@@ -1,10 +1,15 @@
 //! The artefact sink (nnef-format.md §5): `graph.nnef`, `graph.quant` and tensors arrive
 //! one at a time and go, in a single pass, into a directory, a `.tar` or a `.tgz`.
 //!
-//! - Everything is written under a temporary name beside the target
-//!   (`.<name>.tmp-<pid>-<n>`); [`ArtefactWriter::finish`] renames it into place, and
-//!   [`ArtefactWriter::abort`] (or dropping an unfinished writer) removes it, so an existing
-//!   target is never touched by a failed export.
+//! - A `.tar`/`.tgz` is written to an unnamed file in the target's directory (`O_TMPFILE`,
+//!   where the filesystem has it): until [`ArtefactWriter::finish`] links it under a
+//!   temporary name and renames that over the target, it has no name at all, so a killed
+//!   process (SIGKILL, power loss) leaves nothing behind. Elsewhere, and for directories,
+//!   everything is written under a temporary name beside the target
+//!   (`.<name>.tmp-<pid>-<n>`), renamed into place by `finish`, removed by
+//!   [`ArtefactWriter::abort`] or by dropping an unfinished writer; what a killed process
+//!   leaves under such a name is removed by the next export to the same target (its pid is
+//!   dead). An existing target is never touched by a failed export.
 //! - Tensors stream: the tar header goes first (the payload size follows from the shape and
 //!   encoding), then the payload in bounded pieces. No temporary directory, no second copy.
 //! - Archives are reproducible: ustar members (PAX records for long names), mtime
@@ -14,6 +19,13 @@
 //!   previous 32 KiB as dictionary and ended by a sync flush (the last by a final block),
 //!   and the chunk CRCs are combined. Chunk boundaries depend only on the bytes, so the
 //!   output is identical whatever the thread count.
+//! - A chunk whose deflate output would be larger than the chunk itself is written as
+//!   stored blocks instead, so a `.tgz` is never larger than the `.tar` plus 5 bytes per
+//!   64 KiB and the gzip header and trailer, at any level.
+//! - The deflate encoder is zlib-rs (chosen by measurement, see benches/README.md). Level 1
+//!   uses its run-length strategy with dynamic Huffman trees: on float weights LZ77 matches
+//!   are rare, so this is both faster and smaller than zlib's level-1 matcher (zlib-rs'
+//!   own level 1 codes with the static tree, which inflates floats by ~6%).
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -22,9 +34,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use flate2::{Compress, Compression, FlushCompress, Status};
+use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Method, Status, Strategy};
 use rayon::prelude::*;
 
+use crate::checkpoint::Checkpoint;
 use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
 use crate::error::{Error, Result};
 
@@ -34,6 +47,8 @@ pub const MTIME: u64 = 315_532_800;
 pub const GZ_CHUNK: usize = 1 << 20;
 /// Deflate window: each chunk is primed with this many preceding bytes.
 const WINDOW: usize = 32 << 10;
+/// Largest payload of one stored deflate block.
+const STORED_BLOCK: usize = 65_535;
 const TAR_BLOCK: usize = 512;
 
 /// The three artefact layouts.
@@ -198,29 +213,69 @@ impl<W: Write> Write for ParallelGz<W> {
 }
 
 /// Raw-deflate `data` primed with `dict`, ending with a sync flush or, if `last`, the
-/// final block.
+/// final block; stored blocks when compressing would not make it smaller.
 fn deflate_chunk(level: u32, dict: &[u8], data: &[u8], last: bool) -> io::Result<Vec<u8>> {
-    let mut c = Compress::new(Compression::new(level), false);
-    if !dict.is_empty() {
-        c.set_dictionary(dict).map_err(io::Error::other)?;
+    if level == 0 {
+        return Ok(stored_blocks(data, last));
     }
-    let flush = if last { FlushCompress::Finish } else { FlushCompress::Sync };
-    let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 1024);
+    // Level 1: run-length matches only (distance 1) with dynamic trees; the matcher of the
+    // other strategies finds almost nothing in float weights and costs most of the time.
+    let strategy = if level == 1 { Strategy::Rle } else { Strategy::Default };
+    let config = DeflateConfig { level: level as i32, method: Method::Deflated, window_bits: -15, mem_level: 8, strategy };
+    let mut c = Deflate::new_with_config(config);
+    if !dict.is_empty() && strategy == Strategy::Default {
+        c.set_dictionary(dict).map_err(|e| io::Error::other(format!("deflate dictionary: {e:?}")))?;
+    }
+    let flush = if last { DeflateFlush::Finish } else { DeflateFlush::SyncFlush };
+    // Enough room for incompressible data in one call (zlib's bound plus the flush marker);
+    // the loop only guards against a bound that is ever too tight.
+    let mut out = vec![0u8; zlib_rs::compress_bound(data.len()) + 64];
     loop {
-        if out.capacity() - out.len() < 1024 {
-            out.reserve(out.capacity().max(4096));
-        }
         let consumed = c.total_in() as usize;
-        let status = c.compress_vec(&data[consumed..], &mut out, flush).map_err(io::Error::other)?;
-        let all_in = c.total_in() as usize == data.len();
-        let room_left = out.len() < out.capacity();
+        let produced = c.total_out() as usize;
+        let status = c
+            .compress(&data[consumed..], &mut out[produced..], flush)
+            .map_err(|e| io::Error::other(format!("deflate: {e:?}")))?;
+        let room_left = (c.total_out() as usize) < out.len();
         match status {
             Status::StreamEnd => break,
-            _ if !last && all_in && room_left => break,
+            _ if !last && c.total_in() as usize == data.len() && room_left => break,
             _ => {}
         }
+        if !room_left {
+            out.resize(out.len() * 2, 0);
+        }
+    }
+    out.truncate(c.total_out() as usize);
+    if out.len() >= stored_len(data.len()) {
+        return Ok(stored_blocks(data, last));
     }
     Ok(out)
+}
+
+/// Bytes taken by `len` bytes in stored blocks (5 header bytes per block of up to 64 KiB;
+/// an empty input still takes one block).
+fn stored_len(len: usize) -> usize {
+    len + 5 * len.div_ceil(STORED_BLOCK).max(1)
+}
+
+/// `data` as byte-aligned stored deflate blocks (the previous chunk ended on a byte
+/// boundary); with `last`, the final block carries BFINAL.
+fn stored_blocks(data: &[u8], last: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(stored_len(data.len()));
+    let mut pieces: Vec<&[u8]> = data.chunks(STORED_BLOCK).collect();
+    if pieces.is_empty() {
+        pieces.push(&[]);
+    }
+    let n = pieces.len();
+    for (i, piece) in pieces.into_iter().enumerate() {
+        let len = piece.len() as u16;
+        out.push(u8::from(last && i == n - 1)); // BFINAL, BTYPE 00, then padding to the byte
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(!len).to_le_bytes());
+        out.extend_from_slice(piece);
+    }
+    out
 }
 
 // ------------------------------------------------------------------------------------
@@ -319,6 +374,67 @@ fn create_new(path: &Path) -> Result<File> {
     OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| Error::io("cannot create", path, e))
 }
 
+/// An unnamed file in `target`'s directory (`O_TMPFILE`), or `None` where the filesystem
+/// or platform cannot make one (the caller then uses a named temporary).
+fn create_unnamed(target: &Path) -> Option<File> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        OpenOptions::new().write(true).mode(0o644).custom_flags(libc::O_TMPFILE).open(dir).ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = target;
+        None
+    }
+}
+
+/// Give the unnamed `file` the name `path` (which must not exist).
+#[cfg(target_os = "linux")]
+fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let from = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL in a number");
+    let to = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: both arguments are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn link_unnamed(_file: &File, _path: &Path) -> io::Result<()> {
+    unreachable!("unnamed files are only made on Linux")
+}
+
+/// Remove what killed exports to `target` left beside it: `.<name>.tmp-<pid>-<n>` entries
+/// whose process no longer runs (Linux: `/proc/<pid>` is gone). Best effort.
+fn remove_stale_temps(target: &Path) {
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    if !Path::new("/proc/self").exists() {
+        return; // no way to tell a dead pid here
+    }
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        let _ = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+    }
+}
+
 /// Streams an NNEF artefact to a directory, `.tar` or `.tgz`; see the module docs.
 pub struct ArtefactWriter {
     target: PathBuf,
@@ -327,6 +443,8 @@ pub struct ArtefactWriter {
     sink: Option<Sink>,
     names: HashSet<String>,
     failed: bool,
+    /// The archive is an unnamed file (`O_TMPFILE`): `tmp` is only the name it gets at `finish`.
+    unnamed: bool,
 }
 
 /// Receives a `.dat` payload piece by piece (bounded chunks, never the whole tensor).
@@ -342,24 +460,38 @@ impl ArtefactWriter {
             )));
         }
         let tmp = temp_beside(&target)?;
+        remove_stale_temps(&target);
+        let mut unnamed = false;
+        let mut open_file = || -> Result<BufWriter<File>> {
+            let file = match create_unnamed(&target) {
+                Some(f) => {
+                    unnamed = true;
+                    f
+                }
+                None => create_new(&tmp)?,
+            };
+            Ok(BufWriter::with_capacity(1 << 20, file))
+        };
         let sink = match format {
             Format::Dir => {
                 fs::create_dir(&tmp).map_err(|e| Error::io("cannot create directory", &tmp, e))?;
                 Sink::Dir
             }
-            Format::Tar => Sink::Tar(TarStream { out: BufWriter::with_capacity(1 << 20, create_new(&tmp)?) }),
+            Format::Tar => Sink::Tar(TarStream { out: open_file()? }),
             Format::Tgz => {
-                let file = BufWriter::with_capacity(1 << 20, create_new(&tmp)?);
+                let file = open_file()?;
                 match ParallelGz::new(file, level) {
                     Ok(gz) => Sink::Tgz(TarStream { out: gz }),
                     Err(e) => {
-                        let _ = fs::remove_file(&tmp);
+                        if !unnamed {
+                            let _ = fs::remove_file(&tmp);
+                        }
                         return Err(Error::io("cannot start gzip stream in", &tmp, e));
                     }
                 }
             }
         };
-        Ok(ArtefactWriter { target, tmp, format, sink: Some(sink), names: HashSet::new(), failed: false })
+        Ok(ArtefactWriter { target, tmp, format, sink: Some(sink), names: HashSet::new(), failed: false, unnamed })
     }
 
     /// The final path.
@@ -367,7 +499,8 @@ impl ArtefactWriter {
         &self.target
     }
 
-    /// The temporary path written until `finish`.
+    /// The temporary path written until `finish` (for an unnamed `O_TMPFILE` archive, the
+    /// name it is linked under just before the final rename).
     pub fn temp_path(&self) -> &Path {
         &self.tmp
     }
@@ -465,6 +598,25 @@ impl ArtefactWriter {
         })
     }
 
+    /// Stream tensor `key` of `checkpoint` into `<label>.dat` as `encoding`, converted or
+    /// quantized on the way, a window of the file mapped at a time (never the whole tensor
+    /// in memory); returns the bytes written (header included). Every check that can fail
+    /// before a byte is written (dtype, encoding, limits) runs first.
+    pub fn add_checkpoint_tensor(
+        &mut self,
+        label: &str,
+        checkpoint: &Checkpoint,
+        key: &str,
+        encoding: Encoding,
+        options: &EncodeOptions,
+    ) -> Result<u64> {
+        self.check_usable()?;
+        let header = checkpoint.prepare(label, key, encoding, options)?;
+        self.add_dat(label, header, &mut |sink| {
+            checkpoint.encode_payload(key, encoding, options, sink).map_err(|e| dat::with_label(label, e))
+        })
+    }
+
     /// Add already-packed GGML-order Q4_0 `blocks` of a tensor of logical `shape` as
     /// `<label>.dat` stored as `encoding` (Q4_0 or Q4_0Legacy), without re-quantizing;
     /// returns the bytes written (header included).
@@ -500,12 +652,17 @@ impl ArtefactWriter {
         self.check_usable()?;
         let sink = self.sink.take().expect("checked usable");
         let tmp = self.tmp.clone();
+        let into_file = |w: BufWriter<File>| w.into_inner().map_err(|e| e.into_error());
         let closed = match sink {
-            Sink::Dir => Ok(()),
-            Sink::Tar(t) => t.finish().and_then(|mut w| w.flush()),
-            Sink::Tgz(t) => t.finish().and_then(ParallelGz::finish).and_then(|mut w| w.flush()),
+            Sink::Dir => Ok(None),
+            Sink::Tar(t) => t.finish().and_then(into_file).map(Some),
+            Sink::Tgz(t) => t.finish().and_then(ParallelGz::finish).and_then(into_file).map(Some),
         };
-        closed.map_err(|e| Error::io("cannot finish", &tmp, e))?;
+        let file = closed.map_err(|e| Error::io("cannot finish", &tmp, e))?;
+        if let (Some(file), true) = (&file, self.unnamed) {
+            link_unnamed(file, &tmp).map_err(|e| Error::io("cannot name the finished artefact", &tmp, e))?;
+            self.unnamed = false; // from here on `tmp` exists and abort() removes it
+        }
         if self.format == Format::Dir && self.target.is_dir() {
             let non_empty = fs::read_dir(&self.target)
                 .map_err(|e| Error::io("cannot read", &self.target, e))?
@@ -529,8 +686,9 @@ impl ArtefactWriter {
 
     /// Remove everything written so far. Idempotent.
     pub fn abort(&mut self) -> Result<()> {
-        self.sink = None;
-        if self.tmp.as_os_str().is_empty() {
+        self.sink = None; // closes an unnamed file, which then vanishes
+        if self.tmp.as_os_str().is_empty() || self.unnamed {
+            self.tmp = PathBuf::new();
             return Ok(());
         }
         let removed = match self.format {
@@ -588,13 +746,37 @@ pub fn write_dat_file(
     options: &EncodeOptions,
 ) -> Result<u64> {
     let header = dat::prepare(label, view, encoding, options)?;
+    write_dat_with(path, header, &mut |sink| {
+        dat::encode_payload(view, encoding, options, sink).map_err(|e| dat::with_label(label, e))
+    })
+}
+
+/// [`write_dat_file`] for tensor `key` of `checkpoint`, streamed from the file.
+pub fn write_checkpoint_dat_file(
+    path: &Path,
+    label: &str,
+    checkpoint: &Checkpoint,
+    key: &str,
+    encoding: Encoding,
+    options: &EncodeOptions,
+) -> Result<u64> {
+    let header = checkpoint.prepare(label, key, encoding, options)?;
+    write_dat_with(path, header, &mut |sink| {
+        checkpoint.encode_payload(key, encoding, options, sink).map_err(|e| dat::with_label(label, e))
+    })
+}
+
+fn write_dat_with(
+    path: &Path,
+    header: dat::Header,
+    payload: &mut dyn FnMut(&mut PieceSink<'_>) -> Result<()>,
+) -> Result<u64> {
     let tmp = temp_beside(path)?;
     let result = (|| {
         let mut w = BufWriter::with_capacity(1 << 20, create_new(&tmp)?);
         let io_err = |e| Error::io("cannot write", &tmp, e);
         w.write_all(&header.to_bytes()).map_err(io_err)?;
-        dat::encode_payload(view, encoding, options, &mut |piece| w.write_all(piece).map_err(io_err))
-            .map_err(|e| dat::with_label(label, e))?;
+        payload(&mut |piece| w.write_all(piece).map_err(io_err))?;
         w.flush().map_err(io_err)?;
         drop(w);
         fs::rename(&tmp, path).map_err(|e| Error::io("cannot rename into", path, e))
@@ -724,6 +906,55 @@ mod tests {
         assert!(w.add_q4_0_blocks("b", &direct[HEADER_LEN..], &[4, 64], Encoding::Q4_0).is_err());
         w.finish().unwrap();
         assert_eq!(fs::read(target.join("a.dat")).unwrap(), fs::read(target.join("b.dat")).unwrap());
+    }
+
+    #[test]
+    fn checkpoint_tensors_stream_to_the_same_bytes_as_in_memory_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        // Over one streaming window, so the windowed path is exercised.
+        let n = (crate::checkpoint::STREAM_WINDOW as usize / 4) + 64 * 32;
+        let f32s: Vec<u8> = (0..n).flat_map(|i| ((i as f32) * 0.37).sin().to_le_bytes()).collect();
+        let bf16s: Vec<u8> = f32s.chunks(4).flat_map(|b| [b[2], b[3]]).collect();
+        let ckpt_path = dir.path().join("c.safetensors");
+        crate::checkpoint::tests::write_safetensors(
+            &ckpt_path,
+            &[("w", "F32", vec![n / 64, 64], f32s.clone()), ("b", "BF16", vec![n], bf16s.clone())],
+        );
+        let ckpt = Checkpoint::open(&ckpt_path).unwrap();
+        let w = TensorView::contiguous(&f32s, dat::SrcDtype::F32, &[n / 64, 64]).unwrap();
+        let b = TensorView::contiguous(&bf16s, dat::SrcDtype::Bf16, &[n]).unwrap();
+        let opts = EncodeOptions::default();
+        for (key, view, enc) in [("w", &w, Encoding::Q4_0), ("w", &w, Encoding::F16), ("b", &b, Encoding::F32)] {
+            let target = dir.path().join(format!("{key}-{enc}"));
+            let mut writer = ArtefactWriter::create(&target, Format::Dir, 0).unwrap();
+            writer.add_checkpoint_tensor("x", &ckpt, key, enc, &opts).unwrap();
+            writer.finish().unwrap();
+            let expected = dat::encode("x", view, enc, &opts).unwrap();
+            assert!(fs::read(target.join("x.dat")).unwrap() == expected, "{key} as {enc}");
+        }
+        // A conversion the encoder has no plan for fails before anything is written.
+        let mut writer = ArtefactWriter::create(dir.path().join("bad"), Format::Tar, 0).unwrap();
+        let err = writer.add_checkpoint_tensor("x", &ckpt, "w", Encoding::I8, &opts).unwrap_err().to_string();
+        assert!(err.contains("encoding 'i8' cannot take a float32 array"), "{err}");
+    }
+
+    #[test]
+    fn incompressible_chunks_are_stored() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..GZ_CHUNK * 2 + 100)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for level in 0..=9 {
+            let out = gz(&noise, level, 2, 1 << 16);
+            let blocks = 2 * GZ_CHUNK.div_ceil(STORED_BLOCK) + 1;
+            assert!(out.len() <= noise.len() + 5 * blocks + 18, "level {level}: {} bytes", out.len());
+            assert_eq!(gunzip(&out), noise);
+        }
     }
 
     #[test]

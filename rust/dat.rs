@@ -136,7 +136,8 @@ pub enum Encoding {
     Q4_0Legacy,
 }
 
-const ALL_ENCODINGS: [Encoding; 17] = {
+/// Every encoding, in declaration order (the extension publishes their names).
+pub const ALL_ENCODINGS: [Encoding; 17] = {
     use Encoding::*;
     [F16, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, Bool, Qu8, Qi8, Qi32, Q4_0, Q4_0Legacy]
 };
@@ -226,6 +227,8 @@ impl Encoding {
         let plan = match (self, src) {
             (Encoding::F32, SrcDtype::Bf16) => Some(Plan::Bf16ToF32),
             (Encoding::F16, SrcDtype::Bf16) => Some(Plan::Bf16ToF16),
+            (Encoding::F16, SrcDtype::F32) => Some(Plan::F32ToF16),
+            (Encoding::F32, SrcDtype::F16) => Some(Plan::F16ToF32),
             (Encoding::Bool, SrcDtype::Bool) => Some(Plan::PackBits),
             (Encoding::Q4_0 | Encoding::Q4_0Legacy, SrcDtype::F32) => Some(Plan::Q4(FloatKind::F32)),
             (Encoding::Q4_0 | Encoding::Q4_0Legacy, SrcDtype::F16) => Some(Plan::Q4(FloatKind::F16)),
@@ -266,6 +269,8 @@ impl Encoding {
             || matches!(
                 (self, src),
                 (Encoding::F32 | Encoding::F16, SrcDtype::Bf16)
+                    | (Encoding::F16, SrcDtype::F32)
+                    | (Encoding::F32, SrcDtype::F16)
                     | (Encoding::Bool, SrcDtype::Bool)
                     | (Encoding::Q4_0 | Encoding::Q4_0Legacy, SrcDtype::F32 | SrcDtype::F16 | SrcDtype::Bf16)
             )
@@ -293,6 +298,8 @@ enum Plan {
     Copy,
     Bf16ToF32,
     Bf16ToF16,
+    F32ToF16,
+    F16ToF32,
     PackBits,
     Q4(FloatKind),
 }
@@ -336,14 +343,7 @@ impl Header {
         let (vendor, item_type, bits) = encoding.item_type();
         let len: u128 = match encoding {
             Encoding::Q4_0 | Encoding::Q4_0Legacy => {
-                let inner: u128 = shape.iter().skip(1).map(|&d| d as u128).product();
-                if shape.len() < 2 || !inner.is_multiple_of(quant::BLOCK as u128) {
-                    return Err(Error::ImpossibleQuantization(format!(
-                        "tensor '{label}' of shape {shape:?} cannot be stored as Q4_0: tract needs rank >= 2 \
-                         with the product of all dimensions but the first divisible by {}; keep it in float",
-                        quant::BLOCK
-                    )));
-                }
+                quant::check_shape(label, shape)?;
                 count / quant::BLOCK as u128 * quant::BLOCK_BYTES as u128
             }
             Encoding::Bool => {
@@ -419,13 +419,8 @@ impl Header {
         let count: u128 = header.shape.iter().map(|&d| u128::from(d)).product();
         let expected = match encoding {
             Encoding::Q4_0 | Encoding::Q4_0Legacy => {
-                let inner: u128 = header.shape.iter().skip(1).map(|&d| u128::from(d)).product();
-                if rank < 2 || !inner.is_multiple_of(quant::BLOCK as u128) {
-                    return Err(Error::DatFormat(format!(
-                        "Q4_0 needs rank >= 2 and dims[1..] a multiple of 32, got shape {:?}",
-                        header.shape
-                    )));
-                }
+                let dims: Vec<usize> = header.shape.iter().map(|&d| d as usize).collect();
+                quant::check_shape("decoded", &dims).map_err(|e| Error::DatFormat(e.to_string()))?;
                 count / quant::BLOCK as u128 * quant::BLOCK_BYTES as u128
             }
             _ => (count * u128::from(header.bits)).div_ceil(8),
@@ -659,11 +654,22 @@ impl Default for EncodeOptions {
 /// Validate `view` against `encoding` and return the header it will get: dtype
 /// compatibility, rank, payload size and Q4_0 shape, all before any byte is written.
 pub fn prepare(label: &str, view: &TensorView<'_>, encoding: Encoding, options: &EncodeOptions) -> Result<Header> {
-    encoding.plan(view.dtype()).map_err(|e| with_label(label, e))?;
+    prepare_for(label, view.dtype(), view.shape(), encoding, options)
+}
+
+/// [`prepare`] from a dtype and shape (for tensors not yet in memory, e.g. in a checkpoint).
+pub fn prepare_for(
+    label: &str,
+    dtype: SrcDtype,
+    shape: &[usize],
+    encoding: Encoding,
+    options: &EncodeOptions,
+) -> Result<Header> {
+    encoding.plan(dtype).map_err(|e| with_label(label, e))?;
     if encoding.nibble_order().is_some() {
         quant::check_percentile(options.percentile)?;
     }
-    Header::for_tensor(label, view.shape(), encoding)
+    Header::for_tensor(label, shape, encoding)
 }
 
 /// Prefix a message error with the tensor it concerns.
@@ -717,20 +723,30 @@ pub fn encode_payload(
                 out.extend(src.chunks_exact(2).flat_map(|b| (u32::from(u16::from_le_bytes([b[0], b[1]])) << 16).to_le_bytes()));
                 sink(&out)?;
             }
-            Plan::Bf16ToF16 => {
+            Plan::Bf16ToF16 | Plan::F32ToF16 => {
                 out.clear();
-                for (i, b) in src.chunks_exact(2).enumerate() {
-                    let v = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+                let (name, width) = if plan == Plan::Bf16ToF16 { ("bf16", 2) } else { ("f32", 4) };
+                for (i, b) in src.chunks_exact(width).enumerate() {
+                    let v = if width == 2 {
+                        f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+                    } else {
+                        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                    };
                     let h = f16::from_f32(v);
                     if h.is_infinite() && v.is_finite() {
                         return Err(Error::DtypeOverflow(format!(
-                            "bf16 value {v} at flat index {} does not fit f16 (max 65504); export bf16 as f32 \
-                             (the default) or rescale the tensor",
+                            "{name} value {v} at flat index {} does not fit f16 (max 65504); export it as f32 \
+                             or rescale the tensor",
                             start + i
                         )));
                     }
                     out.extend_from_slice(&h.to_le_bytes());
                 }
+                sink(&out)?;
+            }
+            Plan::F16ToF32 => {
+                out.clear();
+                out.extend(src.chunks_exact(2).flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes()));
                 sink(&out)?;
             }
             Plan::PackBits => {

@@ -30,6 +30,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint is malformed or does not match the model (missing, extra, wrong shape or dtype).
+    #[error("{0}")]
+    Checkpoint(String),
     /// tract failed to load, optimize or run an artefact; the message holds tract's chain.
     #[error("{0}")]
     Tract(String),

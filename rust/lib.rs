@@ -8,10 +8,12 @@
 //! | `dat`         | `.dat` header + payload encoding/decoding for every dtype          |
 //! | `quant`       | Q4_0 quantization / dequantization, parallel over blocks           |
 //! | `archive`     | single-pass sink: directory, `.tar`, `.tgz` (parallel gzip)        |
+//! | `checkpoint`  | `.safetensors` files and sharded indexes, tensors mapped on demand |
 //! | `tract_check` | load/run artefacts with the linked tract, tract's `--approx` rule  |
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod checkpoint;
 pub mod dat;
 pub mod error;
 pub mod quant;

@@ -21,6 +21,22 @@ use crate::error::{Error, Result};
 pub const BLOCK: usize = 32;
 /// Bytes per Q4_0 block: an f16 scale and 16 bytes of 4-bit codes.
 pub const BLOCK_BYTES: usize = 18;
+/// Ranks a weight stored as Q4_0 may have (tract's loader and the reference agree on 2..=4).
+pub const RANKS: std::ops::RangeInclusive<usize> = 2..=4;
+
+/// Check that a tensor of `shape` can be stored as Q4_0: rank 2 to 4, and the product of
+/// all dimensions but the first a multiple of [`BLOCK`] (blocks never straddle rows).
+/// The one source of this rule: Python asks it through the extension.
+pub fn check_shape(label: &str, shape: &[usize]) -> Result<()> {
+    let inner: u128 = shape.iter().skip(1).map(|&d| d as u128).product();
+    if !RANKS.contains(&shape.len()) || !inner.is_multiple_of(BLOCK as u128) {
+        return Err(Error::ImpossibleQuantization(format!(
+            "tensor '{label}' of shape {shape:?} cannot be quantized to Q4_0: tract needs rank 2 to 4 \
+             with the product of all dimensions but the first divisible by {BLOCK}; keep it in float"
+        )));
+    }
+    Ok(())
+}
 
 /// How the 32 four-bit codes of a block are packed into its 16 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -351,6 +351,16 @@ pub enum Approximation {
 }
 
 impl Approximation {
+    /// The named levels, strictest first (``custom:`` aside).
+    pub const LEVELS: [Approximation; 6] = [
+        Approximation::Exact,
+        Approximation::Close,
+        Approximation::Approximate,
+        Approximation::Very,
+        Approximation::Super,
+        Approximation::Ultra,
+    ];
+
     /// Parse `exact|close|approximate|very|super|ultra|custom:ATOL,RTOL,OUTLIERS`.
     pub fn parse(text: &str) -> Result<Approximation> {
         let bad = || {

@@ -43,13 +43,31 @@ SIGNATURES = [
     ("fastnnef.export", "export_tensors_to_nnef", [
         ("name_to_torch_tensors", REQ, P), ("output_dir", REQ, P),
     ], True),
+    # weights_only (keyword-only, fastnnef's addition): executing a pickle is an explicit
+    # opt-in, never a fallback (issue 9).
     ("fastnnef.export", "export_tensors_from_disk_to_nnef", [
         ("store_filepath", REQ, P), ("output_dir", REQ, P), ("filter_key", None, P),
-        ("fn_check_found_tensors", None, P), ("map_location", "cpu", P),
+        ("fn_check_found_tensors", None, P), ("map_location", "cpu", P), ("weights_only", True, K),
     ], True),
     ("fastnnef.export", "iter_torch_tensors_from_disk", [
-        ("store_filepath", REQ, P), ("filter_key", None, P), ("map_location", "cpu", P),
+        ("store_filepath", REQ, P), ("filter_key", None, P), ("map_location", "cpu", P), ("weights_only", True, K),
     ], True),
+    # §10
+    ("fastnnef.tensor.offload", "t2n_load_checkpoint_and_dispatch", [
+        ("model", REQ, P), ("checkpoint", REQ, P), ("device_map", REQ, P), ("offload_dir", REQ, P),
+        ("strict", False, P), ("offload_at_load_state_dict", False, P), ("weight_converters", None, P),
+        ("hf_quantizer", None, P),
+    ], True),
+    ("fastnnef.tensor.offload", "ctx_maybe_load_from_disk_as_offloaded", [("offload_dir", None, P)], True),
+    ("fastnnef.tensor.offload", "OffloadedTensor.from_original_tensor", [
+        ("tensor", REQ, P), ("name", REQ, P), ("offload_dir", None, P), ("suffix_log_msg", "", P),
+    ], True),
+    ("fastnnef.tensor", "apply_name_to_tensor_in_module", [("model", REQ, P)], True),
+    ("fastnnef.tensor", "set_opaque_tensor_in_params_as_ref", [("model", REQ, P)], True),
+    ("fastnnef.compress", "offloaded_tensor_qtensor", [
+        ("q_fn", REQ, P), ("tensor", REQ, P), ("suffix_name", REQ, P),
+    ], True),
+    ("fastnnef.utils", "init_empty_weights", [("include_buffers", None, P)], True),
     # §5
     ("fastnnef.torch_graph.harden", "harden_jit_for_export", [
         ("model", REQ, P), ("args", REQ, P), ("freeze", True, K), ("diagnostics", None, K),
@@ -176,6 +194,12 @@ MODULE_MAP = [  # §1: (module, names), restricted to what a drop-in must offer
     ("fastnnef.inference_target.tract", ["TractNNEF", "TractCheckTolerance", "TractFeatureFlag"]),
     ("fastnnef.inference_target.khronos", ["KhronosNNEF"]),
     ("fastnnef.utils", ["SemanticVersion", "torch_version", "init_empty_weights"]),
+    ("fastnnef.tensor", ["NamedTensor", "OffloadedTensor", "OpaqueTensorRef", "QTensor", "QScalePerGroupF16",
+                         "QTensorTractScaleOnly", "apply_name_to_tensor_in_module",
+                         "set_opaque_tensor_in_params_as_ref"]),
+    ("fastnnef.tensor.offload", ["OffloadedTensor", "t2n_load_checkpoint_and_dispatch",
+                                 "ctx_maybe_load_from_disk_as_offloaded"]),
+    ("fastnnef.tensor.residency", ["TensorResidencyPool", "ResidencyStrategy"]),
     ("fastnnef.torch_graph.ir_naming", ["VariableNamingScheme", "DEFAULT_VARNAME_SCHEME"]),
     ("fastnnef.op.custom_extractors", ["ModuleInfoExtractor", "CUSTOMOP_KIND"]),
     ("fastnnef.exceptions", ["T2NError"]),

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import zlib
 from pathlib import Path
 
@@ -190,3 +191,110 @@ def test_gil_released_while_a_tensor_is_encoded_and_compressed(tmp_path):
     weights = torch.randn(8 << 20)  # 32 MiB of f32, compressed at level 6
     with Artefact(tmp_path / "m.nnef.tgz", "tgz", 6) as art:
         assert_gil_released(lambda: art.add_tensor("w", weights))
+
+
+# --- size guarantees of the gzip encoder -------------------------------------------------
+
+
+@pytest.mark.parametrize("level", range(10))
+def test_tgz_is_never_larger_than_the_tar_plus_block_headers(tmp_path, level):
+    # Incompressible bytes: every chunk falls back to stored blocks.
+    rng = np.random.default_rng(level)
+    noise = torch.from_numpy(rng.integers(0, 256, 3_000_000, dtype=np.uint8))
+    sizes = {}
+    for fmt, lvl in (("tar", 0), ("tgz", level)):
+        with Artefact(tmp_path / f"n.{fmt}", fmt, lvl) as art:
+            art.add_file("graph.nnef", GRAPH)
+            art.add_tensor("noise", noise)
+        sizes[fmt] = Path(art.path).stat().st_size
+    # Stored blocks hold up to 65535 bytes, within each 1 MiB chunk; 18 = gzip header + trailer.
+    full, rest = divmod(sizes["tar"], 1 << 20)
+    blocks = full * -(-(1 << 20) // 65535) + max(1, -(-rest // 65535))
+    assert sizes["tgz"] <= sizes["tar"] + 5 * blocks + 18
+    assert tarfile.open(tmp_path / "n.tgz").extractfile("noise.dat").read()[128:] == noise.numpy().tobytes()
+
+
+def test_level_1_on_float_weights_is_no_larger_than_python_zlib_level_1(tmp_path):
+    """What torch_to_nnef writes at level 1 (Python tarfile over zlib), on weight-like floats."""
+    weights = torch.from_numpy(np.random.default_rng(3).standard_normal(1_500_000).astype(np.float32) * 0.02)
+    with Artefact(tmp_path / "w.tgz", "tgz", 1) as art:
+        art.add_file("graph.nnef", GRAPH)
+        art.add_tensor("w", weights)
+    with Artefact(tmp_path / "w.tar", "tar", 0) as art:
+        art.add_file("graph.nnef", GRAPH)
+        art.add_tensor("w", weights)
+    reference = zlib.compressobj(1, zlib.DEFLATED, -15)
+    tar_bytes = (tmp_path / "w.tar").read_bytes()
+    python_level_1 = len(reference.compress(tar_bytes) + reference.flush()) + 18
+    assert (tmp_path / "w.tgz").stat().st_size <= python_level_1
+
+
+# --- failures leave nothing behind ---------------------------------------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs (root and mount(8) needed; skipped otherwise)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to simulate a full disk: {proc.stderr.strip() or 'mount failed'}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize("fmt", ["dir", "tar", "tgz"])
+def test_full_disk_leaves_nothing_and_keeps_the_existing_target(small_tmpfs, fmt):
+    target = small_tmpfs / ("m.nnef" if fmt == "dir" else f"m.nnef.{fmt}")
+    if fmt != "dir":
+        target.write_bytes(b"previous artefact")
+    weights = torch.from_numpy(np.random.default_rng(0).standard_normal(600_000).astype(np.float32))
+    with pytest.raises(T2NErrorArtefactIO) as err:
+        with Artefact(target, fmt, 1 if fmt == "tgz" else 0) as art:
+            art.add_file("graph.nnef", GRAPH)
+            art.add_tensor("w", weights)
+    assert err.value.errno == 28  # ENOSPC, named by the OSError-compatible exception
+    assert "No space left on device" in str(err.value)
+    left = sorted(p.name for p in small_tmpfs.iterdir())
+    assert left == ([] if fmt == "dir" else [target.name])
+    if fmt != "dir":
+        assert target.read_bytes() == b"previous artefact"
+
+
+KILLED_EXPORT = """
+import sys, numpy as np, torch
+from fastnnef.artefact import Artefact
+target, fmt = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+with Artefact(target, fmt, 6 if fmt == "tgz" else 0) as art:
+    art.add_file("graph.nnef", "version 1.0;")
+    print("started", flush=True)
+    for i in range(10_000):  # far more than the test waits for
+        art.add_tensor(f"w{i}", torch.from_numpy(rng.standard_normal(1 << 20).astype(np.float32)))
+"""
+
+
+@pytest.mark.parametrize("fmt", ["dir", "tar", "tgz"])
+def test_killed_export_leaves_no_file_under_the_target_name(tmp_path, fmt):
+    target = tmp_path / ("m.nnef" if fmt == "dir" else f"m.nnef.{fmt}")
+    if fmt != "dir":
+        target.write_bytes(b"previous artefact")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "python")}
+    with subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(target), fmt], stdout=subprocess.PIPE, env=env) as proc:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"started"
+        time.sleep(1.0)  # mid-stream
+        proc.kill()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    if fmt == "dir":
+        # A directory is built under a temporary name; the next export to it removes it.
+        assert [n for n in names if not n.startswith(".m.nnef.tmp-")] == []
+        with Artefact(target, "dir") as art:
+            art.add_file("graph.nnef", GRAPH)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["m.nnef"]
+    else:
+        # An unnamed O_TMPFILE archive: nothing at all is left.
+        assert names == [target.name]
+        assert target.read_bytes() == b"previous artefact"

@@ -18,12 +18,12 @@ import torch
 
 from fastnnef import _native
 from fastnnef.check import TractArtefact, check_artefact, check_io
-from tests.helpers import assert_gil_released
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIOPytorchTractNotISO,
     T2NErrorTract,
 )
+from tests.helpers import assert_gil_released
 
 HEADER = "version 1.0;\nextension tract_registry tract_core;\n"
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import export_and_check
 from torch import nn
 
 from fastnnef import _native
@@ -24,7 +25,6 @@ from fastnnef.exceptions import T2NErrorImport, T2NErrorInvalidArgument
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from fastnnef.tensor.quant import QTensorTractScaleOnly
-from helpers import export_and_check
 
 VENDOR_TRACT, CODE_Q4_0, CODE_Q4_0_LEGACY = 0x5452, 0x3040, 0x2040
 

@@ -12,11 +12,13 @@ from safetensors.torch import save_file
 from fastnnef import _native
 from fastnnef.artefact import quant_line, torch_tensor_to_native
 from fastnnef.exceptions import (
+    T2NErrorCheckpoint,
     T2NErrorInvalidArgument,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
     T2NErrorTensorTooLarge,
 )
+from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor_export import (
     export_tensors_from_disk_to_nnef,
     export_tensors_to_nnef,
@@ -135,12 +137,13 @@ def test_iter_from_safetensors_and_torch_files(tmp_path, caplog):
     assert got.keys() == {"w", "b", "skip.me"}
     assert "skipping 'step'" in caplog.text
 
+    # A pickled module needs code execution: refused unless the caller opts in, never a fallback.
     module = torch.nn.Linear(2, 3)
     torch.save(module, tmp_path / "module.bin")
-    with caplog.at_level(logging.WARNING):
-        got = dict(iter_torch_tensors_from_disk(tmp_path / "module.bin"))
+    with pytest.raises(T2NErrorCheckpoint, match=r"(?s)module\.bin.*pass weights_only=False"):
+        list(iter_torch_tensors_from_disk(tmp_path / "module.bin"))
+    got = dict(iter_torch_tensors_from_disk(tmp_path / "module.bin", weights_only=False))
     assert got.keys() == {"weight", "bias"}
-    assert "full pickle" in caplog.text
 
     torch.save([1, 2], tmp_path / "list.pth")
     with pytest.raises(T2NErrorNotImplemented, match="state dict or an nn.Module"):
@@ -165,3 +168,34 @@ def test_export_from_disk(tmp_path):
 
     with pytest.raises(ValueError, match="missing tensors"):
         export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", tmp_path / "nowhere", fn_check_found_tensors=refuse)
+
+
+def test_truncated_checkpoints_name_the_file_and_the_tensor(tmp_path):
+    save_file({"a": torch.ones(64), "b": torch.ones(64)}, tmp_path / "m.safetensors")
+    data = (tmp_path / "m.safetensors").read_bytes()
+    (tmp_path / "m.safetensors").write_bytes(data[:-10])
+    with pytest.raises(T2NErrorCheckpoint, match=r"m\.safetensors.*tensor 'b' ends at byte \d+ but the file has only"):
+        list(iter_torch_tensors_from_disk(tmp_path / "m.safetensors"))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(T2NErrorCheckpoint, match="tensor 'b'"):
+        export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", out)
+    assert list(out.iterdir()) == []
+    torch.save({"a": torch.ones(1000)}, tmp_path / "m.pt")
+    (tmp_path / "m.pt").write_bytes((tmp_path / "m.pt").read_bytes()[:300])
+    with pytest.raises(T2NErrorCheckpoint, match=r"cannot read tensors from '.*m\.pt'"):
+        list(iter_torch_tensors_from_disk(tmp_path / "m.pt"))
+
+
+def test_safetensors_export_streams_from_the_file(tmp_path):
+    bf = torch.randn(8, 32).to(torch.bfloat16)
+    save_file({"w": bf, "i": torch.arange(4)}, tmp_path / "m.safetensors")
+    out = tmp_path / "out"
+    out.mkdir()
+    found = export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", out)
+    assert all(isinstance(t, OffloadedTensor) for t in found.values())  # nothing loaded up front
+    w = _native.dat_decode((out / "w.dat").read_bytes())
+    assert w.encoding == "f32"  # bf16 widened exactly, on the way
+    np.testing.assert_array_equal(w.array(), bf.float().numpy())
+    np.testing.assert_array_equal(read(out / "i.dat"), np.arange(4))
+    torch.testing.assert_close(found["w"].float(), bf.float())  # a torch op reads it from the file

@@ -18,7 +18,6 @@ transformers = pytest.importorskip("transformers")
 from fastnnef.check import TractArtefact
 from fastnnef.compress import quantize_weights_min_max_Q4_0
 from fastnnef.inference_target import TractNNEF
-
 from tests.helpers import export_and_check
 
 VOCAB = 100

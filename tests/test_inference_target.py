@@ -24,9 +24,11 @@ from fastnnef.exceptions import (
 )
 from fastnnef.inference_target import InferenceTarget, KhronosNNEF, TractNNEF
 from fastnnef.inference_target.base import UnfoldModelInfo
-from fastnnef.inference_target.properties import nnef_string_literal, properties_fragment
+from fastnnef.inference_target.properties import properties_fragment
 from fastnnef.inference_target.tract import VERSION_GATES, TractCheckTolerance, TractFeatureFlag
+from fastnnef.nnef.writer import format_string
 from fastnnef.utils import SemanticVersion
+from tests.helpers import Fn
 
 # --- construction ---------------------------------------------------------------------------
 
@@ -191,6 +193,7 @@ GATE_CASES = [  # (feature, last version without it, first version with it) per 
     ("tract_transformers", "0.21.13", "0.22.0"),
     ("reified_sdpa", "0.22.0", "0.22.1"),
     ("scatter_reductions", "0.22.1", "0.23.0"),
+    ("debox", "0.22.3", "0.23.0"),
     ("resize_grid_sample", "0.23.1", "0.23.2"),
     ("gated_delta_net", "0.23.4", "0.23.5"),
     ("moe_ffn", "0.23.8", "0.23.9"),
@@ -352,7 +355,7 @@ def test_specific_properties_override_in_place_and_append():
     ],
 )
 def test_nnef_string_literal(value, literal):
-    assert nnef_string_literal(value) == literal
+    assert format_string(value) == literal
 
 
 def test_properties_fragment_text():
@@ -590,9 +593,13 @@ def test_build_io_names_and_errors(tmp_path):
     assert build_io(nn.ReLU(), x, input_names=["x"], output_names=["y"]) == (["x"], ["y"])
     with pytest.raises(T2NErrorIoQuantity) as err:
         build_io(nn.ReLU(), x, output_names=["y", "z"])
-    assert str(err.value) == "build_io: 2 output names ['y', 'z'] for 1 output tensors"
-    with pytest.raises(T2NErrorNotImplemented) as err:
-        build_io(nn.ReLU(), {"x": x})
     assert str(err.value) == (
-        "build_io: test_input must be a tensor or a flat sequence of tensors, got ['dict']"
+        "2 output names were given but the model has 1 flat outputs (after flattening "
+        "tuples, lists and dicts): give exactly 1 names"
+    )
+    with pytest.raises(T2NErrorNotImplemented) as err:
+        build_io(Fn(lambda t: (t, 3)), x)
+    assert str(err.value) == (
+        "build_io: the model returns non-tensor values (int); NNEF outputs are tensors: "
+        "return tensors only"
     )

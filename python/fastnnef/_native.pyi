@@ -19,7 +19,8 @@ q4_0_legacy               float16/32 (or bf16 bits)    vendor 0x5452 code 0x2040
 
 ``bf16=True`` says the array is int16/uint16 holding bfloat16 bits (numpy has no bf16);
 it is then accepted by ``f32`` (exact) and ``f16`` (raises ``T2NErrorDtypeOverflow`` if a
-finite value exceeds f16's range) and by the Q4_0 encodings.
+finite value exceeds f16's range) and by the Q4_0 encodings. ``f16`` also takes float32
+(overflow checked) and ``f32`` takes float16 (exact).
 Arrays may be non-contiguous (any strides); they are read in C order without a copy.
 """
 
@@ -35,6 +36,18 @@ TRACT_VERSION: str
 """The tract version linked into this extension, e.g. ``"0.23.9"``."""
 
 DAT_MAX_PAYLOAD: int
+ENCODINGS: list[str]
+"""Every .dat encoding tag the codec knows (twins: artefact.py's tables, pinned by tests)."""
+TOLERANCES: list[str]
+"""tract's named --approx levels, strictest first (twin: check.TractCheckTolerance)."""
+Q4_0_BLOCK: int
+"""Values per Q4_0 block."""
+CHECKPOINT_DTYPES: list[str]
+"""The safetensors dtype names the checkpoint reader streams (twin: tensor.offload's table)."""
+
+def q4_0_check_shape(label: str, shape: list[int]) -> None:
+    """Raise T2NErrorImpossibleQuantization unless ``shape`` can be stored as Q4_0 (rank 2
+    to 4, the product of all dims but the first a multiple of Q4_0_BLOCK)."""
 """Largest ``.dat`` payload in bytes (u32::MAX)."""
 
 # --- .dat codec -----------------------------------------------------------------------
@@ -50,6 +63,11 @@ def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, 
     """Write one ``.dat`` file at ``path`` straight from ``array`` (no bytes in Python):
     temporary name beside it, then an atomic rename. Returns the bytes written. ``label``
     names the tensor in error messages. Raises as ``dat_encode``, plus T2NErrorArtefactIO."""
+
+def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0, label: Optional[str] = None) -> int:
+    """Write tensor ``key`` of ``checkpoint`` as one ``.dat`` file at ``path``, streamed from
+    the mapped file (64 MiB at a time) and converted / quantized on the way; atomic like
+    ``dat_write``. Returns the bytes written. Raises as ``Checkpoint.check``."""
 
 def dat_payload_size(label: str, shape: Sequence[int], encoding: str) -> int:
     """Payload bytes of a tensor of ``shape`` stored as ``encoding``; raises the format-limit
@@ -101,9 +119,11 @@ def q4_0_blocks_dat_encode(blocks: npt.NDArray[np.uint8], shape: Sequence[int], 
 @final
 class ArtefactWriter:
     """Streams ``graph.nnef``, ``graph.quant`` and tensors into a directory, ``.tar`` or
-    ``.tgz`` in one pass. Everything goes to a temporary name beside ``path``; ``finish``
+    ``.tgz`` in one pass. A ``.tar``/``.tgz`` is an unnamed file (``O_TMPFILE``) until
+    ``finish`` (a killed process leaves nothing); a directory (or an archive where the
+    filesystem lacks ``O_TMPFILE``) goes to a temporary name beside ``path``. ``finish``
     renames it into place atomically, ``abort`` (or dropping the writer unfinished)
-    removes it. An existing ``path`` is never touched before ``finish``; ``finish``
+    removes it. Temporaries left by killed exports to the same target are removed. An existing ``path`` is never touched before ``finish``; ``finish``
     replaces an existing archive file, and refuses (FileExistsError-like
     T2NErrorArtefactIO) to replace an existing non-empty directory.
 
@@ -122,6 +142,10 @@ class ArtefactWriter:
         """Encode ``array`` and add it as ``<label>.dat``; returns the bytes written.
         The GIL is released while encoding and writing. Labels are validated (no empty
         component, no ``..``, no leading ``/`` or ``.`` component)."""
+    def add_checkpoint_tensor(self, label: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0) -> int:
+        """Stream tensor ``key`` of ``checkpoint`` into ``<label>.dat`` as ``encoding``,
+        converted (bf16/f16/f32) or quantized (Q4_0) on the way, 64 MiB of the file mapped
+        at a time; returns the bytes written. The GIL is released."""
     def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> int:
         """Add already-packed GGML-order Q4_0 ``blocks`` of a tensor of logical ``shape`` as
         ``<label>.dat`` (no re-quantization; ``q4_0_legacy`` repacks the nibbles); returns
@@ -132,6 +156,41 @@ class ArtefactWriter:
         """Remove everything written so far. Idempotent."""
 
 # --- tract, in-process ----------------------------------------------------------------
+
+# --- checkpoints ----------------------------------------------------------------------
+
+@final
+class Checkpoint:
+    """A ``.safetensors`` checkpoint opened by its headers: a file, a sharded
+    ``*.safetensors.index.json``, or a directory holding ``model.safetensors`` or
+    ``model.safetensors.index.json``. Malformed, truncated or inconsistent files raise
+    T2NErrorCheckpoint naming the file and the tensor. Tensors are mapped on demand,
+    never the whole file."""
+
+    def __new__(cls, path: str) -> Checkpoint: ...
+    @property
+    def path(self) -> str:
+        """The file opened (the index for a sharded checkpoint)."""
+    def keys(self) -> list[str]:
+        """Tensor names, sorted."""
+    def __len__(self) -> int: ...
+    def __contains__(self, key: str, /) -> bool: ...
+    def info(self, key: str) -> tuple[str, list[int], str]:
+        """``(safetensors dtype name, shape, file holding the tensor)``; T2NErrorCheckpoint
+        for an unknown key."""
+    def check(self, label: str, key: str, encoding: str, percentile: float = 1.0) -> int:
+        """Every check writing ``key`` as ``encoding`` would make before its first byte
+        (dtype, conversion, ``.dat`` limits); returns the payload size."""
+    def metadata(self) -> dict[str, str]:
+        """The ``__metadata__`` strings of the file(s)."""
+    def raw(self, key: str) -> npt.NDArray[np.uint8]:
+        """The tensor's bytes as a writable uint8 array over a private copy-on-write map of
+        just that tensor (zero-copy; writes never reach the file; the map is released with
+        the last view)."""
+
+@final
+class _TensorMap:
+    """Owner of one tensor's map (the base object of ``Checkpoint.raw`` arrays)."""
 
 @final
 class TractModel:

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
 
 from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
+from fastnnef.nnef.writer import format_string
 
 if TYPE_CHECKING:
+    from fastnnef.tensor.offload import OffloadedTensor
     from fastnnef.tensor.quant import QTensorTractScaleOnly
 
 # torch dtype -> .dat encoding for tensors whose numpy view has the same element type.
@@ -46,10 +48,21 @@ for _name, _enc in (("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64")):
         PLAIN_ENCODINGS[getattr(torch, _name)] = _enc
 
 # torch-quantized dtype -> (encoding of the int_repr() codes, graph.quant bits, signed).
-_QUANTIZED = {
-    torch.quint8: ("qu8", 8, False),
-    torch.qint8: ("qi8", 8, True),
-    torch.qint32: ("qi32", 32, True),
+class QuantizedDtype(NamedTuple):
+    """How a torch-quantized dtype is written and typed."""
+
+    encoding: str  # .dat encoding of its int_repr() codes
+    bits: int  # graph.quant bits
+    signed: bool
+    tract_name: str  # tract's quantized datum type name (``QU8(Z:.. S:..)``)
+    codes: str  # datum type of the integer codes
+
+
+# torch-quantized dtype -> its encoding and types: the one table of them.
+TORCH_QUANTIZED: dict[torch.dtype, QuantizedDtype] = {
+    torch.quint8: QuantizedDtype("qu8", 8, False, "QU8", "u8"),
+    torch.qint8: QuantizedDtype("qi8", 8, True, "QI8", "i8"),
+    torch.qint32: QuantizedDtype("qi32", 32, True, "QI32", "i32"),
 }
 
 _PER_CHANNEL = (torch.per_channel_affine, torch.per_channel_affine_float_qparams)
@@ -83,9 +96,9 @@ def torch_tensor_to_native(
         raise T2NErrorInvalidArgument(f"bf16_as must be 'f32' or 'f16', got {bf16_as!r}")
     tensor = tensor.detach()
     dtype = tensor.dtype
-    if dtype in _QUANTIZED:
+    if dtype in TORCH_QUANTIZED:
         # int_repr() copies: quantized storage has no numpy view.
-        return tensor.int_repr().numpy(), _QUANTIZED[dtype][0], False
+        return tensor.int_repr().numpy(), TORCH_QUANTIZED[dtype].encoding, False
     if dtype == torch.bfloat16:
         # Same element size, so .view(dtype) keeps the strides: still no copy.
         return tensor.view(torch.int16).numpy(), bf16_as, True
@@ -112,22 +125,18 @@ def quant_line(identifier: str, tensor: torch.Tensor) -> str:
     """The ``graph.quant`` entry of a per-tensor quantized tensor, in the reference's
     argument order (scale, zero_point, bits, signed, symmetric) with Python ``str()``
     numbers. Per-channel tensors raise ``T2NErrorNotImplemented`` (nnef-format.md §4)."""
-    if tensor.dtype not in _QUANTIZED:
+    if tensor.dtype not in TORCH_QUANTIZED:
         raise T2NErrorInvalidArgument(f"tensor {identifier!r} has dtype {tensor.dtype}, not a torch-quantized dtype")
     qscheme = tensor.qscheme()
     if qscheme in _PER_CHANNEL:
         raise T2NErrorNotImplemented(PER_CHANNEL_MESSAGE.format(name=identifier, qscheme=qscheme))
-    _, bits, signed = _QUANTIZED[tensor.dtype]
+    bits, signed = TORCH_QUANTIZED[tensor.dtype].bits, TORCH_QUANTIZED[tensor.dtype].signed
     zero_point = int(tensor.q_zero_point())
     scale = float(tensor.q_scale())
     return (
-        f'"{_quote(identifier)}": zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, '
+        f'{format_string(identifier)}: zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, '
         f"bits = {bits}, signed = {str(signed).lower()}, symmetric = {str(zero_point == 0).lower()});\n"
     )
-
-
-def _quote(identifier: str) -> str:
-    return identifier.replace("\\", "\\\\").replace('"', '\\"')
 
 
 class Artefact:
@@ -175,6 +184,11 @@ class Artefact:
         (``encoding`` ``"q4_0"``, or ``"q4_0_legacy"`` for tract < 0.21.11)."""
         blocks = qtensor.blocks.detach().cpu().contiguous().numpy()
         return self._live().add_q4_0_blocks(label, blocks, list(qtensor.shape), encoding)
+
+    def add_offloaded(self, label: str, tensor: "OffloadedTensor", encoding: str) -> int:
+        """Add ``<label>.dat`` streamed from the checkpoint behind an offloaded tensor,
+        converted (bf16/f16/f32) or quantized (``"q4_0"``) on the way by Rust."""
+        return self._live().add_checkpoint_tensor(label, tensor.checkpoint, tensor.key, encoding)
 
     def finish(self) -> str:
         """Finish and rename into place; returns the final path."""

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
@@ -33,8 +34,8 @@ from fastnnef import _native
 from fastnnef._native import CompareReport
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
-    T2NErrorIoQuantity,
     T2NErrorIOPytorchTractNotISO,
+    T2NErrorIoQuantity,
     T2NErrorNotFoundFile,
     T2NErrorTract,
 )
@@ -46,10 +47,22 @@ if TYPE_CHECKING:
 else:
     ArrayLike = Any
 
-__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "check_artefact", "check_io"]
+__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io", "to_numpy"]
 
-TOLERANCES = ("exact", "close", "approximate", "very", "super", "ultra")
-"""tract's ``--approx`` levels, strictest first; ``custom:ATOL,RTOL,OUTLIERS`` is also accepted."""
+class TractCheckTolerance(str, Enum):
+    """How close tract's outputs must be to PyTorch's (tract's ``--approx`` levels, tract.md §5;
+    the thresholds live in the Rust core, rust/tract_check.rs)."""
+
+    EXACT = "exact"
+    APPROXIMATE = "approximate"
+    CLOSE = "close"
+    VERY = "very"
+    SUPER = "super"
+    ULTRA = "ultra"
+
+
+TOLERANCES = tuple(level.value for level in TractCheckTolerance)
+"""tract's ``--approx`` levels; ``custom:ATOL,RTOL,OUTLIERS`` is also accepted."""
 
 _CUSTOM = re.compile(r"^custom:[^,]+,[^,]+,[^,]+$")
 
@@ -62,9 +75,13 @@ def _check_tolerance(tolerance: str) -> None:
         )
 
 
-def _to_numpy(value: ArrayLike, what: str) -> np.ndarray:
-    """A numpy view of ``value`` (no copy), except bf16 which numpy lacks: widened to f32 exactly."""
+def to_numpy(value: ArrayLike, what: str, half_as_f32: bool = False) -> np.ndarray:
+    """A numpy view of ``value`` (no copy), except bf16 which numpy lacks: widened to f32
+    exactly; with ``half_as_f32`` f16 is widened too (tract's IO bundles hold f32). Complex
+    values become real arrays with a trailing (re, im) axis, as the exported graph holds them."""
     if isinstance(value, np.ndarray):
+        if np.iscomplexobj(value):
+            return np.stack([value.real, value.imag], axis=-1)
         return value
     torch = sys.modules.get("torch")  # only a tensor if torch is already imported
     if torch is not None and isinstance(value, torch.Tensor):
@@ -73,9 +90,12 @@ def _to_numpy(value: ArrayLike, what: str) -> np.ndarray:
                 f"{what} is on device {value.device}; move it to the CPU first (tensor.cpu())"
             )
         tensor = value.detach()
-        if tensor.dtype == torch.bfloat16:
-            tensor = tensor.to(torch.float32)  # every bf16 value is an f32 value
-        return tensor.resolve_conj().resolve_neg().numpy()
+        if tensor.dtype == torch.bfloat16 or half_as_f32 and tensor.dtype == torch.float16:
+            tensor = tensor.to(torch.float32)  # every bf16 (and f16) value is an f32 value
+        tensor = tensor.resolve_conj().resolve_neg()
+        if tensor.is_complex():
+            tensor = torch.view_as_real(tensor)
+        return tensor.numpy()
     if isinstance(value, np.generic):
         return np.asarray(value)
     raise T2NErrorInvalidArgument(
@@ -155,7 +175,7 @@ class TractArtefact:
         from the input shapes. The GIL is released while tract runs.
         """
         ordered = self._ordered(inputs)
-        arrays = [_to_numpy(v, f"input {n!r}") for n, v in zip(self._input_names, ordered)]
+        arrays = [to_numpy(v, f"input {n!r}") for n, v in zip(self._input_names, ordered)]
         return self._native.run(arrays)
 
     def __repr__(self) -> str:
@@ -206,8 +226,8 @@ def check_io(
         raise T2NErrorIoQuantity(
             f"{len(expected_outputs)} expected outputs but {len(output_names)} output names {list(output_names)}"
         )
-    ins = {n: _to_numpy(v, f"input {n!r}") for n, v in zip(input_names, inputs)}
-    outs = {n: _to_numpy(v, f"expected output {n!r}") for n, v in zip(output_names, expected_outputs)}
+    ins = {n: to_numpy(v, f"input {n!r}") for n, v in zip(input_names, inputs)}
+    outs = {n: to_numpy(v, f"expected output {n!r}") for n, v in zip(output_names, expected_outputs)}
     if tract_binary_path is not None:
         _check_with_cli(Path(artefact), ins, outs, tolerance, Path(tract_binary_path), debug_bundle_path)
         return []

@@ -17,19 +17,26 @@ from __future__ import annotations
 
 import functools
 import importlib
-import logging
+from pathlib import Path
 from typing import Any, Callable
 
+import torch
 from torch import nn
 
 from fastnnef.exceptions import (
-    T2NErrorImpossibleQuantization,
     T2NErrorImport,
+    T2NErrorImpossibleQuantization,
     T2NErrorInvalidArgument,
 )
-from fastnnef.tensor.quant import QTensor, check_percentile, fp_to_tract_q4_0_with_min_max_calibration
+from fastnnef.log import get_logger
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.quant import (
+    QTensor,
+    check_percentile,
+    fp_to_tract_q4_0_with_min_max_calibration,
+)
 
-log = logging.getLogger("fastnnef")
+log = get_logger(__name__)
 
 DEFAULT_COMPRESSION_REGISTRY = "fastnnef.compress.DEFAULT_COMPRESSION"
 
@@ -41,7 +48,8 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
 
     A weight shared by several such modules is quantized once and stays shared; one also
     used by a module outside those classes is skipped with a warning; a shape Q4_0 cannot
-    hold (rank not 2..4, or ``prod(shape[1:]) % 32``) is logged and skipped.
+    hold (rank not 2..4, or ``prod(shape[1:]) % 32``) is logged and skipped. An offloaded
+    weight stays on disk, as its Q4_0 blocks (:func:`offloaded_tensor_qtensor`).
     """
     classes = tuple(kwargs.pop("to_quantize_module_classes", (nn.Linear,)))
     percentile = float(kwargs.pop("percentile", 1.0))
@@ -62,7 +70,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
         label = f"{name}.weight" if name else "weight"
         weight = targets[0][1]._parameters["weight"]
         assert weight is not None
-        if isinstance(weight, QTensor):
+        if isinstance(weight, QTensor) or (isinstance(weight, OffloadedTensor) and weight.q4_0):
             continue  # already quantized (a second call, or a tied weight done above)
         others = [n or "<root>" for n, m in users if not isinstance(m, classes)]
         if others:
@@ -71,7 +79,12 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
             )
             continue
         try:
-            qweight = fp_to_tract_q4_0_with_min_max_calibration(weight.data, percentile=percentile)
+            # An offloaded weight stays on disk, as its Q4_0 blocks.
+            qweight = offloaded_tensor_qtensor(
+                functools.partial(fp_to_tract_q4_0_with_min_max_calibration, percentile=percentile),
+                weight.data,
+                "q40_min_max",
+            )
         except T2NErrorImpossibleQuantization as err:
             log.info("not quantizing %s: %s", label, err)
             continue
@@ -80,6 +93,30 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
         for _, module in targets:
             module._parameters["weight"] = param
     return model
+
+
+def offloaded_tensor_qtensor(q_fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor, suffix_name: str) -> torch.Tensor:
+    """``q_fn(tensor)``, kept on disk when ``tensor`` is an :class:`OffloadedTensor`.
+
+    An offloaded ``tensor`` is materialized for ``q_fn`` (one tensor in memory at a time)
+    and the result offloaded as ``<name>.<suffix_name>`` (beside ``tensor``'s file when
+    fastnnef wrote it, else in a temporary directory with prefix ``t2n_offload_disk``),
+    deleted with its last reference: a Q4_0 ``QTensorTractScaleOnly`` as its
+    packed blocks, so it stays Q4_0 on disk, in torch and in the export; any other result
+    as its values. A tensor in memory gives ``q_fn(tensor)`` as is.
+
+    Example::
+
+        q = offloaded_tensor_qtensor(fp_to_tract_q4_0_with_min_max_calibration, layer.weight, "q40")
+        layer._parameters["weight"] = nn.Parameter(q, requires_grad=False)
+    """
+    if not isinstance(tensor, OffloadedTensor):
+        return q_fn(tensor)
+    q_tensor = q_fn(tensor.to_base_tensor())
+    name = f"{tensor.nnef_name or tensor.key}.{suffix_name}"
+    # Beside the source when it was offloaded by fastnnef; never into a user's checkpoint folder.
+    directory = Path(tensor._owned_file).parent if tensor._owned_file else None
+    return OffloadedTensor.from_original_tensor(q_tensor, name, directory, f" (quantized by {suffix_name})")
 
 
 DEFAULT_COMPRESSION: dict[str, Callable[..., nn.Module]] = {

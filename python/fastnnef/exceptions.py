@@ -169,6 +169,11 @@ class T2NErrorDtypeOverflow(T2NErrorInvalidArgument):
     """(fastnnef) A value does not fit the requested dtype (e.g. bf16 -> f16 above 65504)."""
 
 
+class T2NErrorCheckpoint(T2NErrorInvalidArgument):
+    """(fastnnef) A checkpoint is malformed or truncated (the message names the file and the
+    tensor), or does not match the model (missing, extra, wrong shape or dtype)."""
+
+
 class T2NErrorArtefactIO(T2NError, OSError):
     """(fastnnef) Writing or reading an artefact failed at the OS level."""
 

@@ -14,9 +14,12 @@ from fastnnef.exceptions import (
     T2NErrorIoQuantity,
 )
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
+from fastnnef.log import export_log_level, get_logger
 from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.serialize import write_artefact
 from fastnnef.op.convert import Converter
+from fastnnef.op.custom_extractors import find_extractor
+from fastnnef.op.extras import import_extra_modules
 from fastnnef.op.registry import load_handlers
 from fastnnef.tensor_export import (
     export_tensors_from_disk_to_nnef,
@@ -35,7 +38,7 @@ __all__ = [
     "iter_torch_tensors_from_disk",
 ]
 
-log = logging.getLogger("fastnnef")
+log = get_logger(__name__)
 
 
 def resolve_artefact_path(file_path_export: T.Union[Path, str], compression_level: T.Optional[int]) -> tuple[Path, str]:
@@ -113,7 +116,36 @@ def export_model_to_nnef(
         >>> path.name
         'mlp.nnef.tgz'
     """
-    logging.getLogger("fastnnef").setLevel(log_level)
+    with export_log_level(log_level):
+        return _export(
+            model, args, file_path_export, inference_target, input_names, output_names,
+            compression_level, nnef_variable_naming_scheme, check_io_names_qte_match,
+            debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
+            load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
+            skip_eager_forward,
+        )
+
+
+def _export(
+    model: nn.Module,
+    args: T.Any,
+    file_path_export: T.Union[Path, str],
+    inference_target: InferenceTarget,
+    input_names: T.Optional[T.List[str]],
+    output_names: T.Optional[T.List[str]],
+    compression_level: T.Optional[int],
+    nnef_variable_naming_scheme: VariableNamingScheme,
+    check_io_names_qte_match: bool,
+    debug_bundle_path: T.Optional[Path],
+    custom_extensions: T.Optional[T.List[str]],
+    allow_same_io_names: bool,
+    auto_harden_jit: bool,
+    load_extra_op_modules: T.Optional[T.List[str]],
+    discover_extra_entrypoints: bool,
+    strict_extra_imports: bool,
+    skip_eager_forward: bool,
+) -> Path:
+    """The export itself, under the export's log level."""
     if not isinstance(model, nn.Module):
         raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(inference_target, InferenceTarget):
@@ -125,11 +157,11 @@ def export_model_to_nnef(
         raise T2NErrorInvalidArgument(
             f"custom_extensions must be a list (order matters to tract), got {type(custom_extensions).__name__}"
         )
-    if load_extra_op_modules or discover_extra_entrypoints:
-        raise T2NErrorInvalidArgument(
-            "load_extra_op_modules / discover_extra_entrypoints (t2n_extra:: custom ops) are not "
-            "supported by fastnnef yet: register handlers with fastnnef.op.registry.handler"
-        )
+    import_extra_modules(load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports)
+    if not isinstance(skip_eager_forward, bool):
+        raise T2NErrorInvalidArgument(f"skip_eager_forward must be a bool, got {skip_eager_forward!r}")
+    # skip_eager_forward needs no action: the trace's forward is the only one that runs, and
+    # its outputs are the check's references (no separate eager forward to skip).
     naming = VariableNamingScheme(nnef_variable_naming_scheme).value
     input_names = _check_names(input_names, "input_names")
     output_names = _check_names(output_names, "output_names")
@@ -147,7 +179,7 @@ def export_model_to_nnef(
         model = harden_jit_for_export(model, args)
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced = trace_model(model, args, input_names, output_names, names_from=names_from)
+    traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor)
     if check_io_names_qte_match:
         n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
         if n_graph_inputs != len(traced.flat_inputs):
@@ -186,10 +218,11 @@ def convert_to_nnef(
     """IR -> NNEF graph, named IO, the target's extension lines and fragments (no bytes
     written yet: the benchmark of graph building stops here)."""
     in_names = traced.input_names[: len(ir.inputs)]
-    graph = NNEFGraph(strict=_is_strict(target))
+    caps = target.capabilities()
+    graph = NNEFGraph(strict=caps.strict, available_registries=caps.registries)
     if not graph.strict:
         graph.use_registry("tract_core")
-    converter = Converter(graph, target, load_handlers(), naming, target.version)
+    converter = Converter(graph, caps, load_handlers(), naming, target, ir.param_names)
     converter.declare_inputs(ir, in_names)
     converter.reserve_outputs(ir, traced.output_names, in_names)
     converter.convert(ir)
@@ -201,17 +234,10 @@ def convert_to_nnef(
     return graph
 
 
-def _is_strict(target: InferenceTarget) -> bool:
-    from fastnnef.inference_target.khronos import KhronosNNEF
-
-    return isinstance(target, KhronosNNEF)
-
-
 def _dynamic_axes_by_index(
     target: InferenceTarget, input_names: list[str], inputs: list[torch.Tensor]
 ) -> dict[int, dict[int, str]]:
     """{flat input index: {axis: symbol}}, axes made non-negative by the target."""
     if not target.has_dynamic_axes:
         return {}
-    resolve = getattr(target, "dynamic_axes_of_input")
-    return {i: resolve(name, inputs[i].dim()) for i, name in enumerate(input_names)}
+    return {i: target.dynamic_axes_of_input(name, inputs[i].dim()) for i, name in enumerate(input_names)}

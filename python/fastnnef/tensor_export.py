@@ -7,26 +7,32 @@ Differences from the reference, all on inputs it could not export anyway:
   codes (codes 3 / 2 / 3) with a line appended to ``output_dir/graph.quant``; tensors
   quantized *per channel* raise ``T2NErrorNotImplemented``, because tract's ``graph.quant``
   accepts only scalar scales: dequantize them or requantize them per tensor first;
-- every name and size is checked before the first file is written.
+- every name and size is checked before the first file is written;
+- checkpoints stream (``.safetensors`` through the Rust extension, one tensor at a time;
+  ``.pt``/``.bin`` memory-mapped), and pickles are never executed unless the caller passes
+  ``weights_only=False``.
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
 from fastnnef import _native
-from fastnnef.artefact import quant_line, torch_tensor_to_native
+from fastnnef.artefact import PLAIN_ENCODINGS, quant_line, torch_tensor_to_native
 from fastnnef.exceptions import (
+    T2NErrorCheckpoint,
     T2NErrorInvalidArgument,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
 )
+from fastnnef.log import get_logger
+from fastnnef.tensor.offload import OffloadedTensor, open_checkpoint
+from fastnnef.tensor.opaque import export_form
 
-LOGGER = logging.getLogger(__name__)
+LOGGER = get_logger(__name__)
 
 _TORCH_PICKLE_SUFFIXES = (".pt", ".pth", ".bin")
 
@@ -56,8 +62,14 @@ def export_tensors_to_nnef(
         if not isinstance(name, str):
             raise T2NErrorInvalidArgument(f"tensor names must be strings, got {name!r}")
         _native.validate_member_name(f"{name}.dat")
+        tensor = export_form(tensor)  # the tensor behind an OpaqueTensorRef; offloaded Q4_0 blocks
         if _writes_itself(tensor):
             planned.append((name, tensor, None, False))
+            continue
+        if isinstance(tensor, OffloadedTensor):  # streamed from its checkpoint by Rust
+            encoding = _offloaded_encoding(tensor)
+            tensor.checkpoint.check(name, tensor.key, encoding)
+            planned.append((name, tensor, encoding, False))
             continue
         array, encoding, bf16 = torch_tensor_to_native(tensor, name=name)
         _native.dat_payload_size(name, list(array.shape), encoding)
@@ -69,6 +81,8 @@ def export_tensors_to_nnef(
         path.parent.mkdir(parents=True, exist_ok=True)
         if encoding is None:
             array.write_in_file(output_dir, name)
+        elif isinstance(array, OffloadedTensor):
+            _native.checkpoint_dat_write(str(path), array.checkpoint, array.key, encoding, label=name)
         else:
             _native.dat_write(str(path), array, encoding, bf16, label=name)
     if quant_lines:
@@ -77,36 +91,73 @@ def export_tensors_to_nnef(
     return name_to_torch_tensors
 
 
+def _offloaded_encoding(tensor: OffloadedTensor) -> str:
+    # As for in-memory tensors: bf16 is written as exact f32; Q4_0 when the tensor asks.
+    if tensor.q4_0:
+        return "q4_0"
+    return "f32" if tensor.dtype == torch.bfloat16 else PLAIN_ENCODINGS[tensor.dtype]
+
+
+def _is_safetensors(path: Path) -> bool:
+    return path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json")
+
+
+def _load_pickled(path: Path, map_location: Union[str, torch.device], weights_only: bool) -> object:
+    """``torch.load`` with ``mmap=True`` (tensors stay in the file's pages until read) and
+    ``weights_only`` as asked: never a silent fallback to executing the pickle."""
+    try:
+        try:
+            return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
+        except RuntimeError as err:
+            if "mmap" not in str(err):
+                raise
+            # Files from torch.save(_use_new_zipfile_serialization=False) cannot be mapped.
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
+    except Exception as err:  # torch raises many kinds; keep its message
+        hint = (
+            " If you trust this file and it holds more than tensors, pass weights_only=False to "
+            "execute its pickle (only for files from a trusted source)."
+            if weights_only
+            else ""
+        )
+        raise T2NErrorCheckpoint(f"cannot read tensors from {str(path)!r}: {err}.{hint}") from err
+
+
 def iter_torch_tensors_from_disk(
     store_filepath: Union[Path, str],
     filter_key: Optional[Callable[[str], bool]] = None,
     map_location: Union[str, torch.device] = "cpu",
+    *,
+    weights_only: bool = True,
 ) -> Iterator[Tuple[str, torch.Tensor]]:
-    """Yield ``(name, tensor)`` from a checkpoint: ``.safetensors`` lazily, one tensor at a
-    time; ``.pt`` / ``.pth`` / ``.bin`` loaded whole (``weights_only=True`` first)."""
+    """Yield ``(name, tensor)`` from a checkpoint, one tensor at a time.
+
+    - ``.safetensors`` files (or a sharded ``*.safetensors.index.json``) are read by the Rust
+      extension: headers validated up front (a truncated or corrupt file raises
+      ``T2NErrorCheckpoint`` naming the file and the tensor), each tensor a zero-copy view
+      of a private map of its bytes, released when the caller drops it;
+    - ``.pt`` / ``.pth`` / ``.bin`` files load with ``weights_only=True`` and ``mmap=True``.
+      A file the safe loader refuses raises; ``weights_only=False`` (an explicit opt-in,
+      for trusted files only) executes its pickle. An ``nn.Module`` yields its parameters;
+      non-tensor values of a dict are skipped with a warning.
+    """
     path = Path(store_filepath)
     keep = filter_key or (lambda _name: True)
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt", device=str(map_location)) as store:
-            for name in store.keys():
-                if keep(name):
-                    yield name, store.get_tensor(name)
+    if _is_safetensors(path):
+        ckpt = open_checkpoint(path)
+        for name in ckpt.keys():
+            if keep(name):
+                tensor = OffloadedTensor(ckpt, name).to_base_tensor()
+                yield name, tensor if torch.device(map_location).type == "cpu" else tensor.to(map_location)
         return
     if path.suffix not in _TORCH_PICKLE_SUFFIXES:
         raise T2NErrorNotImplemented(
-            f"cannot read tensors from {str(path)!r}: expected a .safetensors, .pt, .pth or .bin file"
+            f"cannot read tensors from {str(path)!r}: expected a .safetensors, .pt, .pth or .bin file "
+            "(or a sharded .safetensors.index.json)"
         )
-    try:
-        loaded = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any refusal of the safe loader falls back, loudly
-        LOGGER.warning(
-            "weights-only load of %s failed (%s); loading it as a full pickle: only do this for files you trust",
-            path,
-            err,
-        )
-        loaded = torch.load(path, map_location=map_location, weights_only=False)
+    if not path.is_file():
+        raise T2NErrorNotFoundFile(f"checkpoint {str(path)!r} does not exist")
+    loaded = _load_pickled(path, map_location, weights_only)
     if isinstance(loaded, torch.nn.Module):
         items = loaded.named_parameters()
     elif isinstance(loaded, dict):
@@ -129,12 +180,45 @@ def export_tensors_from_disk_to_nnef(
     filter_key: Optional[Callable[[str], bool]] = None,
     fn_check_found_tensors: Optional[Callable[[Dict[str, torch.Tensor]], bool]] = None,
     map_location: Union[str, torch.device] = "cpu",
+    *,
+    weights_only: bool = True,
 ) -> Dict[str, torch.Tensor]:
-    """Read the tensors of a checkpoint that pass ``filter_key``, let
-    ``fn_check_found_tensors`` inspect them (it must raise to stop the export; its return
-    value is ignored, as in the reference), then write them with
-    :func:`export_tensors_to_nnef`. Returns the tensors found."""
-    found = dict(iter_torch_tensors_from_disk(store_filepath, filter_key=filter_key, map_location=map_location))
+    """Write the tensors of a checkpoint that pass ``filter_key`` as ``<name>.dat`` files in
+    ``output_dir`` (which must exist), after ``fn_check_found_tensors`` has seen them (it
+    must raise to stop the export; its return value is ignored, as in the reference).
+    Returns the tensors found.
+
+    ``.safetensors`` checkpoints stream: the found tensors are :class:`OffloadedTensor`
+    values (any torch op reads them from the file), and Rust writes each ``.dat`` straight
+    from the mapped file, so memory stays bounded whatever the checkpoint's size. Every
+    name and size is checked before the first file is written. ``.pt``/``.pth``/``.bin``
+    load as in :func:`iter_torch_tensors_from_disk` (memory-mapped) and are written one
+    tensor at a time.
+    """
+    path = Path(store_filepath)
+    if not _is_safetensors(path):
+        found = dict(
+            iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location, weights_only=weights_only)
+        )
+        if fn_check_found_tensors is not None:
+            fn_check_found_tensors(found)
+        return export_tensors_to_nnef(found, output_dir)
+    ckpt = open_checkpoint(path)
+    keep = filter_key or (lambda _name: True)
+    found_off = {name: OffloadedTensor(ckpt, name) for name in ckpt.keys() if keep(name)}
     if fn_check_found_tensors is not None:
-        fn_check_found_tensors(found)
-    return export_tensors_to_nnef(found, output_dir)
+        fn_check_found_tensors(dict(found_off))
+    out = Path(output_dir)
+    if not out.is_dir():
+        raise T2NErrorNotFoundFile(f"output_dir {str(out)!r} does not exist or is not a directory; create it first")
+    plan = []
+    for name, tensor in found_off.items():
+        _native.validate_member_name(f"{name}.dat")
+        encoding = _offloaded_encoding(tensor)
+        ckpt.check(name, name, encoding)
+        plan.append((name, encoding))
+    for name, encoding in plan:
+        target = out / f"{name}.dat"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _native.checkpoint_dat_write(str(target), ckpt, name, encoding, label=name)
+    return dict(found_off)

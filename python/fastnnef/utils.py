@@ -1,14 +1,17 @@
-"""Small helpers shared by the public API: versions and empty-weight model construction.
+"""Small helpers shared by the public API: versions, empty-weight model construction and
+working-directory changes.
 
-Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``).
+Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``,
+``cd``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
-from typing import Iterator, Tuple, Union
+from typing import Iterator, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -128,7 +131,19 @@ def torch_version() -> SemanticVersion:
 
 
 @contextlib.contextmanager
-def init_empty_weights(include_buffers: bool = False) -> Iterator[None]:
+def cd(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
+    """Context manager: run the block with ``path`` as the working directory, then go back
+    (even on error). The working directory is process-wide: not for threaded code."""
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+@contextlib.contextmanager
+def init_empty_weights(include_buffers: Optional[bool] = None) -> Iterator[None]:
     """Context manager: modules built inside it get their parameters on the ``meta`` device.
 
     Builds a model's structure without allocating its weights (each parameter is created,
@@ -136,7 +151,8 @@ def init_empty_weights(include_buffers: bool = False) -> Iterator[None]:
     weights afterwards, e.g. ``model.load_state_dict(state, assign=True)``. With
     ``include_buffers=True`` registered buffers go to ``meta`` too; by default they stay
     real because buffers computed at construction (rotary tables, ...) are rarely in a
-    checkpoint. Same contract as accelerate's ``init_empty_weights``.
+    checkpoint (``None``, the reference's default, means ``False``). Same contract as
+    accelerate's ``init_empty_weights``.
 
     Caveat: like accelerate's, it swaps ``nn.Module.register_parameter`` (and
     ``register_buffer``) process-wide while active; don't build other models in other

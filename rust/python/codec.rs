@@ -12,7 +12,8 @@ use numpy::{PyArray1, PyArrayDescrMethods, PyReadonlyArrayDyn, PyUntypedArray, P
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::to_pyerr;
+use super::checkpoint::PyCheckpoint;
+use super::{numpy_element, to_pyerr};
 use crate::archive::{self, ArtefactWriter, Format};
 use crate::dat::{self, Decoded, EncodeOptions, Encoding, Header, SrcDtype, TensorView, Values};
 use crate::error::Error;
@@ -39,24 +40,8 @@ fn src_dtype(array: &Bound<'_, PyUntypedArray>, bf16: bool) -> PyResult<SrcDtype
             ))),
         };
     }
-    Ok(match (kind, size) {
-        (b'f', 2) => SrcDtype::F16,
-        (b'f', 4) => SrcDtype::F32,
-        (b'f', 8) => SrcDtype::F64,
-        (b'i', 1) => SrcDtype::I8,
-        (b'i', 2) => SrcDtype::I16,
-        (b'i', 4) => SrcDtype::I32,
-        (b'i', 8) => SrcDtype::I64,
-        (b'u', 1) => SrcDtype::U8,
-        (b'u', 2) => SrcDtype::U16,
-        (b'u', 4) => SrcDtype::U32,
-        (b'u', 8) => SrcDtype::U64,
-        (b'b', 1) => SrcDtype::Bool,
-        _ => {
-            return Err(invalid(format!(
-                "unsupported array dtype {dtype}; expected a float, int, uint or bool dtype"
-            )));
-        }
+    numpy_element(kind, size).ok_or_else(|| {
+        invalid(format!("unsupported array dtype {dtype}; expected a float, int, uint or bool dtype"))
     })
 }
 
@@ -126,6 +111,26 @@ fn dat_write(
     let options = EncodeOptions { percentile };
     let label = label.unwrap_or_else(|| path.display().to_string());
     py.detach(|| archive::write_dat_file(&path, &label, &view, enc, &options)).map_err(to_pyerr)
+}
+
+/// Write tensor `key` of `checkpoint` as one `.dat` file, atomically, streamed from the
+/// file; returns the bytes written.
+#[pyfunction]
+#[pyo3(signature = (path, checkpoint, key, encoding, percentile = 1.0, label = None))]
+fn checkpoint_dat_write(
+    py: Python<'_>,
+    path: PathBuf,
+    checkpoint: &PyCheckpoint,
+    key: &str,
+    encoding: &str,
+    percentile: f32,
+    label: Option<String>,
+) -> PyResult<u64> {
+    let enc = self::encoding(encoding)?;
+    let options = EncodeOptions { percentile };
+    let label = label.unwrap_or_else(|| key.to_string());
+    let ckpt = checkpoint.inner.clone();
+    py.detach(|| archive::write_checkpoint_dat_file(&path, &label, &ckpt, key, enc, &options)).map_err(to_pyerr)
 }
 
 /// Payload size of a tensor, or the format-limit error it would raise.
@@ -327,6 +332,23 @@ impl PyArtefactWriter {
         py.detach(|| self.with(|w| w.add_tensor(label, &view, enc, &options))).map_err(to_pyerr)
     }
 
+    /// Stream tensor `key` of `checkpoint` into `<label>.dat`, converted on the way.
+    #[pyo3(signature = (label, checkpoint, key, encoding, percentile = 1.0))]
+    fn add_checkpoint_tensor(
+        &self,
+        py: Python<'_>,
+        label: &str,
+        checkpoint: &PyCheckpoint,
+        key: &str,
+        encoding: &str,
+        percentile: f32,
+    ) -> PyResult<u64> {
+        let enc = self::encoding(encoding)?;
+        let options = EncodeOptions { percentile };
+        let ckpt = checkpoint.inner.clone();
+        py.detach(|| self.with(|w| w.add_checkpoint_tensor(label, &ckpt, key, enc, &options))).map_err(to_pyerr)
+    }
+
     #[pyo3(signature = (label, blocks, shape, encoding = "q4_0"))]
     fn add_q4_0_blocks(
         &self,
@@ -365,9 +387,18 @@ impl PyArtefactWriter {
     }
 }
 
+/// Raise `T2NErrorImpossibleQuantization` unless a tensor of `shape` can be stored as
+/// Q4_0 (the one rule, `quant::check_shape`).
+#[pyfunction]
+fn q4_0_check_shape(label: &str, shape: Vec<usize>) -> PyResult<()> {
+    quant::check_shape(label, &shape).map_err(to_pyerr)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(q4_0_check_shape, m)?)?;
     m.add_function(wrap_pyfunction!(dat_encode, m)?)?;
     m.add_function(wrap_pyfunction!(dat_write, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint_dat_write, m)?)?;
     m.add_function(wrap_pyfunction!(dat_payload_size, m)?)?;
     m.add_function(wrap_pyfunction!(dat_decode, m)?)?;
     m.add_function(wrap_pyfunction!(validate_member_name, m)?)?;

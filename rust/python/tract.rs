@@ -8,27 +8,28 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use tract_nnef::prelude::{DatumType, Tensor};
 
-use super::to_pyerr;
+use super::{numpy_element, to_pyerr};
+use crate::dat::SrcDtype;
 use crate::error::Error;
 use crate::tract_check::{self, Approximation, Dim, Fact};
 
 /// The tract datum type of a numpy dtype (kind + item size), if tract has one.
 fn datum_type_of(kind: u8, itemsize: usize) -> Option<DatumType> {
     use DatumType::*;
-    Some(match (kind, itemsize) {
-        (b'b', 1) => Bool,
-        (b'u', 1) => U8,
-        (b'u', 2) => U16,
-        (b'u', 4) => U32,
-        (b'u', 8) => U64,
-        (b'i', 1) => I8,
-        (b'i', 2) => I16,
-        (b'i', 4) => I32,
-        (b'i', 8) => I64,
-        (b'f', 2) => F16,
-        (b'f', 4) => F32,
-        (b'f', 8) => F64,
-        _ => return None,
+    Some(match numpy_element(kind, itemsize)? {
+        SrcDtype::Bool => Bool,
+        SrcDtype::U8 => U8,
+        SrcDtype::U16 => U16,
+        SrcDtype::U32 => U32,
+        SrcDtype::U64 => U64,
+        SrcDtype::I8 => I8,
+        SrcDtype::I16 => I16,
+        SrcDtype::I32 => I32,
+        SrcDtype::I64 => I64,
+        SrcDtype::F16 => F16,
+        SrcDtype::F32 => F32,
+        SrcDtype::F64 => F64,
+        SrcDtype::Bf16 => return None,
     })
 }
 

@@ -19,6 +19,8 @@ Dyn = Optional[dict[int, dict[int, str]]]
 def _like(t: torch.Tensor, shape: list[int]) -> torch.Tensor:
     if t.dtype == torch.bool:
         return torch.rand(*shape) > 0.5
+    if t.is_complex():
+        return torch.randn(*shape, dtype=t.dtype)
     if t.is_floating_point():
         return torch.randn(*shape).to(t.dtype)
     return torch.randint(0, 3, shape, dtype=t.dtype)

@@ -6,7 +6,6 @@ negative side, clamps) is exercised; f32 tolerance 1e-4, f16 1e-2.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,8 +14,6 @@ from torch import nn
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
 from tests.helpers import Fn, export_and_check
-
-
 
 
 class ClampTensor(nn.Module):

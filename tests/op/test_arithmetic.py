@@ -75,6 +75,16 @@ CASES = [
     ("logical_not", lambda a, b: ~a, BOOLS, None),
     ("logical_and_floats", lambda a, b: torch.logical_and(a, b), lambda: (randn(3, 4).relu(), randn(3, 4).relu()), None),
     ("logical_not_float", lambda a: torch.logical_not(a.relu()), X, None),
+    ("bitwise_and_ints", lambda a, b: a & b, IJ, None),
+    ("bitwise_and_broadcast_scalar", lambda a: torch.bitwise_and(a, 6), lambda: (ints(2, 3, 4),), None),
+    ("bitwise_or_int32", lambda a, b: torch.bitwise_or(a.int(), b.int()), IJ, None),
+    ("bitwise_xor_mixed_widths", lambda a, b: a.to(torch.int16) ^ b, lambda: (ints(3, 4), ints(4)), None),
+    ("bitwise_not_ints", lambda a: ~a, lambda: (ints(3, 4),), None),
+    ("bitwise_not_uint8", lambda a: torch.bitwise_not(a.to(torch.uint8)), lambda: (ints(3, 4, low=0, high=255),), None),
+    ("lshift", lambda a, b: a << b, lambda: (ints(3, 4), ints(3, 4, low=0, high=9)), None),
+    ("rshift_negative_values", lambda a, b: a >> b, lambda: (ints(3, 4, low=-300, high=300), ints(4, low=0, high=5)), None),
+    ("bitwise_left_shift_scalar", lambda a: torch.bitwise_left_shift(a, 3), lambda: (ints(3, 4),), None),
+    ("bitwise_right_shift_int32_dyn", lambda a, b: torch.bitwise_right_shift(a.int(), b.int()), lambda: (ints(3, 4, low=-99, high=99), ints(3, 4, low=0, high=4)), {0: {0: "B"}, 1: {0: "B"}}),
     ("neg", lambda a: -a, X, None),
     ("abs", lambda a: a.abs(), X, None),
     ("exp", lambda a: a.exp(), X, None),
@@ -112,3 +122,14 @@ def test_arithmetic(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tenso
     torch.manual_seed(0)
     inputs = make()
     check(fn, inputs, tmp_path, dyn, atol=2e-3, rtol=2e-3)
+
+
+def test_integer_squares(tmp_path: Any) -> None:
+    """tract has no integer square kernel (and rewrites x * x into one): exact through f64."""
+    check(lambda a: a * a + a**2 + a.square(), (torch.randint(-1000, 1000, (3, 5)),), tmp_path, atol=0, rtol=0)
+
+
+def test_log1p_expm1_keep_relative_precision_near_zero(tmp_path: Any) -> None:
+    x = torch.tensor([[1e-7, -1e-7, 3e-5, 1e-3, 0.5, 10.0, 0.0, -0.9]])
+    check(lambda a: torch.log1p(a) / torch.where(a == 0, 1.0, a), (x,), tmp_path, atol=1e-6, rtol=1e-6)
+    check(lambda a: torch.expm1(a) / torch.where(a == 0, 1.0, a), (x,), tmp_path, atol=1e-6, rtol=1e-6)

@@ -13,6 +13,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
+from fastnnef.inference_target.tract import TractCheckTolerance
 from tests.helpers import export_and_check
 
 
@@ -164,3 +165,41 @@ def test_conv_khronos_strict(tmp_path):
         assert member is not None
         text = member.read().decode()
     assert "tract_" not in text and "= conv(" in text and 'border = "reflect"' in text
+
+
+# --- conv_tbc; what tracing records for torch.convolution ------------------------------------
+class ConvTBC(nn.Module):
+    """fairseq's time-major convolution (torch.conv_tbc)."""
+
+    def __init__(self, c_in: int = 4, c_out: int = 6, k: int = 3, pad: int = 1, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(k, c_in, c_out, dtype=dtype))
+        self.bias = nn.Parameter(torch.randn(c_out, dtype=dtype))
+        self.pad = pad
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.conv_tbc(x, self.weight, self.bias, self.pad)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(k=4, pad=0), dict(k=5, pad=3)], ids=["pad1", "even-kernel", "pad3"])
+def test_conv_tbc(kwargs, tmp_path):
+    torch.manual_seed(0)
+    export_and_check(ConvTBC(**kwargs).eval(), (torch.randn(7, 2, 4),), tmp_path, atol=1e-4)
+
+
+def test_conv_tbc_dynamic_time_f16(tmp_path):
+    torch.manual_seed(0)
+    model = ConvTBC(dtype=torch.float16).eval()
+    target = TractNNEF(TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY,
+                       dynamic_axes={"x": {0: "T"}})
+    export_and_check(model, (torch.randn(7, 2, 4).half(),), tmp_path, target=target, input_names=["x"],
+                     run_inputs=[torch.randn(11, 2, 4).half()], atol=1e-2, rtol=1e-2)
+
+
+def test_torch_convolution_traces_as_convolution():
+    """torch.convolution (and the backend hook convolution_overrideable) is recorded as
+    aten::_convolution, which conv.py handles: should that change, this fails."""
+    fn = lambda x: torch.convolution(x, torch.ones(6, 4, 3), None, [1], [1], [1], False, [0], 1)  # noqa: E731
+    with torch.no_grad():
+        graph = str(torch.jit.trace(fn, (torch.randn(2, 4, 7),), check_trace=False).inlined_graph)
+    assert "aten::_convolution(" in graph and "aten::convolution(" not in graph

@@ -90,3 +90,55 @@ def test_constant_tensors_become_variables(tmp_path: Any) -> None:
 def test_arange_float_dynamic_refused(tmp_path: Any) -> None:
     with pytest.raises(T2NErrorNotImplemented, match="float bounds"):
         check(lambda x: x + torch.arange(0.0, x.size(1), 0.5)[: x.size(1)], X(), tmp_path, DYN)
+
+
+# Grids, index tables, one_hot and fills: (id, fn, inputs factory, dynamic axes or None).
+TABLE_CASES = [
+    ("eye", lambda x: x[:, :3] + torch.eye(3), X, None),
+    ("eye_rect_int", lambda x: (x, torch.eye(2, 4, dtype=torch.int32)), X, None),
+    ("eye_bool", lambda x: x.masked_fill(torch.eye(3, 5, dtype=torch.bool), 0.0), X, None),
+    ("eye_dyn", lambda x: x @ torch.eye(x.size(1)), X, DYN),
+    ("eye_dyn_rect", lambda x: (x, torch.eye(2, x.size(1), dtype=torch.int64)), X, DYN),
+    ("linspace", lambda x: x + torch.linspace(-1, 2, 5), X, None),
+    ("linspace_int", lambda x: (x, torch.linspace(0, 10, 4, dtype=torch.int64)), X, None),
+    ("logspace", lambda x: x * torch.logspace(0, 2, 5), X, None),
+    ("logspace_base2_f16", lambda x: x.half() * torch.logspace(-1, 3, 5, base=2, dtype=torch.float16), X, None),
+    ("tril_indices", lambda x: (x, torch.tril_indices(3, 4)), X, None),
+    ("triu_indices_offset", lambda x: (x, torch.triu_indices(4, 3, 1)), X, None),
+    ("tril_indices_gather", lambda x: x[tuple(torch.tril_indices(3, 5, -1))], X, None),
+    ("meshgrid_ij", lambda x, y: torch.meshgrid(x, y, indexing="ij"), lambda: (randn(3), randn(4)), None),
+    ("meshgrid_xy_three", lambda x, y, z: torch.meshgrid(x, y, z, indexing="xy"),
+     lambda: (randn(2), randn(3), randn(4)), None),
+    ("meshgrid_scalar", lambda x, y: torch.meshgrid(x.sum(), y, indexing="ij"), lambda: (randn(2), randn(3)), None),
+    ("meshgrid_dyn", lambda x, y: torch.meshgrid(x, y, indexing="xy"), lambda: (randn(5), randn(3)), {0: {0: "S"}}),
+    ("cartesian_prod", lambda x, y: torch.cartesian_prod(x, y), lambda: (randn(3), randn(2)), None),
+    ("cartesian_prod_three_int", lambda x, y, z: torch.cartesian_prod(x, y, z),
+     lambda: (torch.arange(2), torch.arange(3), torch.arange(2)), None),
+    ("cartesian_prod_single", lambda x: torch.cartesian_prod(x) * 2, lambda: (randn(4),), None),
+    ("combinations", lambda x: torch.combinations(x), lambda: (randn(4),), None),
+    ("combinations_r3_replacement", lambda x: torch.combinations(x, 3, with_replacement=True), lambda: (randn(3),), None),
+    ("one_hot", lambda i: torch.nn.functional.one_hot(i, 5), lambda: (torch.tensor([[0, 4], [2, 2]]),), None),
+    ("one_hot_dyn_float", lambda i: torch.nn.functional.one_hot(i, 3).float() * 2, lambda: (torch.randint(0, 3, (2, 4)),),
+     {0: {1: "S"}}),
+    ("fill", lambda x: (x * 1).fill_(2.5) + x, X, None),
+    ("fill_int", lambda x: (x.long() * 1).fill_(-3), X, None),
+    ("fill_tensor", lambda x, v: (x * 1).fill_(v), lambda: (randn(3, 5), torch.tensor(4.0)), None),
+    ("fill_dyn", lambda x: (x * 1).fill_(1.5), X, DYN),
+    ("zero", lambda x: (x * 2).zero_() + 1, X, None),
+    ("zero_dyn_f16", lambda x: (x.half() * 1).zero_(), X, DYN),
+]
+
+
+@pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in TABLE_CASES])
+def test_tables(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("fn, make, message", [
+    pytest.param(lambda i: torch.nn.functional.one_hot(i), lambda: (torch.tensor([0, 2]),), "pass num_classes", id="one_hot_no_classes"),
+    pytest.param(lambda x: torch.combinations(x, 5), lambda: (randn(3),), "which is empty", id="combinations_empty"),
+])
+def test_tables_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str, tmp_path: Any) -> None:
+    with pytest.raises(T2NErrorNotImplemented, match=message):
+        check(fn, make(), tmp_path)

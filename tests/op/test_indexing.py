@@ -10,7 +10,6 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
-from fastnnef.utils import SemanticVersion
 from tests.helpers import export_and_check
 from tests.op._table import Fn, check
 
@@ -121,6 +120,9 @@ CASES = [
      lambda: (randn(3, 5), idx(4, 1), randn(3, 1)), None),
     ("index_put_mask", put_mask, lambda: (randn(3, 4), mask(3, 4)), None),
     ("index_put_mask_leading", put_mask, lambda: (randn(3, 4), mask(3)), None),
+    # y[:, i] = v and y[:, 1] = 5.0 write through a view of y (torch_graph/functionalize.py)
+    ("index_put_through_view", put_cols, lambda: (randn(3, 5), idx(4, 1), randn(3, 1)), None),
+    ("fill_through_select", _fill_col, lambda: (randn(3, 5),), None),
     ("index_fill", lambda x, i: x.index_fill(1, i, -1.0), lambda: (randn(3, 5), idx(0, 3)), None),
     ("index_fill_negative", lambda x, i: x.index_fill(0, i, 4.0), lambda: (randn(3, 5), idx(-1)), None),
 ]
@@ -164,9 +166,6 @@ def test_embedding_dynamic_sequence(tmp_path: Any) -> None:
     pytest.param(lambda x, i, j: x[i, :, j], lambda: (randn(3, 2, 4), idx(0, 1), idx(2, 3)), "non-adjacent", id="index_tensors_apart"),
     pytest.param(lambda c: torch.where(c), lambda: (mask(3, 4),), "nonzero", id="where_one_arg"),
     pytest.param(lambda x: x.roll(1, 1), lambda: (randn(2, 5),), "roll", id="roll_dynamic_axis"),
-    # y[:, i] = v is slice(y) + index_put_ on that view: the write would be lost silently.
-    pytest.param(put_cols, lambda: (randn(3, 5), idx(4, 1), randn(3, 1)), "in place into a view", id="write_through_view"),
-    pytest.param(lambda x: _fill_col(x), lambda: (randn(3, 5),), "in place into a view", id="fill_through_select"),
 ])
 def test_indexing_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str, tmp_path: Any) -> None:
     """Variants a static graph cannot express fail with an error naming the op."""
@@ -178,8 +177,14 @@ def test_indexing_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch
         export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names)
 
 
-def test_cumsum_needs_recent_tract(tmp_path: Any) -> None:
-    """tract_core_cumsum is only known from tract 0.23.9: older targets get a clear error."""
-    target = TractNNEF(SemanticVersion.from_str("0.22.1"))
-    with pytest.raises(T2NErrorNotImplemented, match="0.23.9"):
-        export_and_check(Fn(lambda x: x.cumsum(0)), (randn(3, 2),), tmp_path, target=target)
+
+@pytest.mark.parametrize("fn, shape", [
+    pytest.param(lambda x: x.reshape(-1)[1::3], (3, 4), id="flat-after-reshape"),
+    pytest.param(lambda x: x.reshape(2, 6)[:, ::2], (3, 4), id="rows-after-reshape"),
+    pytest.param(lambda x: x[:, 1:8:3] + x[:, 0:7:3], (2, 9), id="window-not-whole-steps"),
+    pytest.param(lambda x: x.view(4, 3)[::2, 1:], (12,), id="first-axis"),
+])
+def test_strided_slices_after_reshape(fn, shape, tmp_path):
+    """tract 0.23.9 fails to optimise a strided slice that follows a reshape; fastnnef
+    writes static strided slices without tract's stride."""
+    check(fn, (torch.randn(*shape),), tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Callable, Optional
 
 import pytest
 import torch
@@ -145,3 +146,70 @@ def test_f16_block(force_f32, tmp_path):
                        check_io_tolerance=TractCheckTolerance.VERY, dynamic_axes={"x": {1: "S"}})
     export_and_check(model, (x,), tmp_path, target=target, atol=1e-2, rtol=1e-2,
                      input_names=["x"], output_names=["y"], run_inputs=[torch.randn(2, 5, 8).half()])
+
+
+# --- weight norm; native_layer_norm / native_group_norm (with their mean and rstd) ---------
+def weight_normed(make: Callable[[], nn.Module], dim: Optional[int], legacy: bool) -> nn.Module:
+    """``make()`` with a weight-norm reparametrization whose g and v are both randomized
+    (at creation g = ||v||, which would hide a wrong norm)."""
+    from torch.nn.utils import parametrizations, weight_norm
+
+    module = weight_norm(make(), dim=dim) if legacy else parametrizations.weight_norm(make(), dim=dim)
+    return randomized(module)
+
+
+WEIGHT_NORM_CASES = [
+    pytest.param(make, shape, dim, legacy, id=f"{what}-dim{dim}-{'legacy' if legacy else 'param'}")
+    for what, make, shape, dims in [
+        ("conv1d", lambda: nn.Conv1d(4, 6, 3, padding=1, groups=2), (2, 4, 9), (0, 1, 2, None)),
+        ("conv2d", lambda: nn.Conv2d(3, 5, 3), (1, 3, 6, 5), (0, -2, None)),
+        ("linear", lambda: nn.Linear(4, 6), (2, 3, 4), (0, 1, None)),
+    ]
+    for dim in dims for legacy in (False, True)
+]
+
+
+@pytest.mark.parametrize("make, shape, dim, legacy", WEIGHT_NORM_CASES)
+def test_weight_norm(make: Callable[[], nn.Module], shape: tuple, dim: Optional[int], legacy: bool, tmp_path) -> None:
+    torch.manual_seed(0)
+    export_and_check(weight_normed(make, dim, legacy), (torch.randn(*shape),), tmp_path, atol=1e-4)
+
+
+def test_weight_norm_wav2vec2_positional_conv(tmp_path) -> None:
+    """wav2vec2's positional convolution: a grouped conv weight-normed over dim 2, on a
+    dynamic time axis."""
+    model = weight_normed(lambda: nn.Conv1d(8, 8, 5, padding=2, groups=4), 2, False)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "T"}})
+    export_and_check(model, (torch.randn(1, 8, 9),), tmp_path, target=target, input_names=["x"],
+                     run_inputs=[torch.randn(1, 8, 13)], atol=1e-4)
+
+
+def test_weight_norm_f16(tmp_path) -> None:
+    model = weight_normed(lambda: nn.Conv1d(4, 6, 3), 0, False).half()
+    export_and_check(model, (torch.randn(1, 4, 7).half(),), tmp_path, atol=1e-2, rtol=1e-2)
+
+
+NATIVE_NORM_CASES = [
+    ("layer_norm", lambda x, w, b: torch.native_layer_norm(x, [6], w, b, 1e-5), (2, 4, 6), [6]),
+    ("layer_norm_2d_shape", lambda x, w, b: torch.native_layer_norm(x, [4, 6], w, b, 1e-3), (2, 4, 6), [4, 6]),
+    ("layer_norm_no_affine", lambda x, w, b: torch.native_layer_norm(x, [6], None, None, 1e-5), (3, 6), None),
+    ("group_norm", lambda x, w, b: torch.native_group_norm(x, w, b, x.shape[0], 6, x.shape[2], 3, 1e-5),
+     (2, 6, 5), [6]),
+    ("group_norm_4d_no_affine",
+     lambda x, w, b: torch.native_group_norm(x, None, None, x.shape[0], 4, x.shape[2] * x.shape[3], 2, 1e-5),
+     (2, 4, 3, 5), None),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("fn, shape, param_shape", [pytest.param(*c[1:], id=c[0]) for c in NATIVE_NORM_CASES])
+def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: Optional[list], dtype: torch.dtype, tmp_path) -> None:
+    """All three outputs (normalized, mean, rstd) match torch's, with the batch dynamic."""
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(param_shape, generator=gen).to(dtype) if param_shape else None
+    b = torch.randn(param_shape, generator=gen).to(dtype) if param_shape else None
+    x = (torch.randn(*shape, generator=gen) * 3 + 1).to(dtype)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {0: "B"}})
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    export_and_check(Fn(lambda x: fn(x, w, b)), (x,), tmp_path, target=target, input_names=["x"], atol=tol, rtol=tol,
+                     run_inputs=[(torch.randn(5, *shape[1:], generator=gen) * 3 + 1).to(dtype)])

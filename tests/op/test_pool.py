@@ -14,8 +14,6 @@ from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from tests.helpers import Fn, export_and_check
 
 
-
-
 class First(nn.Module):
     """Keeps the values of a (values, indices) pool."""
 

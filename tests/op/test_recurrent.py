@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fastnnef.check import TractArtefact
-from fastnnef.exceptions import T2NErrorStrictNNEFSpec
+from fastnnef.exceptions import T2NErrorNotImplemented, T2NErrorStrictNNEFSpec
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import KhronosNNEF, TractNNEF
 from tests.helpers import export_and_check
@@ -235,3 +235,39 @@ def test_equal_layers_share_one_step_fragment(tmp_path):
 def test_khronos_refuses_scan(tmp_path):
     with pytest.raises(T2NErrorStrictNNEFSpec, match="tract_core"):
         export_model_to_nnef(Seq(nn.GRU(I, H)).eval(), torch.randn(T, B, I), tmp_path / "k.nnef", KhronosNNEF("1.0.5"))
+
+
+# --- what tracing records for cells; packed sequences ----------------------------------------
+@pytest.mark.parametrize("make, args", [
+    pytest.param(lambda: RawCell(torch.lstm_cell, 4), lambda: (torch.randn(B, I), *_cell_state(2)), id="lstm_cell"),
+    pytest.param(lambda: RawCell(torch.gru_cell, 3), lambda: (torch.randn(B, I), *_cell_state(1)), id="gru_cell"),
+    pytest.param(lambda: RawCell(torch._VF.rnn_tanh_cell, 1), lambda: (torch.randn(B, I), *_cell_state(1)),
+                 id="rnn_tanh_cell"),
+    pytest.param(lambda: RawCell(torch._VF.rnn_relu_cell, 1), lambda: (torch.randn(B, I), *_cell_state(1)),
+                 id="rnn_relu_cell"),
+])
+def test_cells_trace_as_their_math(make: Callable[[], nn.Module], args: Callable[[], tuple]) -> None:
+    """torch's tracer records aten::lstm_cell & co (composite ops) as the linear and gate
+    ops above, which is why this family has no cell handler: should a torch version record
+    the cell op itself, this fails and a handler is due."""
+    with torch.no_grad():
+        graph = str(torch.jit.trace(make().eval(), args(), check_trace=False).inlined_graph)
+    assert "_cell(" not in graph and "aten::linear" in graph
+
+
+class Packed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(I, H, batch_first=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        return nn.utils.rnn.pad_packed_sequence(self.rnn(packed)[0], batch_first=True)[0]
+
+
+def test_packed_sequence_is_refused_with_the_workaround(tmp_path):
+    with pytest.raises(T2NErrorNotImplemented, match=r"aten::_pack_padded_sequence in <root module> .*packed "
+                       r"sequences \(nn.utils.rnn.pack_padded_sequence\).*pass the padded tensor to the recurrent layer"):
+        export_model_to_nnef(Packed().eval(), (torch.randn(B, T, I), torch.tensor([T, 3])), tmp_path / "p.nnef",
+                             TractNNEF.latest())
+    assert list(tmp_path.iterdir()) == []

@@ -77,6 +77,20 @@ CASES = [
     ("vector_norm_f16", lambda x: torch.linalg.vector_norm(x, dim=-1), lambda: (randn(3, 8).half(),), None),
     ("logsumexp", lambda x: x.logsumexp(1), X, None),
     ("logsumexp_keepdim", lambda x: torch.logsumexp(x, (0, 2), keepdim=True), X, None),
+    ("aminmax_dim", lambda x: torch.aminmax(x, dim=1), X, None),
+    ("aminmax_negative_dim_keepdim_dyn", lambda x: torch.aminmax(x, dim=-1, keepdim=True), X, DYN_B),
+    ("aminmax_all_int", lambda x: torch.aminmax(x), lambda: (ints(3, 4),), None),
+    ("count_nonzero_dim", lambda x: torch.count_nonzero(x.relu(), 1), X, None),
+    ("count_nonzero_dims", lambda x: torch.count_nonzero(x.round(), (0, -1)), X, None),
+    ("count_nonzero_all_int", lambda x: torch.count_nonzero(x), lambda: (ints(3, 4),), None),
+    ("count_nonzero_bool_dyn", lambda x: torch.count_nonzero(x > 0, 2), X, DYN_T),
+    ("nansum_dim", lambda x: torch.nansum(x.log(), 1), X, None),
+    ("nansum_all_keepdim", lambda x: torch.nansum(x.log(), (0, 1, 2), keepdim=True), X, None),
+    ("nansum_int", lambda x: torch.nansum(x, 0), lambda: (ints(3, 4),), None),
+    ("nansum_f16", lambda x: torch.nansum(x.log(), -1), lambda: (randn(3, 8).half(),), None),
+    ("nanmean_dim", lambda x: torch.nanmean(x.log(), 2), X, None),
+    ("nanmean_all_nan_row", lambda x: torch.nanmean(x, 1), lambda: (torch.tensor([[float("nan")] * 3, [1.0, float("nan"), 2.0]]),), None),
+    ("nanmean_dyn", lambda x: torch.nanmean(x.sqrt(), 1, keepdim=True), X, DYN_T),
 ]
 
 

@@ -52,6 +52,14 @@ CASES = [
     ("linear1d", lambda: Interp(scale_factor=2, mode="linear"), x1),
     ("linear1d_aligned_size", lambda: Interp(size=10, mode="linear", align_corners=True), x1),
     ("trilinear", lambda: Interp(scale_factor=2, mode="trilinear"), lambda: torch.randn(1, 2, 3, 4, 2)),
+    ("bicubic_scale2", lambda: nn.Upsample(scale_factor=2, mode="bicubic"), x2),
+    ("bicubic_scale2_aligned", lambda: nn.Upsample(scale_factor=2, mode="bicubic", align_corners=True), x2),
+    ("bicubic_scale_frac", lambda: Interp(scale_factor=1.5, mode="bicubic"), x2),
+    ("bicubic_scale_rect", lambda: Interp(scale_factor=(3, 2), mode="bicubic"), x2),
+    ("bicubic_size", lambda: Interp(size=(9, 4), mode="bicubic"), x2),
+    ("bicubic_size_aligned", lambda: Interp(size=(9, 4), mode="bicubic", align_corners=True), x2),
+    ("bicubic_down", lambda: Interp(size=(3, 3), mode="bicubic"), x2),
+    ("bicubic_f16", lambda: Interp(scale_factor=2, mode="bicubic"), lambda: x2().half()),
     ("pixel_shuffle", lambda: nn.PixelShuffle(2), lambda: torch.randn(2, 12, 3, 4)),
     ("pixel_shuffle_3", lambda: nn.PixelShuffle(3), lambda: torch.randn(1, 9, 2, 3)),
     ("pixel_unshuffle", lambda: nn.PixelUnshuffle(2), lambda: torch.randn(2, 3, 4, 6)),
@@ -100,3 +108,22 @@ def test_upsample_dynamic_height(tmp_path):
         model, x2(5, 6), tmp_path, target=target, input_names=["x"], output_names=["y"],
         run_inputs=[x2(9, 6)],
     )
+
+
+@pytest.mark.parametrize("model, target, message", [
+    pytest.param(Interp(scale_factor=2, mode="bicubic"), TractNNEF("0.22.1"),
+                 "aten::upsample_bicubic2d needs tract >= 0.23.2 but the target is tract 0.22.1", id="old_tract"),
+    pytest.param(Interp(size=(3, 3), mode="bicubic", antialias=True), TractNNEF.latest(),
+                 "antialiased bicubic interpolation", id="antialias"),
+])
+def test_bicubic_refused(model, target, message, tmp_path):
+    with pytest.raises(T2NErrorNotImplemented, match=message):
+        export_and_check(model, x2(), tmp_path, target=target)
+
+
+def test_bicubic_dynamic_height(tmp_path):
+    """An integer scale factor holds on a dynamic axis too."""
+    torch.manual_seed(0)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "H"}})
+    export_and_check(Interp(scale_factor=2, mode="bicubic"), x2(5, 6), tmp_path, target=target, input_names=["x"],
+                     run_inputs=[x2(8, 6)])

@@ -11,11 +11,11 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from fastnnef.inference_target import TractNNEF
 from fastnnef.torch_graph.ir import TensorValue, build_ir
 from fastnnef.torch_graph.trace import trace_model
-from torch import nn
-
 from tests.helpers import export_and_check
 
 
@@ -87,3 +87,30 @@ def test_dyn_marks(make: Callable[[], nn.Module], data: Callable[[int], torch.Te
         assert isinstance(out, TensorValue) and out.dyn == dyn, (kind, out)
     target = TractNNEF.latest().with_dynamic_axes({"x": {axis: "S"}})
     export_and_check(model, (x,), tmp_path, target=target, input_names=["x"], run_inputs=[data(9)])
+
+
+def test_numel_folds_static_and_stays_symbolic_on_dynamic_axes(tmp_path):
+    """x.numel() is a constant for static shapes and S*4 for a dynamic S."""
+    from tests.op._table import check
+
+    check(lambda x: x * x.numel(), (torch.randn(3, 4),), tmp_path)
+    check(lambda x: x.reshape(x.numel()) * 2, (torch.randn(3, 4),), tmp_path, dyn={0: {0: "S"}})
+
+
+@pytest.mark.parametrize("fn, inputs, dyn", [
+    pytest.param(lambda x: x + x.shape[1], (torch.randn(2, 5),), {0: {1: "S"}}, id="tensor-plus-size"),
+    pytest.param(lambda x: x * torch.arange(x.shape[1])[None, :], (torch.randn(2, 5),), {0: {1: "S"}},
+                 id="arange-row"),
+    pytest.param(lambda x: torch.tril(x, diagonal=x.shape[1] - x.shape[0]), (torch.randn(3, 5),), {0: {1: "S"}},
+                 id="tril-dynamic-diagonal"),
+    pytest.param(lambda x, y: torch.triu(x, diagonal=y.shape[1] - 2), (torch.randn(4, 6), torch.randn(1, 5)),
+                 {1: {1: "P"}}, id="triu-diagonal-of-another-input"),
+    pytest.param(lambda q, k: (torch.arange(k.shape[1])[None, :]
+                               <= torch.arange(q.shape[1])[:, None] + (k.shape[1] - q.shape[1])).float(),
+                 (torch.randn(1, 3), torch.randn(1, 7)), {0: {1: "S"}, 1: {1: "T"}}, id="kv-cache-causal-mask"),
+])
+def test_size_arithmetic_stays_symbolic(fn, inputs, dyn, tmp_path):
+    """Sizes of dynamic axes used as numbers stay symbolic (checked again at grown sizes)."""
+    from tests.op._table import check
+
+    check(fn, inputs, tmp_path, dyn=dyn)

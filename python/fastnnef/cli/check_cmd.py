@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from fastnnef.check import TOLERANCES, check_artefact
+from fastnnef.check import TOLERANCES, TractCheckTolerance, check_artefact
 from fastnnef.exceptions import T2NError, T2NErrorIOPytorchTractNotISO
 
 EXIT_MISMATCH = 1
@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--outputs", required=True, help=".npz of the expected outputs")
     parser.add_argument(
         "--tolerance",
-        default="approximate",
+        default=TractCheckTolerance.APPROXIMATE.value,
         help=f"one of {', '.join(TOLERANCES)} or custom:ATOL,RTOL,OUTLIERS (default: approximate)",
     )
     parser.add_argument("--debug-bundle", default=None, help="on failure, write a debug bundle here (dir or .tgz)")

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fastnnef.check import TractCheckTolerance
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.torch_graph.ir_naming import DEFAULT_VARNAME_SCHEME, VariableNamingScheme
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -35,11 +37,11 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
                    help='JSON, e.g. \'{"x": {"1": "S"}}\'')
     p.add_argument("--custom-extension", action="append", default=[],
                    help="extension line without the keyword, e.g. 'tract_assert S >= 1'")
-    p.add_argument("--naming-scheme", default="natural_verbose",
-                   choices=["raw", "natural_verbose", "natural_verbose_camel", "numeric"])
+    p.add_argument("--naming-scheme", default=DEFAULT_VARNAME_SCHEME.value,
+                   choices=[scheme.value for scheme in VariableNamingScheme])
     p.add_argument("--no-check", action="store_true", help="skip the in-process tract check")
-    p.add_argument("--tolerance", default="approximate",
-                   choices=["exact", "close", "approximate", "very", "super", "ultra"])
+    p.add_argument("--tolerance", default=TractCheckTolerance.APPROXIMATE.value,
+                   choices=[level.value for level in TractCheckTolerance])
     p.add_argument("--debug-bundle", type=Path, default=None)
     p.add_argument("--no-identity-properties", action="store_true",
                    help="do not write os/hostname/user properties")

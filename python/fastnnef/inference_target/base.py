@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
@@ -10,9 +9,11 @@ from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIoQuantity
+from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.log import get_logger
 from fastnnef.utils import SemanticVersion
 
-LOGGER = logging.getLogger(__name__)
+LOGGER = get_logger(__name__)
 
 # Attribute by which the exporter's IO-flattening wrapper module points at the user's model.
 WRAPPED_MODEL_ATTR = "__wrapped_model__"
@@ -97,6 +98,15 @@ class InferenceTarget:
     def has_dynamic_axes(self) -> bool:
         """Whether the user asked for dynamic axes (the base target supports none)."""
         return False
+
+    def capabilities(self) -> TargetCapabilities:
+        """What the exported graph may use. The base target knows no runtime, so it gets
+        strict Khronos NNEF; ``TractNNEF`` returns its version's registries and options."""
+        return TargetCapabilities.strict_nnef()
+
+    def dynamic_axes_of_input(self, name: str, rank: int) -> Dict[int, str]:
+        """``{axis: symbol}`` of input ``name`` (axes non-negative); none on the base target."""
+        return {}
 
     def pre_trace(
         self,

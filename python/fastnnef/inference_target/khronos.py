@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, ClassVar, List, Optional, Union
 
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
+from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.utils import SemanticVersion
 
 
@@ -33,6 +34,11 @@ class KhronosNNEF(InferenceTarget):
     def latest(cls) -> KhronosNNEF:
         """``cls(cls.latest_version())``: NNEF 1.0.5 with ``check_io=True``."""
         return cls(cls.latest_version())
+
+    def capabilities(self) -> TargetCapabilities:
+        """Strict NNEF: no tract operator, registry or version gate, whatever ``version``
+        (an NNEF specification version, not a tract one)."""
+        return TargetCapabilities.strict_nnef()
 
     def post_export(
         self,

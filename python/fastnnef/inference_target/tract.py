@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
 import getpass
 import importlib.metadata
-import logging
+import os
 import platform
 import re
+import shlex
+import subprocess
 import sys
 from enum import Enum
 from pathlib import Path
@@ -16,7 +19,6 @@ from typing import (
     ClassVar,
     Dict,
     List,
-    NamedTuple,
     Optional,
     Sequence,
     Set,
@@ -27,31 +29,43 @@ from typing import (
 import numpy as np
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
+from fastnnef.check import TractCheckTolerance as TractCheckTolerance
+from fastnnef.check import to_numpy
 from fastnnef.exceptions import (
     T2NErrorDynamicShapeValue,
     T2NErrorInvalidArgument,
-    T2NErrorIoQuantity,
+    T2NErrorIOPytorchTractNotISO,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
+    T2NErrorTract,
+    T2NErrorTractDownload,
 )
-from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo, unwrap_model
-from fastnnef.inference_target.properties import PROPERTIES_FRAGMENT_NAME, properties_fragment
+from fastnnef.inference_target.base import (
+    InferenceTarget,
+    UnfoldModelInfo,
+    as_version,
+    unwrap_model,
+)
+
+# VERSION_GATES and VersionGate are re-exported: the gates are documented under this module.
+from fastnnef.inference_target.capabilities import VERSION_GATES as VERSION_GATES
+from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.inference_target.capabilities import VersionGate as VersionGate
+from fastnnef.inference_target.properties import (
+    PROPERTIES_FRAGMENT_NAME,
+    properties_fragment,
+)
+from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NNEF_KEYWORDS
+
+# _expand_names: the one rule for naming flattened IO (shared with the export).
+from fastnnef.torch_graph.trace import _expand_names as expand_io_names
+from fastnnef.torch_graph.trace import eval_mode, normalize_args
 from fastnnef.utils import SemanticVersion
 
-LOGGER = logging.getLogger(__name__)
-
-
-class TractCheckTolerance(str, Enum):
-    """How close tract's outputs must be to PyTorch's (tract's ``--approx`` levels, tract.md §5)."""
-
-    EXACT = "exact"
-    APPROXIMATE = "approximate"
-    CLOSE = "close"
-    VERY = "very"
-    SUPER = "super"
-    ULTRA = "ultra"
+LOGGER = get_logger(__name__)
 
 
 class TractFeatureFlag(str, Enum):
@@ -60,34 +74,6 @@ class TractFeatureFlag(str, Enum):
     DEFAULT = "default"
     COMPLEX = "complex"
 
-
-class VersionGate(NamedTuple):
-    """The first tract version with a feature, and what the feature changes."""
-
-    first: SemanticVersion
-    reason: str
-
-
-def _v(text: str) -> SemanticVersion:
-    return SemanticVersion.from_str(text)
-
-
-# Target-version gates as data (torch_to_nnef-api.md §6.3). A gate is open when the target
-# version is >= `first`; "> X.Y.Z" gates of the reference are written as the next patch.
-VERSION_GATES: Dict[str, VersionGate] = {
-    "tract_symbol": VersionGate(_v("0.18.2"), "`extension tract_symbol S;` declares dynamic axes"),
-    "multi_char_symbols": VersionGate(_v("0.19.0"), "symbol names longer than one letter"),
-    "tract_extra": VersionGate(_v("0.20.20"), "the tract_extra registry"),
-    "approx_levels": VersionGate(_v("0.21.7"), "the check honours check_io_tolerance"),
-    "approx_very_ultra": VersionGate(_v("0.21.8"), "the 'very' and 'ultra' tolerance levels"),
-    "q4_0_ggml_order": VersionGate(_v("0.21.11"), "Q4_0 .dat code 0x3040 (GGML order), not 0x2040"),
-    "tract_transformers": VersionGate(_v("0.22.0"), "the tract_transformers registry"),
-    "reified_sdpa": VersionGate(_v("0.22.1"), "SDPA as tract_transformers_sdpa by default"),
-    "scatter_reductions": VersionGate(_v("0.23.0"), "scatter with reductions"),
-    "resize_grid_sample": VersionGate(_v("0.23.2"), "resize and grid_sample ops"),
-    "gated_delta_net": VersionGate(_v("0.23.5"), "tract_transformers_gdn_recurrent"),
-    "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
-}
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -100,9 +86,11 @@ class TractNNEF(InferenceTarget):
     Same constructor parameters, order and defaults as torch_to_nnef 0.24.12. Differences:
 
     - construction never downloads anything: ``check_io`` runs the tract linked into
-      fastnnef (0.23.9) in-process, so there is no ``tract_cli`` attribute;
+      fastnnef (0.23.9) in-process; ``tract_cli`` is a ``TractCli`` over that linked tract
+      (same surface: ``version``, ``assert_io``...);
     - ``specific_tract_binary_path``, if given, must exist and is used for the check instead
-      of the linked tract; its version is not asserted against ``version``;
+      of the linked tract (``tract_cli`` then wraps it); its version is not asserted
+      against ``version``;
     - the properties fragment has no ``export_date`` nor ``export_cmd`` (they make every
       export differ); add them through ``specific_properties`` if wanted;
     - version gates are data (``VERSION_GATES``, ``supports``), and ``reify_sdpa`` gives
@@ -110,10 +98,10 @@ class TractNNEF(InferenceTarget):
     """
 
     OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = [
-        _v("0.23.9"),  # the tract linked into fastnnef
-        _v("0.23.8"),  # torch_to_nnef 0.24.12's latest
-        _v("0.22.1"),
-        _v("0.21.13"),
+        SemanticVersion.from_str("0.23.9"),  # the tract linked into fastnnef
+        SemanticVersion.from_str("0.23.8"),  # torch_to_nnef 0.24.12's latest
+        SemanticVersion.from_str("0.22.1"),
+        SemanticVersion.from_str("0.21.13"),
     ]
 
     def __init__(
@@ -153,6 +141,8 @@ class TractNNEF(InferenceTarget):
                 "specific_tract_binary_path=<path of that tract CLI>"
             )
         self.specific_tract_binary_path: Optional[Path] = specific_tract_binary_path
+        # torch_to_nnef harnesses read target.tract_cli: that binary, else the linked tract.
+        self.tract_cli = TractCli(specific_tract_binary_path)
         self.dynamic_axes: DynamicAxes = _as_dynamic_axes(dynamic_axes)
         self.check_io_tolerance = _to_enum(
             TractCheckTolerance, check_io_tolerance, "check_io_tolerance"
@@ -166,6 +156,18 @@ class TractNNEF(InferenceTarget):
         self.upcast_reified_sdpa_inputs_to_f32 = upcast_reified_sdpa_inputs_to_f32
         self.upsample_with_debox = upsample_with_debox
         self.native_gated_delta_op = native_gated_delta_op
+        if upsample_with_debox and not self.supports("debox"):
+            raise T2NErrorInvalidArgument(
+                f"upsample_with_debox=True needs tract >= {VERSION_GATES['debox'].first.to_str()} "
+                f"(the debox operator), but the target is tract {self.version.to_str()}: raise "
+                "the version or leave upsample_with_debox False"
+            )
+        if native_gated_delta_op is not None:
+            raise T2NErrorNotImplemented(
+                f"native_gated_delta_op={native_gated_delta_op!r}: fastnnef exports no gated "
+                "delta net (neither tract_transformers_gdn_recurrent nor its tract_core_scan "
+                "lowering), so there is nothing for this option to choose; leave it None"
+            )
 
     # --- construction helpers ---------------------------------------------------------
 
@@ -203,12 +205,20 @@ class TractNNEF(InferenceTarget):
 
     def supports(self, feature: str) -> bool:
         """Whether the target version has ``feature``, a key of ``VERSION_GATES``."""
-        gate = VERSION_GATES.get(feature)
-        if gate is None:
-            raise T2NErrorInvalidArgument(
-                f"unknown tract feature {feature!r}; known: {sorted(VERSION_GATES)}"
-            )
-        return self.version >= gate.first
+        return TargetCapabilities.tract(self.version).supports(feature)
+
+    def capabilities(self) -> TargetCapabilities:
+        """This tract version's registries and gates, with the export options."""
+        return TargetCapabilities.tract(
+            self.version,
+            reify_sdpa=self.reify_sdpa,
+            force_attention_inner_in_f32=self.force_attention_inner_in_f32,
+            force_linear_accumulation_in_f32=self.force_linear_accumulation_in_f32,
+            force_norm_in_f32=self.force_norm_in_f32,
+            upcast_reified_sdpa_inputs_to_f32=self.upcast_reified_sdpa_inputs_to_f32,
+            upsample_with_debox=self.upsample_with_debox,
+            native_gated_delta_op=self.native_gated_delta_op,
+        )
 
     @property
     def reify_sdpa(self) -> bool:
@@ -431,10 +441,16 @@ def _to_enum(enum_cls: Any, value: Any, param: str) -> Any:
         ) from None
 
 
+# --- IO bundles and the tract command line (torch_to_nnef's names) ------------------------
+
+T2N_CHECK_IO_RAISE_EXCEPTION = "T2N_CHECK_IO_RAISE_EXCEPTION"
+# Where torch_to_nnef caches downloaded tract binaries (fastnnef only looks there).
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "svc" / "tract"
+
 
 def build_io(
     model: nn.Module,
-    test_input: Union[torch.Tensor, Sequence[torch.Tensor]],
+    test_input: Any,
     input_bundle_path: Optional[Path] = None,
     output_bundle_path: Optional[Path] = None,
     input_names: Optional[List[str]] = None,
@@ -443,51 +459,295 @@ def build_io(
     """Run ``model`` on ``test_input`` and save inputs and outputs as tract ``.npz`` bundles.
 
     Same contract as torch_to_nnef 0.24's: eval mode, no grad, inference mode; f16 and
-    bf16 values saved as f32; names default to ``input_<i>`` / ``output_<i>``; returns
-    ``(input_names, output_names)``. The model's training flag is restored afterwards.
-    Inputs and outputs must be a tensor or a flat sequence of tensors.
+    bf16 values saved as f32; returns ``(input_names, output_names)``. Inputs and outputs
+    are flattened and named as ``export_model_to_nnef`` does (nested tuples, lists and
+    dicts; ``input_<i>`` / ``output_<i>`` by default, or one name per top-level item, e.g.
+    ``["out", "state"]`` for an LSTM's ``(out, (h, c))`` gives ``out, state_0, state_1``).
+    Every submodule's training flag is restored afterwards.
     """
-    inputs = _flat_tensors(test_input, "test_input")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), torch.inference_mode():
-            outputs = _flat_tensors(model(*inputs), "model output")
-    finally:
-        model.train(was_training)
-    input_names = _io_names(input_names, inputs, "input")
-    output_names = _io_names(output_names, outputs, "output")
+    top_in = normalize_args(test_input)
+    inputs = [leaf for leaf in pytree.tree_leaves(top_in) if isinstance(leaf, torch.Tensor)]
+    with eval_mode(model), torch.no_grad(), torch.inference_mode():
+        outputs = model(*top_in)
+    top_out = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    flat_out = pytree.tree_leaves(top_out)
+    not_tensors = sorted({type(o).__name__ for o in flat_out if not isinstance(o, torch.Tensor)})
+    if not_tensors:
+        raise T2NErrorNotImplemented(
+            f"build_io: the model returns non-tensor values ({', '.join(not_tensors)}); NNEF "
+            "outputs are tensors: return tensors only"
+        )
+    input_names = expand_io_names(input_names, top_in, len(inputs), "input", "input")
+    output_names = expand_io_names(output_names, top_out, len(flat_out), "output", "output")
     for path, names, tensors in (
         (input_bundle_path, input_names, inputs),
-        (output_bundle_path, output_names, outputs),
+        (output_bundle_path, output_names, flat_out),
     ):
         if path is not None:
-            np.savez(path, **{n: _to_numpy(t) for n, t in zip(names, tensors)})
+            np.savez(path, **{n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)})
     return input_names, output_names
 
 
-def _flat_tensors(value: Any, what: str) -> List[torch.Tensor]:
-    values = list(value) if isinstance(value, (tuple, list)) else [value]
-    if not all(isinstance(v, torch.Tensor) for v in values):
-        raise T2NErrorNotImplemented(
-            f"build_io: {what} must be a tensor or a flat sequence of tensors, got "
-            f"{[type(v).__name__ for v in values]}"
+class TractCli:
+    """A tract command line (torch_to_nnef's ``TractCli``), over a tract binary or over the
+    tract linked into fastnnef.
+
+    ``TractCli(tract_path)`` runs that binary in a subprocess, with the reference's command
+    lines for its version. ``TractCli(None)`` (``TractCli.linked()``, what
+    ``TractNNEF(...).tract_cli`` is without ``specific_tract_binary_path``) has the same
+    surface in-process: ``version`` is the linked tract's, ``assert_io`` checks with it,
+    ``assert_io_cmd_str`` is the equivalent ``fastnnef check`` command; ``run``,
+    ``run_save_outputs_cmd_str`` and ``convert_onnx_to_nnef`` need a binary and raise.
+    ``download`` always raises: fastnnef never downloads.
+    """
+
+    def __init__(self, tract_path: Optional[Path]):
+        if tract_path is not None:
+            tract_path = Path(tract_path)
+            if not tract_path.exists():
+                raise T2NErrorNotFoundFile(
+                    f"tract binary {str(tract_path)!r} does not exist: give the path of a tract "
+                    "CLI, or use TractCli.linked() for the tract linked into fastnnef"
+                )
+        self.tract_path: Optional[Path] = tract_path
+
+    @classmethod
+    def linked(cls) -> TractCli:
+        """The tract linked into fastnnef, with a command line's surface."""
+        return cls(None)
+
+    @classmethod
+    def download(cls, version: Union[str, SemanticVersion]) -> TractCli:
+        """Raises ``T2NErrorTractDownload``: fastnnef never downloads anything."""
+        raise T2NErrorTractDownload(
+            f"fastnnef never downloads tract (asked for {version}): pass the path of a tract "
+            "binary (TractCli(path), TractNNEF(specific_tract_binary_path=...)) or use the "
+            "linked tract (TractCli.linked())"
         )
-    return values
 
+    def __repr__(self) -> str:
+        return f"TractCli({str(self.tract_path) if self.tract_path else 'linked'!r})"
 
-def _io_names(names: Optional[List[str]], tensors: List[torch.Tensor], kind: str) -> List[str]:
-    if names is None:
-        return [f"{kind}_{i}" for i in range(len(tensors))]
-    if len(names) != len(tensors):
-        raise T2NErrorIoQuantity(
-            f"build_io: {len(names)} {kind} names {list(names)} for {len(tensors)} {kind} tensors"
+    @functools.cached_property
+    def version(self) -> SemanticVersion:
+        """The tract version (``tract --version`` for a binary)."""
+        if self.tract_path is None:
+            from fastnnef import _native
+
+            return SemanticVersion.from_str(_native.TRACT_VERSION)
+        out = subprocess.check_output([str(self.tract_path), "--version"], stderr=subprocess.STDOUT)
+        words = out.decode("utf8").split()
+        if len(words) < 2:
+            raise T2NErrorTract(f"{self.tract_path} --version printed {out!r}, not 'tract X.Y.Z'")
+        return SemanticVersion.from_str(words[1])
+
+    def _binary(self, what: str) -> Path:
+        if self.tract_path is None:
+            raise T2NErrorNotImplemented(
+                f"TractCli.{what} runs a tract command line, and the tract linked into fastnnef "
+                "has none: use TractCli(<path of a tract binary>)"
+            )
+        return self.tract_path
+
+    def run(self, args: Sequence[Any], quiet: bool = False) -> int:
+        """Run ``tract <args>``; return its exit code (stdout discarded when ``quiet``)."""
+        cmd = [str(self._binary("run")), *(str(a) for a in args)]
+        return subprocess.call(cmd, stdout=subprocess.DEVNULL if quiet else None)
+
+    def _run_cmd_prefix(self, nnef_path: Path) -> List[str]:
+        """``tract <model>`` with the NNEF extension flags this version knows, then ``-O``."""
+        flags = ["--nnef-tract-core", "--nnef-tract-pulse"]
+        if self.version >= "0.20.20":
+            flags.append("--nnef-tract-extra")
+        if self.version >= "0.22.0":
+            flags.append("--nnef-tract-transformers")
+        return [str(self._binary("commands")), str(nnef_path), *flags, "-O"]
+
+    def assert_io_cmd_str(
+        self,
+        nnef_path: Path,
+        input_bundle_path: Path,
+        output_bundle_path: Path,
+        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+    ) -> List[str]:
+        """The command that checks ``nnef_path`` on the input bundle against the output
+        bundle at ``check_tolerance`` (``fastnnef check ...`` for the linked tract)."""
+        tolerance = _to_enum(TractCheckTolerance, check_tolerance, "check_tolerance").value
+        if self.tract_path is None:
+            return [
+                "fastnnef", "check", str(nnef_path), "--inputs", str(input_bundle_path),
+                "--outputs", str(output_bundle_path), "--tolerance", tolerance,
+            ]
+        cmd = self._run_cmd_prefix(nnef_path)
+        if self.version < "0.18.0":
+            cmd += ["--input-bundle", str(input_bundle_path), "run"]
+        else:
+            cmd += ["run", "--input-from-bundle", str(input_bundle_path)]
+        cmd += ["--assert-output-bundle", str(output_bundle_path), "--allow-float-casts"]
+        if self.version >= "0.21.7":
+            cmd += ["--approx", tolerance]
+        return cmd
+
+    def run_save_outputs_cmd_str(
+        self, nnef_path: Path, input_bundle_path: Path, output_bundle_path: Path
+    ) -> List[str]:
+        """The command that runs ``nnef_path`` on the input bundle and saves tract's
+        outputs to ``output_bundle_path`` (a binary only)."""
+        return self._run_cmd_prefix(nnef_path) + [
+            "run", "--input-from-bundle", str(input_bundle_path),
+            "--save-outputs-npz", str(output_bundle_path), "--allow-float-casts",
+        ]
+
+    def assert_io(
+        self,
+        nnef_path: Path,
+        input_bundle_path: Path,
+        output_bundle_path: Path,
+        raise_exception: bool = True,
+        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+    ) -> bool:
+        """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
+        raises ``T2NErrorIOPytorchTractNotISO`` (or, without ``raise_exception``, is logged
+        and gives ``False``). A binary's verdict is its exit code."""
+        tolerance = _to_enum(TractCheckTolerance, check_tolerance, "check_tolerance").value
+        try:
+            if self.tract_path is None:
+                from fastnnef.check import check_artefact
+
+                check_artefact(nnef_path, input_bundle_path, output_bundle_path, tolerance)
+            else:
+                cmd = self.assert_io_cmd_str(nnef_path, input_bundle_path, output_bundle_path, tolerance)
+                proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    raise T2NErrorIOPytorchTractNotISO(
+                        f"{shlex.join(cmd)} exited with code {proc.returncode}:\n{proc.stderr}"
+                    )
+        except T2NErrorIOPytorchTractNotISO as err:
+            if raise_exception:
+                raise
+            LOGGER.error("IO check failed: %s", err)
+            return False
+        return True
+
+    def convert_onnx_to_nnef(self, onnx_path: Path, io_npz_path: Path, nnef_path: Path) -> bytes:
+        """``tract <onnx> dump --nnef <nnef_path>`` (a binary only: tract's ONNX front end
+        is not linked into fastnnef)."""
+        return subprocess.check_output(
+            [
+                str(self._binary("convert_onnx_to_nnef")), str(onnx_path), "--nnef-tract-core",
+                "--nnef-tract-pulse", "dump", "--input-from-bundle", str(io_npz_path),
+                "--nnef", str(nnef_path),
+            ],
+            stderr=subprocess.STDOUT,
         )
-    return list(names)
 
 
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    tensor = tensor.detach().cpu()
-    if tensor.dtype in (torch.float16, torch.bfloat16):  # the check compares in f32
-        tensor = tensor.float()
-    return tensor.numpy()
+class TractBinaryDownloader:
+    """torch_to_nnef's tract downloader, without the download: it finds a tract binary in
+    the reference's cache (``~/.cache/svc/tract/<version>/tract``) and raises
+    ``T2NErrorTractDownload`` where the reference would fetch one."""
+
+    def __init__(self, version: Union[str, SemanticVersion], auto_download: bool = True):
+        self.version = as_version(version).to_str()
+        self.extract_dir = DEFAULT_CACHE_DIR / self.version
+        if auto_download and not self.tract_filepath.exists():
+            self.dl_tract()
+
+    @property
+    def arch(self) -> str:
+        """The tract release's target triple for this machine."""
+        machine = platform.machine()
+        cpu = {"x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}.get(machine)
+        system = {"linux": "unknown-linux-musl", "darwin": "apple-darwin"}.get(sys.platform)
+        if cpu is None or system is None:
+            raise T2NErrorNotImplemented(f"tract publishes no binary for {sys.platform} {machine}")
+        return f"{cpu}-{system}"
+
+    @property
+    def archive_name(self) -> str:
+        return f"tract-{self.arch}-{self.version}"
+
+    @property
+    def binary_url(self) -> str:
+        return f"https://github.com/sonos/tract/releases/download/{self.version}/{self.archive_name}.tgz"
+
+    @property
+    def tract_filepath(self) -> Path:
+        return self.extract_dir / "tract"
+
+    def dl_tract(self) -> None:
+        """Raises ``T2NErrorTractDownload``: fastnnef never downloads anything."""
+        raise T2NErrorTractDownload(
+            f"no tract binary at {self.tract_filepath}, and fastnnef never downloads one "
+            f"(the reference would fetch {self.binary_url}): put a tract {self.version} binary "
+            "there, pass specific_tract_binary_path, or check with the linked tract"
+        )
+
+
+def apply_dynamic_shape_in_nnef(dynamic_axes: DynamicAxes, nnef_graph: Any, tract_version: Any) -> List[str]:
+    """Raises ``T2NErrorNotImplemented``: torch_to_nnef rewrites the inputs of a built graph
+    here, but fastnnef derives every shape in the graph from the dynamic axes while building
+    it, so marking inputs afterwards would leave the other shapes static."""
+    raise T2NErrorNotImplemented(
+        "apply_dynamic_shape_in_nnef: fastnnef applies dynamic axes while it builds the graph "
+        "(so that every shape follows them); pass them to the target instead: "
+        "TractNNEF(..., dynamic_axes={'input': {1: 'S'}}) or target.with_dynamic_axes(...)"
+    )
+
+
+def _raise_exception_from_env() -> bool:
+    return bool(int(os.environ.get(T2N_CHECK_IO_RAISE_EXCEPTION, "1")))
+
+
+def _existing(**paths: Path) -> None:
+    for what, path in paths.items():
+        if not Path(path).exists():
+            raise T2NErrorNotFoundFile(f"{what} {str(path)!r} does not exist")
+
+
+def assert_io(
+    nnef_file_path: Path,
+    tract_cli: TractCli,
+    input_bundle_path: Path,
+    output_bundle_path: Path,
+    check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+) -> None:
+    """Check an artefact on ``.npz`` bundles with ``tract_cli``; a mismatch raises
+    ``T2NErrorIOPytorchTractNotISO``, or is only logged when the environment variable
+    ``T2N_CHECK_IO_RAISE_EXCEPTION`` is ``0``."""
+    _existing(nnef_file_path=nnef_file_path, input_bundle_path=input_bundle_path,
+              output_bundle_path=output_bundle_path)
+    if tract_cli.assert_io(nnef_file_path, input_bundle_path, output_bundle_path,
+                           raise_exception=_raise_exception_from_env(), check_tolerance=check_tolerance):
+        LOGGER.info("IO match between tract and PyTorch for %s", nnef_file_path)
+
+
+def assert_io_and_debug_bundle(
+    model_info: UnfoldModelInfo,
+    nnef_file_path: Path,
+    tract_cli: TractCli,
+    input_bundle_path: Path,
+    output_bundle_path: Path,
+    debug_bundle_path: Optional[Path] = None,
+    check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+) -> None:
+    """``assert_io``, and on a mismatch a debug bundle at ``debug_bundle_path`` (fastnnef's
+    layout: the artefact, the bundles, a report, versions and a rerun script; see
+    docs/tract-check.md). The error names the model."""
+    from fastnnef.check import check_io
+
+    _existing(nnef_file_path=nnef_file_path, input_bundle_path=input_bundle_path,
+              output_bundle_path=output_bundle_path)
+    tolerance = _to_enum(TractCheckTolerance, check_tolerance, "check_tolerance").value
+    with np.load(input_bundle_path) as ins, np.load(output_bundle_path) as outs:
+        inputs, outputs = dict(ins), dict(outs)
+    try:
+        check_io(
+            nnef_file_path, list(inputs.values()), list(outputs.values()), list(inputs), list(outputs),
+            tolerance=tolerance, debug_bundle_path=debug_bundle_path, tract_binary_path=tract_cli.tract_path,
+        )
+    except T2NErrorIOPytorchTractNotISO as err:
+        message = f"test with model: {model_info.model}\n{err}"
+        if _raise_exception_from_env():
+            raise T2NErrorIOPytorchTractNotISO(message) from err
+        LOGGER.error("%s", message)

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
-import torch
+from fastnnef.exceptions import (
+    T2NErrorInvalidArgument,
+    T2NErrorNotImplemented,
+    T2NErrorStrictNNEFSpec,
+)
 
-from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorStrictNNEFSpec
-
+if TYPE_CHECKING:  # payloads reference torch data; the graph only carries them
+    from fastnnef.nnef.payload import AnyPayload
 
 class Sym(str):
     """A symbolic dimension expression (``S``, ``S+P``), written bare in the graph text."""
@@ -63,14 +67,11 @@ class Tuple:
 
 @dataclass
 class NVariable:
-    """A weight stored in ``<label>.dat``; ``data`` references the torch tensor (no copy)."""
+    """A weight stored in ``<label>.dat``; its payload references the torch data (no copy)."""
 
     tensor: NTensor
     label: str
-    data: torch.Tensor
-    encoding: str
-    bf16: bool = False
-    quant: Optional[str] = None  # graph.quant right-hand side, for torch-quantized tensors
+    payload: AnyPayload
 
 
 @dataclass
@@ -103,6 +104,8 @@ Statement = Union[NOp, NExternal, NVariable, NAlias]
 #: Ops of the tract_core registry need ``extension tract_registry tract_core;`` (nnef-format §6.3).
 REGISTRY_PREFIXES = (
     ("tract_core_", "tract_core"),
+    ("tract_shl", "tract_core"),  # the shifts are tract_core ops without its name prefix
+    ("tract_shr", "tract_core"),
     ("tract_transformers_", "tract_transformers"),
     ("tract_extra_", "tract_extra"),
     ("tract_pulse_", "tract_pulse"),
@@ -115,6 +118,8 @@ class NNEFGraph:
 
     name: str = "network"
     strict: bool = False  # KhronosNNEF: no tract extensions allowed
+    # The tract registries the target has (None: any); using another one is an error.
+    available_registries: Optional[frozenset[str]] = None
     inputs: list[NTensor] = field(default_factory=list)
     outputs: list[NTensor] = field(default_factory=list)
     body: list[Statement] = field(default_factory=list)
@@ -178,23 +183,13 @@ class NNEFGraph:
         self.body.append(NExternal(tensor))
         return tensor
 
-    def add_variable(
-        self,
-        name: str,
-        label: str,
-        data: torch.Tensor,
-        dtype: str,
-        shape: Sequence[Dim],
-        encoding: str,
-        bf16: bool = False,
-        quant: Optional[str] = None,
-    ) -> NTensor:
+    def add_variable(self, name: str, label: str, payload: AnyPayload, dtype: str, shape: Sequence[Dim]) -> NTensor:
         """Declare a weight; a label already declared returns its existing tensor (tied weights)."""
         known = self.variables.get(label)
         if known is not None:
             return known.tensor
-        tensor = NTensor(name, dtype, tuple(shape))
-        var = NVariable(tensor, label, data, encoding, bf16, quant)
+        tensor = NTensor(self.fresh_name(name), dtype, tuple(shape))
+        var = NVariable(tensor, label, payload)
         self.variables[label] = var
         self.body.append(var)
         return tensor
@@ -237,6 +232,12 @@ class NNEFGraph:
             raise T2NErrorStrictNNEFSpec(
                 f"this graph needs the tract registry {registry!r}{by}, which strict NNEF "
                 "(KhronosNNEF) does not have: export with TractNNEF instead"
+            )
+        if self.available_registries is not None and registry not in self.available_registries:
+            by = f" (for {needed_by})" if needed_by else ""
+            raise T2NErrorNotImplemented(
+                f"this graph needs the tract registry {registry!r}{by}, which the target tract "
+                "version does not have: raise the TractNNEF version"
             )
         if registry not in self.registries:
             self.registries.append(registry)

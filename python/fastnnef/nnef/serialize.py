@@ -7,40 +7,49 @@ to Rust as views of the torch storage, one at a time (no copy, GIL released).
 
 from __future__ import annotations
 
-import logging
 import time
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Callable, Optional
 
 from fastnnef.artefact import Artefact
+from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NNEFGraph
+from fastnnef.nnef.payload import OffloadedPayload
 from fastnnef.nnef.writer import graph_text, quant_text
-from fastnnef.tensor.quant import QTensorTractScaleOnly
 
-log = logging.getLogger("fastnnef")
+log = get_logger(__name__)
+
+#: Called after each tensor is written with (tensors done, tensors in all, bytes done,
+#: bytes in all). Set by a caller around an export (fastnnef-llm's progress line); a
+#: context variable, so concurrent exports in other threads are not affected.
+TENSOR_PROGRESS: ContextVar[Optional[Callable[[int, int, int, int], None]]] = ContextVar(
+    "fastnnef_tensor_progress", default=None
+)
 
 
 def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGraph) -> Path:
     """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path."""
     labels = sorted(graph.variables, key=lambda s: s.encode())
-    total = sum(v.data.numel() * v.data.element_size() for v in graph.variables.values())
+    total = sum(v.payload.nbytes for v in graph.variables.values())
     start = time.perf_counter()
     done, next_report = 0, total / 10
+    for label in labels:  # checkpoint tensors fail (dtype, limits) before any byte is written
+        payload = graph.variables[label].payload
+        if isinstance(payload, OffloadedPayload):
+            payload.check(label)
+    progress = TENSOR_PROGRESS.get()
     with Artefact(path, fmt, compression_level) as artefact:
         artefact.add_file("graph.nnef", graph_text(graph))
         quant = quant_text(graph)
         if quant:
             artefact.add_file("graph.quant", quant)
-        for label in labels:
-            var = graph.variables[label]
-            if isinstance(var.data, QTensorTractScaleOnly):
-                # Already-packed Q4_0 blocks go out as they are: torch ran on exactly these.
-                artefact.add_q4_0_blocks(label, var.data, var.encoding)
-            else:
-                # Plain tensors take their dtype's encoding; Q4_0 (and bf16->f16) are asked for.
-                encoding = var.encoding if var.encoding.startswith("q4_0") else None
-                artefact.add_tensor(label, var.data, encoding=encoding,
-                                    bf16_as=var.encoding if var.bf16 else "f32")
-            done += var.data.numel() * var.data.element_size()
+        for count, label in enumerate(labels, 1):
+            payload = graph.variables[label].payload
+            payload.write(artefact, label)
+            done += payload.nbytes
+            if progress is not None:
+                progress(count, len(labels), done, total)
             if total > 64 << 20 and done >= next_report:  # progress on long writes only
                 log.info("writing %s: %d%% of %.1f MiB", path.name, 100 * done // total, total / 2**20)
                 next_report += total / 10

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorStrictNNEFSpec
-from fastnnef.nnef.graph import NAlias, NExternal, NNEFGraph, NOp, NTensor, NVariable, Sym, Tuple
+from fastnnef.nnef.graph import (
+    NAlias,
+    NExternal,
+    NNEFGraph,
+    NOp,
+    NTensor,
+    NVariable,
+    Sym,
+    Tuple,
+)
 
 _GENERIC_OF_DTYPE = {"bool": "logical"}
+_ESCAPED = {"\\": "\\\\", '"': '\\"', "'": "\\'"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TEMPLATE_OPENER = re.compile(r"\{(?=[{%#])")
 _INTEGER_DTYPES = frozenset("i8 i16 i32 i64 u8 u16 u32 u64".split())
 
 
@@ -31,14 +44,14 @@ def format_float(value: float) -> str:
     return text
 
 
-def format_string(value: str) -> str:
-    """A double-quoted literal; both quote kinds and backslashes escaped (§6.2).
-    Template openers are split so no tract version sees a template tag."""
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("'", "\\'")
-    escaped = escaped.replace("\n", " ").replace("\r", " ")
-    for opener in ("{{", "{%", "{#"):
-        escaped = escaped.replace(opener, opener[0] + " " + opener[1])
-    return f'"{escaped}"'
+def format_string(value: object) -> str:
+    """``str(value)`` as a double-quoted NNEF string literal that tract's parser accepts
+    (nnef-format.md §6.2): backslashes and both quote kinds backslash-escaped, control
+    characters (newlines, tabs, ...) as spaces, and the template openers ``{{``, ``{%``,
+    ``{#`` split by a space (some tract versions render graph.nnef as a template)."""
+    text = "".join(_ESCAPED.get(c, c) for c in str(value))
+    text = _CONTROL.sub(" ", text)
+    return '"' + _TEMPLATE_OPENER.sub("{ ", text) + '"'
 
 
 def format_value(value: Any) -> str:
@@ -84,7 +97,7 @@ def _statement(graph: NNEFGraph, stmt: Any) -> str:
         return f"{t.name} = tract_core_external(shape = {shape}, datum_type = '{t.dtype}');"
     if isinstance(stmt, NVariable):
         t = stmt.tensor
-        generic = "" if stmt.encoding.startswith("q4_0") else f"<{value_kind(t.dtype)}>"
+        generic = f"<{value_kind(t.dtype)}>" if stmt.payload.has_generic else ""
         return (
             f"{t.name} = variable{generic}(label = {format_value(stmt.label)}, "
             f"shape = {format_value(list(t.shape))});"
@@ -124,7 +137,5 @@ def graph_text(graph: NNEFGraph) -> str:
 
 def quant_text(graph: NNEFGraph) -> str:
     """``graph.quant``: one line per torch-quantized variable; empty when none."""
-    entries = [
-        f'"{v.tensor.name}": {v.quant};' for v in graph.variables.values() if v.quant is not None
-    ]
-    return "\n".join(entries) + ("\n" if entries else "")
+    entries = (v.payload.quant_entry(v.tensor.name) for v in graph.variables.values())
+    return "".join(e for e in entries if e is not None)

@@ -1,46 +1,53 @@
-"""What a handler sees: ``OpContext`` (the node, the graph being built, helpers)."""
+"""What a handler sees: ``OpContext``, its one way to read the node and build the graph.
+
+A handler reads its inputs as declared in the registry (``args="t i I?"``, see
+op/registry.py), emits the ops that produce the node's outputs with ``emit`` /
+``emit_multi``, intermediate ops with ``tmp`` / ``tmp_multi`` (datum type and shape derived
+by nnef/shapes.py unless given), weights computed at export time with ``constant``, and
+fragments with ``fragment``. It asks the target what it can do through ``caps``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from fastnnef.artefact import PLAIN_ENCODINGS
 from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorNotImplemented
-from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym
-from fastnnef.torch_graph.ir import UNKNOWN, Const, IROp, IRValue, ListValue, SymInt, TensorValue
-
-if TYPE_CHECKING:
-    from fastnnef.op.convert import Converter
+from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, quantized_params
+from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
+from fastnnef.torch_graph.ir import (
+    UNKNOWN,
+    Const,
+    IROp,
+    IRValue,
+    ListValue,
+    SymInt,
+    TensorValue,
+)
 
 Scalar = Union[int, float, bool]
 
-# torch dtype -> tract datum type: the .dat encodings (artefact.py), plus bf16, which has
-# no tract type and is computed in f32 (an exact upcast).
-DTYPES: dict[torch.dtype, str] = {**PLAIN_ENCODINGS, torch.bfloat16: "f32"}
+# torch dtype -> tract datum type (bf16 is computed in f32): one table, nnef/payload.py's.
+DTYPES = DATUM_TYPES
 FLOAT_DTYPES = frozenset({"f16", "f32", "f64"})
 
 
-def tract_dtype(dtype: torch.dtype, where: str = "") -> str:
-    try:
-        return DTYPES[dtype]
-    except KeyError:
-        raise T2NErrorNotImplemented(
-            f"dtype {dtype} has no tract equivalent{(' (' + where + ')') if where else ''}: "
-            "cast the model or this value to a supported dtype (float16/32/64, ints, bool)"
-        ) from None
-
-
 class OpContext:
-    """Helpers for one node. Handlers call ``emit`` for the op producing a node output
-    (named by the naming scheme) and ``tmp`` for intermediate ops."""
+    """Helpers for one node, over the export's ``GraphBuilder``."""
 
-    def __init__(self, converter: "Converter", node: IROp):
-        self.converter = converter
+    def __init__(self, builder: GraphBuilder, node: IROp):
+        self._b = builder
         self.node = node
-        self.g: NNEFGraph = converter.graph
-        self.target = converter.target
+        self.caps: TargetCapabilities = builder.caps
+        self._emitted: dict[int, NTensor] = {}  # id(output value) -> its tensor
+
+    @property
+    def strict(self) -> bool:
+        """Strict Khronos NNEF: only standard operators (no ``tract_*``)."""
+        return self.caps.strict
 
     # --- errors --------------------------------------------------------------------------
     def unsupported(self, what: str, hint: str = "") -> T2NErrorNotImplemented:
@@ -48,9 +55,37 @@ class OpContext:
         msg = f"{self.node.where()}: {what}"
         return T2NErrorNotImplemented(msg + (f". {hint}" if hint else ""))
 
+    # --- inputs --------------------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self.node.inputs)
+
+    def arg(self, index: int, kind: str) -> Any:
+        """Input ``index`` read as argument kind ``kind`` (for overloads whose inputs the
+        declaration cannot fix); ``None`` past the last input."""
+        if index >= len(self.node.inputs):
+            return None
+        return parse_args(self, [kind], [self.node.inputs[index]])[0]
+
+    def tensor(self, value: IRValue) -> NTensor:
+        return self._b.tensor(value, self.node)
+
+    def tensor_inputs(self) -> list[NTensor]:
+        """Every tensor input of the node, in order (a module call's arguments)."""
+        return [self.tensor(v) for v in self.node.inputs if isinstance(v, TensorValue)]
+
+    def parameter(self, tensor: torch.Tensor) -> NTensor:
+        """A weight of the model (by its parameter or buffer name), as a variable."""
+        return self._b.parameter(tensor, self.node.where())
+
     # --- outputs -------------------------------------------------------------------------
+    def outputs(self) -> list[IRValue]:
+        """The node's outputs (the items, when the node returns one list)."""
+        outs = self.node.outputs
+        return list(outs[0].items) if len(outs) == 1 and isinstance(outs[0], ListValue) else list(outs)
+
     def out_value(self, index: int = 0) -> TensorValue:
-        value = self.node.outputs[index]
+        value = self.outputs()[index]
         if not isinstance(value, TensorValue):
             raise T2NErrorDataNodeValue(f"{self.node.where()}: output {index} is not a tensor")
         return value
@@ -61,47 +96,116 @@ class OpContext:
     def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
         return shape_of(self.out_value(index))
 
+    # --- building ------------------------------------------------------------------------
     def emit(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, out: int = 0,
         value: Optional[TensorValue] = None, shape: Optional[Sequence[Dim]] = None,
+        dtype: Optional[str] = None,
     ) -> NTensor:
-        """Emit the op that produces node output ``out`` (or list item ``value``).
-        ``shape`` overrides the traced one when the handler knows symbolic dims better."""
+        """Emit the op that produces node output ``out`` (or list item ``value``), with the
+        traced dtype and shape. ``shape`` overrides the traced one where the handler knows
+        symbolic dims better; dims the IR lost are also recovered from the op's rule.
+        ``dtype`` names a quantized output's type (the trace has no scale or zero point)."""
         value = value or self.out_value(out)
-        return self.g.op(
-            kind, args, attrs, name=self.converter.name_for(self.node, value),
-            dtype=tract_dtype(value.dtype, self.node.where()),
-            shape=shape_of(value) if shape is None else shape,
-            exact=id(value) in self.converter.fixed_names,
+        if shape is None:
+            shape = self._b.refine(kind, args, attrs, shape_of(value))
+        tensor = self._b.op(
+            kind, args, attrs, name=self._b.base_name(self.node, value),
+            dtype=dtype or self._datum_type(value, args), shape=shape,
+            exact=self._b.has_fixed_name(value),
         )
+        self._emitted[id(value)] = tensor
+        return tensor
+
+    def _datum_type(self, value: TensorValue, args: Sequence[Any]) -> str:
+        """The traced dtype as a tract datum type. A torch-quantized value keeps its first
+        operand's quantized type: the ops that reach here with one only move data
+        (reshape, transpose...); the others ask ``out_dtype()``, which refuses it."""
+        if value.dtype in TORCH_QUANTIZED:
+            source = next((a for a in args if isinstance(a, NTensor)), None)
+            if source is not None and quantized_params(source.dtype) is not None:
+                return source.dtype
+        return tract_dtype(value.dtype, self.node.where())
+
+    def emit_multi(
+        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]], outs: Sequence[int],
+        shapes: Optional[Sequence[Sequence[Dim]]] = None,
+    ) -> tuple[NTensor, ...]:
+        """Emit one op producing several node outputs (``outs``: their indices)."""
+        values = [self.out_value(i) for i in outs]
+        specs = [
+            (self._b.base_name(self.node, v), tract_dtype(v.dtype, self.node.where()),
+             shape_of(v) if shapes is None else shapes[k])
+            for k, v in enumerate(values)
+        ]
+        tensors = self._b.op_multi(kind, args, attrs, specs, exact=[self._b.has_fixed_name(v) for v in values])
+        self._emitted.update((id(v), t) for v, t in zip(values, tensors))
+        return tensors
+
+    def emitted(self, value: IRValue) -> Optional[NTensor]:
+        """The tensor emitted for node output ``value`` so far, if any."""
+        return self._emitted.get(id(value))
 
     def tmp(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *,
-        dtype: str, shape: Sequence[Dim], suffix: str = "",
+        dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, suffix: str = "",
     ) -> NTensor:
-        """Emit an intermediate op (named after the node, plus ``suffix``)."""
-        base = self.converter.name_for(self.node, None) + (f"_{suffix}" if suffix else "")
-        return self.g.op(kind, args, attrs, name=base, dtype=dtype, shape=shape)
+        """Emit an intermediate op (named after the node, plus ``suffix``); its dtype and
+        shape are derived from the operands unless given."""
+        return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape)
 
-    # --- inputs --------------------------------------------------------------------------
-    def tensor(self, value: IRValue) -> NTensor:
-        return self.converter.tensor(value, self.node)
+    def tmp_multi(
+        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
+        outputs: Sequence[tuple[str, str, Sequence[Dim]]],
+    ) -> tuple[NTensor, ...]:
+        """An intermediate op with several outputs, each ``(suffix, dtype, shape)``."""
+        return self._b.op_multi(kind, args, attrs, [(self.name(s), d, sh) for s, d, sh in outputs])
 
+    def name(self, suffix: str = "") -> str:
+        """A base identifier for something this node produces."""
+        base = self._b.base_name(self.node)
+        return f"{base}_{suffix}" if suffix else base
+
+    def constant(self, data: torch.Tensor, label: Optional[str] = None, suffix: str = "") -> NTensor:
+        """A tensor computed at export time, stored as a variable. With ``label``, equal
+        labels share one variable (the caller encodes what the data depends on in it);
+        else a new label from the node's name and ``suffix``."""
+        return self._b.variable(data, label or self._b.fresh_label(self.name(suffix)), where=self.node.where())
+
+    def fragment(self, name: str, text: str) -> str:
+        """Declare an NNEF fragment; returns its name."""
+        self._b.fragment(name, text)
+        return name
+
+    def has_fragment(self, name: str) -> bool:
+        return self._b.has_fragment(name)
+
+    def is_variable(self, t: NTensor) -> bool:
+        """Whether ``t`` is a variable: a weight, or a constant computed at export time
+        (tract ops whose tensor attributes must be constants need one)."""
+        return self._b.is_variable(t)
+
+    def is_packed(self, t: NTensor) -> bool:
+        """Whether ``t`` is a weight stored as packed Q4_0 blocks."""
+        return self._b.is_packed(t)
+
+    # --- common transformations -----------------------------------------------------------
     def cast(self, t: NTensor, dtype: str) -> NTensor:
-        """``t`` as ``dtype`` (no-op when equal)."""
+        """``t`` as ``dtype`` (no-op when equal). Strict NNEF has no cast: a constant is
+        converted at export time instead."""
         if t.dtype == dtype:
             return t
-        return self.tmp("tract_core_cast", [t], {"to": dtype}, dtype=dtype, shape=t.shape, suffix="cast")
+        data = self._b.plain_data(t) if self.strict else None
+        if data is not None:
+            torch_dtype = next(k for k, v in DTYPES.items() if v == dtype and k != torch.bfloat16)
+            return self.constant(data.to(torch_dtype), f"{t.name}_as_{dtype}")
+        return self.tmp("tract_core_cast", [t], {"to": dtype}, suffix="cast")
 
     def to_rank(self, t: NTensor, rank: int) -> NTensor:
         """Prepend unit axes: tract broadcasts NNEF-style (trailing), torch leading."""
         if t.rank >= rank:
             return t
-        n = rank - t.rank
-        return self.tmp(
-            "unsqueeze", [t], {"axes": list(range(n))}, dtype=t.dtype,
-            shape=(1,) * n + tuple(t.shape), suffix="rank",
-        )
+        return self.tmp("unsqueeze", [t], {"axes": list(range(rank - t.rank))}, suffix="rank")
 
     def axis(self, dim: int, rank: int) -> int:
         """A non-negative axis (tract panics on some negative axes)."""
@@ -117,13 +221,6 @@ class OpContext:
                     f"{what} needs axis {d} of {t.name} as a constant, but it follows a dynamic axis",
                     "Export with this axis static, or restructure so the op doesn't use it",
                 )
-
-
-def shape_of(value: TensorValue) -> tuple[Dim, ...]:
-    """The traced shape with dynamic dims written as their symbols (``?`` stays marked)."""
-    return tuple(
-        Sym(dyn) if dyn is not None else size for size, dyn in zip(value.shape, value.dyn)
-    )
 
 
 def parse_args(ctx: OpContext, arg_kinds: Sequence[str], inputs: Sequence[IRValue]) -> list[Any]:
@@ -165,6 +262,8 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
             return ctx.tensor(value)
         if isinstance(value, Const) and isinstance(value.value, (int, float, bool)):
             return value.value
+        if isinstance(value, SymInt) and value.expr != UNKNOWN:
+            return Sym(value.expr)  # a size of a dynamic axis, as a number (x + x.size(1))
         raise bad("a tensor or a number")
     if kind in ("i", "f", "b", "s", "n"):
         if isinstance(value, SymInt):

@@ -5,6 +5,11 @@ decorator declares how the node's inputs are read (``args="t i I?"``), so handle
 never unpack TorchScript values, and optionally the first tract version it needs
 (``since="0.22.0"``); lookup picks the newest handler whose ``since`` <= the target.
 
+A node with a complex input or output only reaches handlers registered with
+``complex=True`` (complex values are real tensors with a trailing (re, im) axis, which a
+real handler would misread); such a handler also serves real nodes of a kind that has no
+real handler.
+
 Argument kinds (space separated, one per aten input; ``?`` suffix = may be None):
 
 =====  ===============================================================================
@@ -36,6 +41,7 @@ class HandlerSpec:
     fn: Callable[..., Any]
     arg_kinds: tuple[str, ...]
     since: Optional[SemanticVersion]
+    complex: bool = False
 
     @property
     def doc(self) -> str:
@@ -43,14 +49,14 @@ class HandlerSpec:
 
 
 class OpRegistry:
-    """aten kind -> handlers (several when version-gated). A child registry (per export,
-    for user overrides) falls back to its parent; nothing global is ever patched."""
+    """aten kind -> handlers (several when version-gated)."""
 
-    def __init__(self, parent: Optional["OpRegistry"] = None):
-        self._parent = parent
+    def __init__(self) -> None:
         self._handlers: dict[str, list[HandlerSpec]] = {}
 
-    def register(self, *kinds: str, args: str, since: Optional[str] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(
+        self, *kinds: str, args: str, since: Optional[str] = None, complex: bool = False,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         arg_kinds = tuple(args.split())
         for token in arg_kinds:
             if token.rstrip("?") not in _KINDS:
@@ -60,34 +66,35 @@ class OpRegistry:
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             for kind in kinds:
                 specs = self._handlers.setdefault(kind, [])
-                if any(s.since == version for s in specs):
+                if any(s.since == version and s.complex == complex for s in specs):
                     raise T2NErrorConsistency(
                         f"{kind} registered twice (since={since}): {fn.__module__}.{fn.__name__}"
                     )
-                specs.append(HandlerSpec(kind, fn, arg_kinds, version))
+                specs.append(HandlerSpec(kind, fn, arg_kinds, version, complex))
                 specs.sort(key=lambda s: s.since or SemanticVersion(major=0, minor=0, patch=0))
             return fn
 
         return decorate
 
-    def lookup(self, kind: str, version: SemanticVersion) -> Optional[HandlerSpec]:
-        """The newest handler usable at ``version``; in-place ``op_`` falls back to ``op``."""
+    def lookup(self, kind: str, version: Optional[SemanticVersion], complex: bool = False) -> Optional[HandlerSpec]:
+        """The newest handler usable at tract ``version`` (``None``: not tract, so only
+        handlers without ``since``) for a node with (``complex``) or without complex
+        values; in-place ``op_`` falls back to ``op``."""
         for candidate in (kind, kind[:-1] if kind.endswith("_") and not kind.endswith("__") else None):
             if candidate is None:
                 continue
-            specs = self._handlers.get(candidate)
+            known = self._handlers.get(candidate, [])
+            real = [s for s in known if not s.complex]
+            specs = [s for s in known if s.complex] if complex else real or known
             if specs:
-                usable = [s for s in specs if s.since is None or s.since <= version]
+                usable = [s for s in specs if s.since is None or (version is not None and s.since <= version)]
                 if usable:
                     return usable[-1]
                 return specs[0]  # too new for the target: the caller reports the gate
-        return self._parent.lookup(kind, version) if self._parent else None
+        return None
 
     def kinds(self) -> list[str]:
-        own = set(self._handlers)
-        if self._parent:
-            own |= set(self._parent.kinds())
-        return sorted(own)
+        return sorted(self._handlers)
 
 
 DEFAULT_REGISTRY = OpRegistry()
@@ -108,6 +115,22 @@ FAMILIES = (
     "fastnnef.op.aten.attention",
     "fastnnef.op.aten.resize",
     "fastnnef.op.aten.recurrent",
+    "fastnnef.op.aten.pointwise",
+    "fastnnef.op.aten.special",
+    "fastnnef.op.aten.cumulative",
+    "fastnnef.op.aten.distance",
+    "fastnnef.op.aten.loss",
+    "fastnnef.op.aten.layout",
+    "fastnnef.op.aten.diagonal",
+    "fastnnef.op.aten.scatter",
+    "fastnnef.op.aten.lookup",
+    "fastnnef.op.aten.transformer",
+    "fastnnef.op.aten.quantized",
+    "fastnnef.op.aten.complex",
+    "fastnnef.op.aten.spectral",
+    "fastnnef.op.aten.sampling",
+    "fastnnef.op.aten.inplace",
+    "fastnnef.op.aten.sorting",
 )
 _loaded = False
 

@@ -1,22 +1,40 @@
-"""``harden_jit_for_export``: prepare a TorchScript-only model for tracing.
+"""``harden_jit_for_export``: specialize a TorchScript-only model for its example inputs
+(torch_to_nnef's ``torch_graph.harden``).
 
-fastnnef freezes the module (``torch.jit.freeze``, which inlines submodule calls and
-folds attributes), the first stage of torch_to_nnef's chain. The specialization passes
-are not needed: the exporter runs the frozen graph in TorchScript's interpreter under a
-function trace, which records the aten ops of the branches actually taken for the example
-inputs (control flow, size checks and assertions are specialized by construction).
+Two stages, as in the reference:
+
+1. resolve calls: ``torch.jit.freeze`` (inlines every submodule call, folds attributes;
+   the module must be in eval mode), or, with ``freeze=False`` or when freezing fails,
+   ``jit_inline.inline_unresolvable_submodules`` (only the calls of classes no import
+   resolves);
+2. specialize: the passes of ``jit_passes.SPECIALIZATION_PASSES``, in order (size queries
+   that only steer control flow, constant scalar arithmetic, constant Ifs, tuples built then
+   taken apart, ``.data``, assertion Ifs, then every remaining If for the example inputs).
+
+The passes rewrite the forward graph of the module returned, never the user's: freezing
+makes a new module, and the unfrozen path works on a copy with its own classes (TorchScript
+keeps method graphs on the class) that shares the user's weights.
+
+fastnnef's exporter would not need stage 2: it runs the graph in TorchScript's interpreter
+under a function trace, which records the branches the example inputs take anyway. The
+chain is there for the reference's users and for graphs handed to other tools.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
+import itertools
 import typing as T
 
 import torch
+from torch.jit._recursive import wrap_cpp_module
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.log import get_logger
+from fastnnef.torch_graph.jit_inline import inline_unresolvable_submodules
+from fastnnef.torch_graph.jit_passes import SPECIALIZATION_PASSES
 
-log = logging.getLogger("fastnnef")
+log = get_logger(__name__)
 
 
 def harden_jit_for_export(
@@ -26,21 +44,46 @@ def harden_jit_for_export(
     freeze: bool = True,
     diagnostics: T.Optional[T.Dict[str, T.Any]] = None,
 ) -> "torch.jit.ScriptModule":
-    """Freeze a ScriptModule for export; returns a new module, the input is left as is."""
+    """Return ``model`` specialized for ``args`` (its forward's arguments, without
+    ``self``; a lone tensor means ``(tensor,)``). ``diagnostics``, when a dict, receives one
+    count per pass (keyed by pass name), ``froze`` and, when the manual inline ran,
+    ``inline_unresolvable_submodules``."""
     if not isinstance(model, torch.jit.ScriptModule):
         raise T2NErrorInvalidArgument(
             f"harden_jit_for_export takes a torch.jit.ScriptModule, got {type(model).__name__}"
         )
-    froze = False
+    args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
+    counts: T.Dict[str, T.Any] = {"froze": False}
     if freeze:
         if model.training:
-            log.warning("harden_jit_for_export: the module is in training mode; freezing needs eval(), skipped")
+            log.warning("harden_jit_for_export: freezing needs eval mode (call model.eval()); inlining instead")
         else:
             try:
                 model = torch.jit.freeze(model)
-                froze = True
+                counts["froze"] = True
             except RuntimeError as err:
-                log.warning("torch.jit.freeze failed (%s); exporting the module unfrozen", err)
+                log.warning("torch.jit.freeze failed (%s); inlining unresolvable submodules instead", err)
+    if not counts["froze"]:
+        model = _own_copy(model)
+        counts[inline_unresolvable_submodules.__name__] = inline_unresolvable_submodules(model.graph, model)
+    graph = model.graph
+    example_inputs = (model._c, *args)
+    for run_pass, takes_inputs in SPECIALIZATION_PASSES:
+        counts[run_pass.__name__] = run_pass(graph, example_inputs) if takes_inputs else run_pass(graph)
+    torch._C._jit_pass_dce(graph)  # the tuples and constants the passes left unused
     if diagnostics is not None:
-        diagnostics["froze"] = froze
+        diagnostics.update(counts)
     return model
+
+
+def _own_copy(model: "torch.jit.ScriptModule") -> "torch.jit.ScriptModule":
+    """``model`` with its own classes (so rewriting its graphs leaves the user's model
+    alone), holding the user's weights and buffers: the same storage, detached (an export
+    records them as constants, which must not require grad)."""
+    # torch's only binding that clones a module together with its classes.
+    clone = wrap_cpp_module(torch._C._hack_do_not_use_clone_module_with_class(model._c, [], []))
+    for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
+        *path, attr = name.split(".")
+        owner = functools.reduce(getattr, path, clone)
+        owner._c.setattr(attr, tensor.detach())
+    return clone

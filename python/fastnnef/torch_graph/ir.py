@@ -11,14 +11,20 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
-from fastnnef.tensor.quant import QTensor
+from fastnnef.tensor.named import export_labels, storage_labels
+from fastnnef.torch_graph import fold as folding
+from fastnnef.torch_graph import functionalize, symexpr
+from fastnnef.torch_graph.module_calls import OP_KIND as MODULE_CALL
 from fastnnef.torch_graph.trace import WRAPPED, TracedModel
+
+# IR kind prefix of a module call converted by its extractor (torch_to_nnef's name).
+CUSTOMOP_KIND = "wired_custom::"
 
 UNKNOWN = "?"
 
@@ -107,6 +113,8 @@ class IROp:
     outputs: list[IRValue]
     scope: str  # module path, e.g. "layers.0.attn" ("" at the root)
     source: str  # user source location, for errors
+    extractor: Optional[Any] = None  # a ModuleInfoExtractor that emits this op (a module call)
+    module: Optional[nn.Module] = None  # the module of a module call
 
     def where(self) -> str:
         scope = self.scope or "<root module>"
@@ -119,16 +127,8 @@ class IRGraph:
     inputs: list[TensorValue]
     outputs: list[IRValue]
     ops: list[IROp]
+    param_names: dict[int, str] = field(default_factory=dict)  # id(parameter/buffer) -> its name
 
-
-# Ops whose output shares storage with input 0: an in-place write into it would change
-# that input too, which the graph (with values, not storage) cannot express.
-VIEW_KINDS = frozenset(
-    """aten::slice aten::select aten::narrow aten::view aten::reshape aten::transpose aten::t
-    aten::permute aten::expand aten::expand_as aten::squeeze aten::unsqueeze aten::diagonal
-    aten::as_strided aten::unfold aten::flatten aten::unflatten aten::view_as aten::split
-    aten::chunk aten::unbind aten::movedim aten::swapaxes aten::alias aten::real aten::imag""".split()
-)
 
 # Ops that are identities for export: output = input 0.
 NOOP_KINDS = frozenset(
@@ -137,6 +137,9 @@ NOOP_KINDS = frozenset(
     aten::Int aten::IntImplicit aten::ScalarImplicit aten::Float aten::FloatImplicit
     aten::Bool prim::data aten::resolve_conj aten::resolve_neg aten::lift_fresh_copy""".split()
 )
+# Of those, the ones that return a new tensor (contiguous too, of a non-contiguous one);
+# the others return input 0 itself, so a write into their output writes into input 0.
+_COPIES = frozenset({"aten::clone", "aten::lift_fresh_copy"})
 
 _FOLD: dict[str, Callable[..., Any]] = {
     "aten::add": operator.add,
@@ -191,31 +194,51 @@ class _Builder:
         self.values: dict[int, IRValue] = {}
         self.ops: list[IROp] = []
         self.const_count = 0
-        # Canonical names: the first name of each tensor object (tied weights share one).
+        # Labels (.dat names): the first name of each tensor object (tied weights share
+        # one), or the nnef_name of a NamedTensor the user built (tensor/named.py).
         model = traced.names_from if traced.names_from is not None else traced.wrapper.model
-        self.canonical: dict[int, str] = {}
-        for name, t in model.named_parameters(remove_duplicate=False):
-            self.canonical.setdefault(id(t), name)
-        for name, t in model.named_buffers(remove_duplicate=False):
-            self.canonical.setdefault(id(t), name)
+        self.canonical: dict[int, str] = export_labels(model)
         # Constants recorded by the trace are new tensor objects over the model's storage
-        # (TorchScript models): name them after the parameter they view.
-        self.by_storage: dict[tuple[int, tuple[int, ...], torch.dtype], str] = {}
-        named = list(model.named_parameters()) + list(model.named_buffers())
-        for name, t in named:
-            # Quantized weights (QTensor) have no storage, so no data pointer to match.
-            if t.numel() and not isinstance(t, QTensor):
-                self.by_storage.setdefault((t.data_ptr(), tuple(t.shape), t.dtype), name)
+        # (TorchScript models, NamedTensor attributes): name them after the weight they view.
+        self.by_storage = storage_labels(model, self.canonical)
+        self.weights = frozenset(self.by_storage.values())  # constants that are weights: never folded
         self.dynamic_axes = dynamic_axes
         self.pending_lists: dict[int, ListValue] = {}
-        self.views: set[int] = set()  # ids of tensor values that view another's storage
-        self.pending_views: set[int] = set()  # list outputs of view ops (split, unbind)
+        # Storage of tensors seen through views and in-place writes (torch_graph/functionalize.py).
+        self.store = functionalize.Storages(self.emit)
+        self.param_refs: dict[int, functionalize.Ref] = {}  # id(parameter tensor) -> its storage
+        self.list_sources: dict[int, list[torch._C.Value]] = {}  # id(constructed list) -> items
+        # id(list output of split/chunk/unbind) -> (viewed tensor's ref, kind, inputs, site)
+        self.list_views: dict[int, tuple[functionalize.Ref, str, list[IRValue], functionalize.Site]] = {}
 
     def get(self, v: torch._C.Value) -> IRValue:
+        """The value of ``v`` now (after the in-place writes recorded so far)."""
+        ref = self.store.refs.get(v.unique())
+        if ref is not None:
+            return self.store.resolve(ref)
+        return self.peek(v)
+
+    def peek(self, v: torch._C.Value) -> IRValue:
+        """A value of ``v`` with its dtype and shape, maybe older than the last write."""
+        ref = self.store.refs.get(v.unique())
+        if ref is not None:
+            return ref.value
         try:
             return self.values[v.unique()]
         except KeyError:
             raise T2NErrorIR(f"value %{v.debugName()} is used before it is defined") from None
+
+    def ref_of(self, v: torch._C.Value) -> functionalize.Ref:
+        """The storage ``v`` reaches; a tensor seen for the first time is a storage of its own."""
+        ref = self.store.refs.get(v.unique())
+        return ref if ref is not None else self.store.root(v.unique(), self.peek(v))
+
+    def alias(self, out: torch._C.Value, src: torch._C.Value) -> None:
+        """``out`` is ``src`` (the same tensor, so writes into one are seen by the other)."""
+        if isinstance(self.peek(src), TensorValue):
+            self.store.alias(out.unique(), self.ref_of(src))
+        else:
+            self.set(out, self.get(src))
 
     def set(self, v: torch._C.Value, value: IRValue) -> None:
         self.values[v.unique()] = value
@@ -255,7 +278,7 @@ class _Builder:
         (ret,) = list(graph.return_node().inputs())
         out = self.get(ret)
         outputs = out.items if isinstance(out, ListValue) else [out]
-        return IRGraph(inputs, outputs, self.ops)
+        return IRGraph(inputs, outputs, self.ops, self.canonical)
 
     # --- nodes ----------------------------------------------------------------------------
     def visit(self, node: torch._C.Node) -> None:
@@ -267,22 +290,33 @@ class _Builder:
         elif kind == "prim::GetAttr":
             self.get_attr(node, ins[0], outs[0])
         elif kind in ("prim::ListConstruct", "prim::TupleConstruct"):
-            self.set(outs[0], ListValue(outs[0].debugName(), [self.get(i) for i in ins]))
+            lst = ListValue(outs[0].debugName(), [self.get(i) for i in ins])
+            self.list_sources[id(lst)] = ins
+            self.set(outs[0], lst)
         elif kind in ("prim::ListUnpack", "prim::TupleUnpack"):
             self.unpack(ins[0], outs)
         elif kind in ("prim::TupleIndex", "aten::__getitem__"):
             seq, idx = self.get(ins[0]), self.get(ins[1])
             if not isinstance(seq, ListValue) or not isinstance(idx, Const):
                 raise T2NErrorNotImplemented(f"{kind} on a non-constant list at {node.sourceRange()}")
-            self.set(outs[0], seq.items[idx.value])
+            sources = self.list_sources.get(id(seq))
+            if sources is not None:
+                self.alias(outs[0], sources[idx.value])
+            else:
+                self.set(outs[0], seq.items[idx.value])
         elif kind in NOOP_KINDS:
-            self.set(outs[0], self.get(ins[0]))
+            if kind in _COPIES or (kind == "aten::contiguous" and not _contiguous(ins[0])):
+                self.set(outs[0], self.get(ins[0]))  # a new tensor, holding the value as it is now
+            else:
+                self.alias(outs[0], ins[0])
         elif kind == "aten::size":
             self.size(ins, outs[0])
         elif kind == "aten::dim":
-            t = self.get(ins[0])
+            t = self.peek(ins[0])
             assert isinstance(t, TensorValue)
             self.set(outs[0], Const(outs[0].debugName(), t.rank))
+        elif kind == "aten::numel":
+            self.numel(ins[0], outs[0])
         elif kind in _FOLD and self.foldable(ins):
             self.fold(kind, ins, outs[0])
         else:
@@ -294,15 +328,17 @@ class _Builder:
             key = (value.data_ptr(), tuple(value.shape), value.dtype) if value.numel() else None
             label = self.by_storage.get(key) if key else None
             if label is None:
-                scope = scope_path(node.scopeName())
-                label = f"{scope}.c{self.const_count}" if scope else f"c{self.const_count}"
-                self.const_count += 1
-            self.set(
-                out,
-                ConstTensor(out.debugName(), value.dtype, tuple(value.shape), (), label, value),
-            )
+                label = self.const_label(scope_path(node.scopeName()))
+            constant = ConstTensor(out.debugName(), value.dtype, tuple(value.shape), (), label, value)
+            self.store.recorded.add(out.unique())
+            self.set(out, constant)
         else:
             self.set(out, Const(out.debugName(), value))
+
+    def const_label(self, scope: str) -> str:
+        """A fresh label for a tensor constant of module ``scope``."""
+        self.const_count += 1
+        return f"{scope}.c{self.const_count - 1}" if scope else f"c{self.const_count - 1}"
 
     def get_attr(self, node: torch._C.Node, owner_v: torch._C.Value, out: torch._C.Value) -> None:
         owner = self.get(owner_v)
@@ -313,10 +349,13 @@ class _Builder:
         if isinstance(obj, torch.Tensor):
             # Strip the wrapper's prefix; tied weights resolve to their first name.
             qualname = self.canonical.get(id(obj), path[len(WRAPPED) + 1 :])
-            self.set(
-                out,
-                ParamValue(out.debugName(), obj.dtype, tuple(obj.shape), (), qualname, obj),
-            )
+            # One storage per tensor: a write into a buffer is seen by every later read.
+            ref = self.param_refs.get(id(obj))
+            if ref is None:
+                value = ParamValue(out.debugName(), obj.dtype, tuple(obj.shape), (), qualname, obj)
+                ref = self.param_refs[id(obj)] = functionalize.Ref(value)
+            self.set(out, ref.value)
+            self.store.alias(out.unique(), ref)
         elif isinstance(obj, nn.Module):
             self.set(out, ModuleRef(out.debugName(), obj, path))
         else:
@@ -326,22 +365,30 @@ class _Builder:
         seq = self.get(seq_v)
         if not isinstance(seq, ListValue):
             raise T2NErrorIR(f"unpacking %{seq_v.debugName()} which is not a list")
-        if seq.items:  # a constructed list
+        sources = self.list_sources.get(id(seq))
+        if sources is not None:  # a constructed list: its items are those values
+            for o, src in zip(outs, sources):
+                self.alias(o, src)
+        elif seq.items:  # an op's output list, folded to constants
             for o, item in zip(outs, seq.items):
                 self.set(o, item)
-            return
-        # The list is an op's output (split, chunk, unbind): its items are these values.
-        producer = seq
-        for o in outs:
-            item = self.tensor_value(o)
-            producer.items.append(item)
-            self.set(o, item)
-            if id(producer) in self.pending_views:
-                self.views.add(id(item))
-        self._propagate_list_dyn(producer)
+        else:  # an op's output list (split, chunk, unbind): its items are these values
+            for o in outs:
+                item = self.tensor_value(o)
+                seq.items.append(item)
+                self.set(o, item)
+            self._propagate_list_dyn(seq)
+        view = self.list_views.pop(id(seq), None)
+        if view is not None:  # each item views the split tensor
+            parent, kind, inputs, site = view
+            x = inputs[0]
+            assert isinstance(x, TensorValue)
+            dim = _ints(inputs[1] if kind == "aten::unbind" else inputs[2])[0]
+            for o, step in zip(outs, functionalize.list_view_steps(kind, x, dim, seq.items, site)):
+                self.store.view(o.unique(), parent, step, step.template)
 
     def size(self, ins: list[torch._C.Value], out: torch._C.Value) -> None:
-        t = self.get(ins[0])
+        t = self.peek(ins[0])
         assert isinstance(t, TensorValue)
         name = out.debugName()
 
@@ -356,6 +403,18 @@ class _Builder:
             d = self.get(ins[1])
             assert isinstance(d, Const)
             self.set(out, dim_value(d.value % t.rank))
+
+    def numel(self, tensor: torch._C.Value, out: torch._C.Value) -> None:
+        """x.numel(): a constant, or for dynamic dims the product of their expressions."""
+        t = self.get(tensor)
+        assert isinstance(t, TensorValue)
+        name = out.debugName()
+        if not t.is_dynamic():
+            self.set(out, Const(name, math.prod(t.shape)))
+            return
+        terms = [f"({t.dyn[d]})" if t.dyn[d] is not None else str(t.shape[d]) for d in range(t.rank)]
+        expr = UNKNOWN if UNKNOWN in t.dyn else "*".join(terms)
+        self.set(out, SymInt(name, math.prod(t.shape), expr))
 
     def number(self, v: torch._C.Value) -> IRValue:
         """A value for folding: 0-d int/float tensor constants read as numbers (tracing
@@ -394,36 +453,145 @@ class _Builder:
         traced = _FOLD[kind](*[v.traced if isinstance(v, SymInt) else v.value for v in a_b])
         fmt = _SYM_FMT.get(kind)
         exprs = [v.expr if isinstance(v, SymInt) else str(v.value) for v in a_b]
-        expr = UNKNOWN if fmt is None or UNKNOWN in exprs else fmt.format(a=exprs[0], b=exprs[-1])
+        if fmt is None or UNKNOWN in exprs:
+            self.set(out, SymInt(out.debugName(), traced, UNKNOWN))
+            return
+        # Canonical form, so that sizes computed two ways compare equal (P+S vs S+P).
+        expr = symexpr.simplify(fmt.format(a=exprs[0], b=exprs[-1]))
+        if isinstance(expr, int):  # the symbols cancelled out: a constant after all
+            self.set(out, Const(out.debugName(), expr))
+            return
         self.set(out, SymInt(out.debugName(), traced, expr))
 
     def op(self, node: torch._C.Node, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
+        if kind == MODULE_CALL:
+            self.module_call(node, ins, outs)
+            return
+        site = (scope_path(node.scopeName()), _source(node))
+        thunk = folding.node_thunk(node)
+        if kind in functionalize.INPLACE_VIEWS:  # x.unsqueeze_(0): x becomes that view of itself
+            kind = functionalize.INPLACE_VIEWS[kind]
+            thunk = folding.aten_thunk(kind)
+        elif functionalize.is_in_place(kind):
+            self.write_in_place(node, kind, ins, outs, site, thunk)
+            return
+        if kind == "aten::to" and self.to_returns_self(node, ins, outs):
+            self.alias(outs[0], ins[0])  # so a write into it is a write into its input
+            return
+        how = self.view_how(kind, ins, outs)
+        parent = self.ref_of(ins[0]) if how or kind in functionalize.LIST_VIEWS else None
         inputs = [self.get(i) for i in ins]
-        in_place = kind.endswith("_") and not kind.endswith("__")
-        if in_place and inputs and id(inputs[0]) in self.views:
-            raise T2NErrorNotImplemented(
-                f"{kind} in {scope_path(node.scopeName()) or '<root module>'} ({_source(node)}) "
-                "writes in place into a view of another tensor (e.g. `y[:, i] = v`); the "
-                "exported graph would silently lose the write. Build the value out of place "
-                "instead (torch.where, torch.cat, or index_put on the whole tensor)"
-            )
+        if parent is not None and how == "slice" and isinstance(inputs[0], TensorValue) \
+                and functionalize.is_whole_slice(inputs[1:], inputs[0]):
+            self.store.alias(outs[0].unique(), parent)  # y[:, i] records y[:] first
+            return
         outputs = [self.tensor_value(o) for o in outs]
-        if kind in VIEW_KINDS:
-            for o in outputs:
-                self.views.add(id(o))
-                if isinstance(o, ListValue):
-                    self.pending_views.add(id(o))
+        results = self.record(IROp(kind, inputs, outputs, *site), thunk)
+        for o, value in zip(outs, results):
+            self.set(o, value)
+        if parent is not None and how is not None:
+            view = results[0]
+            assert isinstance(view, TensorValue)
+            step = functionalize.ViewStep(kind, inputs[1:], view, how, site, thunk)
+            self.store.view(outs[0].unique(), parent, step, view)
+        elif parent is not None:
+            self.list_views[id(results[0])] = (parent, kind, inputs, site)
+
+    def module_call(self, node: torch._C.Node, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
+        """A module kept whole by the trace (module_calls.py): one op for its extractor,
+        whose inputs are the call's tensor arguments."""
+        args, key = (self.get(i) for i in ins)
+        assert isinstance(args, ListValue) and isinstance(key, Const)
+        call = self.traced.module_calls[key.value]
+        outputs = [self.tensor_value(o) for o in outs]
         for o, value in zip(outs, outputs):
             self.set(o, value)
-        ir_op = IROp(kind, inputs, outputs, scope_path(node.scopeName()), _source(node))
-        propagate_dyn(ir_op)
-        self.ops.append(ir_op)
+        op = IROp(CUSTOMOP_KIND + type(call.module).__name__, list(args.items), outputs, call.path,
+                  _source(node), extractor=call.extractor, module=call.module)
+        propagate_dyn(op)
+        self.ops.append(op)
+
+    def to_returns_self(self, node: torch._C.Node, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> bool:
+        """``x.to(...)`` returns ``x`` itself when nothing changes and no copy is asked for
+        (``torch.tensor([...])`` traces as a constant, then such a ``to``)."""
+        layout_in, layout_out = _layout(ins[0]), _layout(outs[0])
+        if layout_in is None or layout_in != layout_out or ins[0].type().dtype() != outs[0].type().dtype():
+            return False
+        k = folding.argument_index(node.schema(), "copy")
+        flag = self.peek(ins[k]) if k is not None and k < len(ins) else None
+        return isinstance(flag, Const) and flag.value is False
+
+    def view_how(self, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> Optional[str]:
+        """How a write into this op's output reaches input 0 (functionalize.VIEWS), or ``None``
+        when the output is a new tensor."""
+        how = functionalize.VIEWS.get(kind)
+        if how is None:
+            return None
+        if kind in functionalize.MAYBE_VIEWS:
+            layout, out = _layout(ins[0]), _layout(outs[0])
+            if layout is not None and out is not None and not functionalize.reshape_is_view(*layout, out[0]):
+                return None
+        return how
+
+    def write_in_place(
+        self, node: torch._C.Node, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value],
+        site: functionalize.Site, thunk: folding.Thunk,
+    ) -> None:
+        """``x.op_(...)``: ``op(x, ...)`` becomes the value of ``x``, written back into the
+        tensors ``x`` views (torch_graph/functionalize.py)."""
+        ref = self.ref_of(ins[0])
+        source = self.store.refs.get(ins[1].unique()) if kind == "aten::copy_" else None
+        if source is not None and self.store.is_current_view(source, ref):
+            self.store.alias(outs[0].unique(), ref)  # y[:, a:b] += v ends with y[:, a:b].copy_(itself)
+            return
+        target = self.get(ins[0])
+        rest = [self.get(i) for i in ins[1:]]
+        out = self.tensor_value(outs[0])
+        if isinstance(out, TensorValue) and isinstance(target, TensorValue):
+            out.dyn = target.dyn  # the same tensor
+        # Folded: the in-place op itself, run on a copy of the constant it writes into.
+        (new,) = self.record(IROp(functionalize.out_of_place(kind), [target, *rest], [out], *site),
+                             lambda values: thunk([values[0].clone(), *values[1:]]), dyn=False)
+        self.store.write(ref, new, kind, site)
+        self.store.alias(outs[0].unique(), ref)
+
+    def record(self, op: IROp, thunk: Optional[folding.Thunk], dyn: bool = True) -> list[IRValue]:
+        """Append ``op``, or its outputs as constants when its inputs are (fold.py); with
+        ``dyn``, the outputs' dynamic dims are derived from the inputs'."""
+        if thunk is not None:
+            folded = folding.evaluate(thunk, op.inputs, op.outputs, self.weights, lambda: self.const_label(op.scope))
+            if folded is not None:
+                return folded
+        if dyn:
+            propagate_dyn(op)
+        self.ops.append(op)
+        return op.outputs
+
+    def emit(self, kind: str, inputs: list[IRValue], output: TensorValue, site: functionalize.Site,
+             thunk: Optional[folding.Thunk]) -> IRValue:
+        """One op the builder makes itself (a view taken again, a write-back): its output
+        dims are known already."""
+        return self.record(IROp(kind, inputs, [output], *site), thunk, dyn=False)[0]
 
     def _propagate_list_dyn(self, lst: ListValue) -> None:
         for op in reversed(self.ops):
             if lst in op.outputs:
                 propagate_dyn(op)
                 return
+
+
+def _layout(v: torch._C.Value) -> Optional[tuple[list[int], list[int]]]:
+    """The traced sizes and strides of a tensor value (``None`` where the trace lacks them)."""
+    ty = v.type()
+    if not isinstance(ty, torch._C.TensorType):
+        return None
+    sizes, strides = ty.sizes(), ty.strides()
+    return None if sizes is None or strides is None else (sizes, strides)
+
+
+def _contiguous(v: torch._C.Value) -> bool:
+    layout = _layout(v)
+    return layout is None or functionalize.is_contiguous(*layout)
 
 
 def _source(node: torch._C.Node) -> str:
@@ -449,6 +617,8 @@ def propagate_dyn(op: IROp) -> None:
     norms...). Other outputs: a dim whose traced size equals a dynamic input dim's is
     marked dynamic-unknown, so handlers that need a concrete value refuse it."""
     if op.kind == "aten::arange" and _arange_dyn(op):
+        return
+    if op.kind == "aten::cat" and _cat_dyn(op):
         return
     rule = _DYN_RULES.get(op.kind)
     if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
@@ -508,19 +678,58 @@ def propagate_dyn(op: IROp) -> None:
 
 
 def _arange_dyn(op: IROp) -> bool:
-    """arange(S) / arange(0, S) / arange(0, S, 1) has length S: mark it (torch.arange over
-    a dynamic size builds position ids and masks in transformers)."""
+    """arange(end), arange(start, end) and arange(start, end, 1) with start and end static
+    or dynamic sizes have length end - start: mark it (torch.arange over dynamic sizes builds
+    position ids and masks in transformers; arange(P, P+S) has length S)."""
     bounds = {5: 1, 6: 2, 7: 3}.get(len(op.inputs))
     out = op.outputs[0]
     if bounds is None or not isinstance(out, TensorValue) or out.rank != 1:
         return False
-    end = op.inputs[0] if bounds == 1 else op.inputs[1]
-    others = [v for v in op.inputs[:bounds] if v is not end]  # start, step
-    if not isinstance(end, SymInt) or end.expr == UNKNOWN or [
-        v.value if isinstance(v, Const) else None for v in others
-    ] != [0, 1][: len(others)]:
+    start, end = (Const("", 0), op.inputs[0]) if bounds == 1 else (op.inputs[0], op.inputs[1])
+    if bounds == 3 and not (isinstance(op.inputs[2], Const) and op.inputs[2].value == 1):
         return False
-    out.dyn = (end.expr,)
+    exprs = [_int_expr(v) for v in (start, end)]
+    if not any(isinstance(v, SymInt) for v in (start, end)) or None in exprs:
+        return False
+    length = symexpr.add(exprs[1], exprs[0], -1)  # type: ignore[arg-type]
+    if length is None:
+        return False
+    out.dyn = (None if isinstance(length, int) else length,)
+    return True
+
+
+def _int_expr(value: IRValue) -> Optional[Union[str, int]]:
+    """The expression of a size argument (a static int or a known dynamic size), else None."""
+    if isinstance(value, SymInt):
+        return None if value.expr == UNKNOWN else value.expr
+    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
+        return value.value
+    return None
+
+
+def _cat_dyn(op: IROp) -> bool:
+    """cat(tensors, dim): the concatenated dim is the sum of the inputs' (a KV cache of P
+    entries grown by S new ones has P+S); every other dim follows the first input that is
+    dynamic there. Inputs of size 0 along ``dim`` (torch's legacy empty tensors) are skipped."""
+    out = op.outputs[0]
+    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)
+            and len(op.inputs) > 1 and isinstance(op.inputs[1], Const) and out.rank):
+        return False
+    parts = [t for t in op.inputs[0].items if isinstance(t, TensorValue) and t.rank == out.rank]
+    if len(parts) != len(op.inputs[0].items) or not any(t.is_dynamic() for t in parts):
+        return False
+    axis = op.inputs[1].value % out.rank
+    total: Optional[Union[str, int]] = 0
+    for t in parts:
+        size: Union[str, int] = t.shape[axis] if t.dyn[axis] is None else t.dyn[axis]  # type: ignore[assignment]
+        total = None if total is None or size == UNKNOWN else symexpr.add(total, size)
+    dyn: list[Optional[str]] = []
+    for d in range(out.rank):
+        if d == axis:
+            dyn.append(UNKNOWN if total is None else None if isinstance(total, int) else total)
+        else:
+            dyn.append(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None))
+    out.dyn = tuple(dyn)
     return True
 
 

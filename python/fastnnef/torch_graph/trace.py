@@ -7,10 +7,10 @@ outputs for check_io (no separate eager forward, no re-execution for shapes).
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
-from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -21,8 +21,10 @@ from fastnnef.exceptions import (
     T2NErrorIoQuantity,
     T2NErrorTorchJitTraceFailed,
 )
+from fastnnef.log import get_logger
+from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
 
-log = logging.getLogger("fastnnef")
+log = get_logger(__name__)
 
 # Prefix of the user's model inside the flattening wrapper; stripped from every path.
 WRAPPED = "model"
@@ -40,6 +42,7 @@ class TracedModel:
     output_names: list[str]
     has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
     names_from: Optional[nn.Module] = None  # where parameter names come from
+    module_calls: dict[int, ModuleCall] = field(default_factory=dict)  # kept whole for extractors
 
 
 class _FlatIO(nn.Module):
@@ -138,6 +141,30 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
+@contextlib.contextmanager
+def buffers_kept(model: nn.Module) -> Iterator[None]:
+    """A forward may write into the model's buffers (a cache, a counter): they get their
+    values back after the trace, so the export leaves the model as it was, and the graph
+    reads them as they were before its own writes. A write into a weight is refused:
+    keeping a copy of every weight to undo one would double the memory of an export."""
+    buffers = [(b, b._version, b.detach().clone()) for b in model.buffers() if type(b) is torch.Tensor]
+    params = [(name, p, p._version) for name, p in model.named_parameters()]
+    try:
+        yield
+    finally:
+        for buffer, version, saved in buffers:
+            if buffer._version != version:
+                buffer.copy_(saved)
+    written = [name for name, p, version in params if p._version != version]
+    if written:
+        raise T2NErrorInvalidArgument(
+            f"the forward writes in place into the weights {written} (so each call changes "
+            "the model, and the trace's call did): fastnnef cannot export them as they were "
+            "before. Write into a copy in forward (w = self.w.clone()) or keep the values in "
+            "a buffer"
+        )
+
+
 # jit.trace's state is process-global in some torch versions; serializing traces keeps
 # concurrent exports safe without patching anything.
 _TRACE_LOCK = threading.Lock()
@@ -149,10 +176,12 @@ def trace_model(
     input_names: Optional[Sequence[str]],
     output_names: Optional[Sequence[str]],
     names_from: Optional[nn.Module] = None,
+    extractor_of: Optional[Callable[[nn.Module], Optional[Any]]] = None,
 ) -> TracedModel:
     """Trace ``model(*args)`` once; return the inlined graph and the flat IO.
     ``names_from``: the module whose parameter names label the weights (for a frozen
-    TorchScript model, the module before freezing)."""
+    TorchScript model, the module before freezing). ``extractor_of``: the module extractor
+    of a submodule, or None; submodules that have one are kept whole (module_calls.py)."""
     top_level = normalize_args(args)
     leaves, spec = pytree.tree_flatten(top_level)
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
@@ -168,16 +197,24 @@ def trace_model(
     in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
-    with _TRACE_LOCK, torch.no_grad(), eval_mode(model):
+    keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
+    with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
+            kept_whole(model, keep) as module_calls, warnings.catch_warnings():
+        # jit.trace probes every attribute of every submodule (module_has_exports), which
+        # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
+        # although nothing uses them. Filters are process-wide: the trace lock serializes this.
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+        # The model may write into its inputs: trace on copies, keep the user's tensors.
+        trace_inputs = tuple(t.clone() for t in flat_inputs)
         try:
             if is_script:
                 # A function trace (a bound method would be traced as its module).
                 def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
                     return wrapper(*flat)
 
-                traced = torch.jit.trace(run_script, tuple(flat_inputs), check_trace=False, strict=False)
+                traced = torch.jit.trace(run_script, trace_inputs, check_trace=False, strict=False)
             else:
-                traced = torch.jit.trace(wrapper, tuple(flat_inputs), check_trace=False, strict=False)
+                traced = torch.jit.trace(wrapper, trace_inputs, check_trace=False, strict=False)
         except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
             raise
         except Exception as err:  # torch raises many kinds; keep its message whole
@@ -201,4 +238,5 @@ def trace_model(
         flat_outputs=list(flat_outputs),
         input_names=in_names,
         output_names=out_names,
+        module_calls=module_calls,
     )

@@ -9,42 +9,24 @@ Intermediate ops keep the traced output dtype: torch keeps f16 activations in f1
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional
 
 from fastnnef.nnef.graph import NTensor
-from fastnnef.op.aten._common import Operand, elementwise, literal, operands
+from fastnnef.op.aten._common import (
+    Operand,
+    channel_param,
+    elementwise,
+    erf,
+    literal,
+    operands,
+    typed_scalar,
+)
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
 # torch.nn.SELU's constants (torch/nn/modules/activation.py docs, the SELU paper).
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
-
-
-def step(
-    ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor, suffix: str,
-    attrs: Optional[dict[str, Any]] = None, dtype: str = "",
-) -> NTensor:
-    """An intermediate op shaped like ``like`` (elementwise chains)."""
-    return ctx.tmp(kind, args, attrs, dtype=dtype or like.dtype, shape=like.shape, suffix=suffix)
-
-
-def finish(ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor, attrs: Optional[dict[str, Any]] = None) -> NTensor:
-    """The node's output op; when ``like`` is computed in another dtype than the traced
-    output (f32 norms of an f16 model), the op is an intermediate and a cast follows."""
-    out = ctx.out_dtype()
-    if like.dtype == out:
-        return ctx.emit(kind, args, attrs)
-    return ctx.emit("tract_core_cast", [step(ctx, kind, args, like, "f32", attrs)], {"to": out})
-
-
-def typed_scalar(ctx: OpContext, value: Union[int, float], dtype: str) -> Union[NTensor, int, float]:
-    """A scalar usable where tract does not cast literals (``select`` branches): f32 and
-    i64 literals as is, other dtypes through ``tract_core_cast`` of the literal."""
-    lit = literal(value, dtype)
-    if dtype in ("f32", "i64") or isinstance(lit, bool):
-        return lit
-    return ctx.tmp("tract_core_cast", [lit], {"to": dtype}, dtype=dtype, shape=(), suffix="const")
 
 
 def _input(ctx: OpContext, x: NTensor) -> NTensor:
@@ -80,7 +62,7 @@ def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Opera
     lo_op = bounds.pop(0) if lo is not None else None
     hi_op = bounds.pop(0) if hi is not None else None
     if lo_op is not None and hi_op is not None:
-        return ctx.emit("min", [step(ctx, "max", [x, lo_op], x, "lo"), hi_op])
+        return ctx.emit("min", [ctx.tmp("max", [x, lo_op], suffix="lo"), hi_op])
     return ctx.emit("max", [x, lo_op]) if lo_op is not None else ctx.emit("min", [x, hi_op])
 
 
@@ -118,7 +100,7 @@ def relu6(ctx: OpContext, x: NTensor) -> NTensor:
 def threshold(ctx: OpContext, x: NTensor, th: float, value: float) -> NTensor:
     """aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor  (x > th ? x : value)"""
     x = _input(ctx, x)
-    keep = step(ctx, "gt", [x, literal(th, x.dtype)], x, "keep", dtype="bool")
+    keep = ctx.tmp("gt", [x, literal(th, x.dtype)], suffix="keep")
     return ctx.emit("select", [keep, x, typed_scalar(ctx, value, x.dtype)])
 
 
@@ -140,15 +122,8 @@ def prelu(ctx: OpContext, x: NTensor, weight: NTensor) -> NTensor:
         w = channel_param(ctx, w, x.rank)
     else:
         w = ctx.to_rank(w, x.rank)
-    neg = step(ctx, "lt", [x, literal(0, x.dtype)], x, "neg", dtype="bool")
-    return ctx.emit("select", [neg, step(ctx, "mul", [x, w], x, "scaled"), x])
-
-
-def channel_param(ctx: OpContext, p: NTensor, rank: int) -> NTensor:
-    """A per-channel ``[C]`` tensor as ``[1, C, 1, ...]`` to broadcast along dim 1."""
-    axes = [0] + list(range(2, rank))
-    shape = (1,) + tuple(p.shape) + (1,) * (rank - 2)
-    return ctx.tmp("unsqueeze", [p], {"axes": axes}, dtype=p.dtype, shape=shape, suffix="chan")
+    neg = ctx.tmp("lt", [x, literal(0, x.dtype)], suffix="neg")
+    return ctx.emit("select", [neg, ctx.tmp("mul", [x, w], suffix="scaled"), x])
 
 
 # --- smooth activations ----------------------------------------------------------------
@@ -158,39 +133,38 @@ def gelu(ctx: OpContext, x: NTensor, approximate: Optional[str]) -> NTensor:
     x = _input(ctx, x)
     if approximate in (None, "none"):
         # x * 0.5 * (1 + erf(x / sqrt(2)))
-        inner = step(ctx, "mul", [x, 1.0 / math.sqrt(2.0)], x, "scaled")
-        cdf = step(ctx, "add", [step(ctx, "tract_core_erf", [inner], x, "erf"), 1.0], x, "cdf")
+        inner = ctx.tmp("mul", [x, 1.0 / math.sqrt(2.0)], suffix="scaled")
+        cdf = ctx.tmp("add", [erf(ctx, inner), 1.0], suffix="cdf")
     elif approximate == "tanh":
         # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
-        cube = step(ctx, "mul", [x, step(ctx, "mul", [x, x], x, "sq")], x, "cube")
-        poly = step(ctx, "add", [x, step(ctx, "mul", [cube, 0.044715], x, "c")], x, "poly")
-        inner = step(ctx, "mul", [poly, math.sqrt(2.0 / math.pi)], x, "inner")
-        cdf = step(ctx, "add", [step(ctx, "tanh", [inner], x, "tanh"), 1.0], x, "cdf")
+        cube = ctx.tmp("mul", [x, ctx.tmp("mul", [x, x], suffix="sq")], suffix="cube")
+        poly = ctx.tmp("add", [x, ctx.tmp("mul", [cube, 0.044715], suffix="c")], suffix="poly")
+        inner = ctx.tmp("mul", [poly, math.sqrt(2.0 / math.pi)], suffix="inner")
+        cdf = ctx.tmp("add", [ctx.tmp("tanh", [inner], suffix="tanh"), 1.0], suffix="cdf")
     else:
         raise ctx.unsupported(f"gelu approximate={approximate!r}", "use 'none' or 'tanh'")
-    return ctx.emit("mul", [step(ctx, "mul", [x, cdf], x, "xcdf"), 0.5])
+    return ctx.emit("mul", [ctx.tmp("mul", [x, cdf], suffix="xcdf"), 0.5])
 
 
 @handler("aten::silu", args="t")
 def silu(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::silu(Tensor self) -> Tensor  (x * sigmoid(x))"""
     x = _input(ctx, x)
-    return ctx.emit("mul", [x, step(ctx, "sigmoid", [x], x, "sig")])
+    return ctx.emit("mul", [x, ctx.tmp("sigmoid", [x], suffix="sig")])
 
 
 def _softplus(ctx: OpContext, x: NTensor, suffix: str) -> NTensor:
     """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
-    e = step(ctx, "exp", [step(ctx, "neg", [step(ctx, "abs", [x], x, f"{suffix}_abs")], x, f"{suffix}_nabs")],
-             x, f"{suffix}_exp")
-    tail = step(ctx, "log", [step(ctx, "add", [e, 1.0], x, f"{suffix}_1p")], x, f"{suffix}_log")
-    return step(ctx, "add", [step(ctx, "max", [x, literal(0, x.dtype)], x, f"{suffix}_pos"), tail], x, suffix)
+    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix=f"{suffix}_abs")], suffix=f"{suffix}_nabs")], suffix=f"{suffix}_exp")
+    tail = ctx.tmp("log", [ctx.tmp("add", [e, 1.0], suffix=f"{suffix}_1p")], suffix=f"{suffix}_log")
+    return ctx.tmp("add", [ctx.tmp("max", [x, literal(0, x.dtype)], suffix=f"{suffix}_pos"), tail], suffix=suffix)
 
 
 @handler("aten::mish", args="t")
 def mish(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::mish(Tensor self) -> Tensor  (x * tanh(softplus(x)))"""
     x = _input(ctx, x)
-    return ctx.emit("mul", [x, step(ctx, "tanh", [_softplus(ctx, x, "sp")], x, "tanh")])
+    return ctx.emit("mul", [x, ctx.tmp("tanh", [_softplus(ctx, x, "sp")], suffix="tanh")])
 
 
 @handler("aten::softplus", args="t f? f?")
@@ -200,24 +174,24 @@ def softplus(ctx: OpContext, x: NTensor, beta: Optional[float], thresh: Optional
     x = _input(ctx, x)
     beta = 1.0 if beta is None else beta
     thresh = 20.0 if thresh is None else thresh
-    bx = x if beta == 1 else step(ctx, "mul", [x, beta], x, "bx")
+    bx = x if beta == 1 else ctx.tmp("mul", [x, beta], suffix="bx")
     sp = _softplus(ctx, bx, "sp")
     if beta != 1:
-        sp = step(ctx, "div", [sp, beta], x, "sp_beta")
-    linear = step(ctx, "gt", [bx, thresh], x, "linear", dtype="bool")
+        sp = ctx.tmp("div", [sp, beta], suffix="sp_beta")
+    linear = ctx.tmp("gt", [bx, thresh], suffix="linear")
     return ctx.emit("select", [linear, x, sp])
 
 
 def _elu(ctx: OpContext, x: NTensor, alpha: float, scale: float, input_scale: float) -> NTensor:
     """x > 0 ? scale*x : scale*alpha*(exp(x*input_scale) - 1); exp only sees x <= 0."""
     x = _input(ctx, x)
-    neg = step(ctx, "min", [x, literal(0, x.dtype)], x, "neg")
+    neg = ctx.tmp("min", [x, literal(0, x.dtype)], suffix="neg")
     if input_scale != 1:
-        neg = step(ctx, "mul", [neg, input_scale], x, "in_scale")
-    em1 = step(ctx, "sub", [step(ctx, "exp", [neg], x, "exp"), 1.0], x, "em1")
-    low = step(ctx, "mul", [em1, scale * alpha], x, "low") if scale * alpha != 1 else em1
-    high = step(ctx, "mul", [x, scale], x, "high") if scale != 1 else x
-    pos = step(ctx, "gt", [x, literal(0, x.dtype)], x, "pos", dtype="bool")
+        neg = ctx.tmp("mul", [neg, input_scale], suffix="in_scale")
+    em1 = ctx.tmp("sub", [ctx.tmp("exp", [neg], suffix="exp"), 1.0], suffix="em1")
+    low = ctx.tmp("mul", [em1, scale * alpha], suffix="low") if scale * alpha != 1 else em1
+    high = ctx.tmp("mul", [x, scale], suffix="high") if scale != 1 else x
+    pos = ctx.tmp("gt", [x, literal(0, x.dtype)], suffix="pos")
     return ctx.emit("select", [pos, high, low])
 
 
@@ -247,24 +221,28 @@ def celu(ctx: OpContext, x: NTensor, alpha: Optional[float]) -> NTensor:
 def log_sigmoid(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::log_sigmoid(Tensor self) -> Tensor  (-softplus(-x) = min(x, 0) - log(1 + exp(-|x|)))"""
     x = _input(ctx, x)
-    e = step(ctx, "exp", [step(ctx, "neg", [step(ctx, "abs", [x], x, "abs")], x, "nabs")], x, "exp")
-    tail = step(ctx, "log", [step(ctx, "add", [e, 1.0], x, "1p")], x, "log")
-    return ctx.emit("sub", [step(ctx, "min", [x, literal(0, x.dtype)], x, "neg"), tail])
+    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix="abs")], suffix="nabs")], suffix="exp")
+    tail = ctx.tmp("log", [ctx.tmp("add", [e, 1.0], suffix="1p")], suffix="log")
+    return ctx.emit("sub", [ctx.tmp("min", [x, literal(0, x.dtype)], suffix="neg"), tail])
 
 
 @handler("aten::hardswish", args="t")
 def hardswish(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::hardswish(Tensor self) -> Tensor  (x * relu6(x + 3) / 6; tract_core_hard_swish
     computes x * clamp(x/6 + 1/2, 0, 1), the same function)"""
-    return ctx.emit("tract_core_hard_swish", [_input(ctx, x)])
+    x = _input(ctx, x)
+    if not ctx.strict:
+        return ctx.emit("tract_core_hard_swish", [x])
+    gate = ctx.tmp("add", [ctx.tmp("div", [x, 6.0], suffix="sixth"), 0.5], suffix="shift")
+    return ctx.emit("mul", [x, ctx.tmp("min", [ctx.tmp("max", [gate, 0.0], suffix="lo"), 1.0], suffix="gate")])
 
 
 @handler("aten::hardsigmoid", args="t")
 def hardsigmoid(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::hardsigmoid(Tensor self) -> Tensor  (relu6(x + 3) / 6)"""
     x = _input(ctx, x)
-    shifted = step(ctx, "add", [x, 3.0], x, "shift")
-    clamped = step(ctx, "min", [step(ctx, "max", [shifted, 0.0], x, "lo"), 6.0], x, "hi")
+    shifted = ctx.tmp("add", [x, 3.0], suffix="shift")
+    clamped = ctx.tmp("min", [ctx.tmp("max", [shifted, 0.0], suffix="lo"), 6.0], suffix="hi")
     return ctx.emit("div", [clamped, 6.0])
 
 
@@ -273,7 +251,7 @@ def hardshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
     """aten::hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (|x| > lambd ? x : 0)"""
     x = _input(ctx, x)
     lambd = 0.5 if lambd is None else lambd
-    keep = step(ctx, "gt", [step(ctx, "abs", [x], x, "abs"), lambd], x, "keep", dtype="bool")
+    keep = ctx.tmp("gt", [ctx.tmp("abs", [x], suffix="abs"), lambd], suffix="keep")
     return ctx.emit("select", [keep, x, typed_scalar(ctx, 0.0, x.dtype)])
 
 
@@ -282,7 +260,7 @@ def softshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
     """aten::softshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (x - clamp(x, -lambd, lambd))"""
     x = _input(ctx, x)
     lambd = 0.5 if lambd is None else lambd
-    inner = step(ctx, "min", [step(ctx, "max", [x, -lambd], x, "lo"), lambd], x, "hi")
+    inner = ctx.tmp("min", [ctx.tmp("max", [x, -lambd], suffix="lo"), lambd], suffix="hi")
     return ctx.emit("sub", [x, inner])
 
 
@@ -296,10 +274,9 @@ def glu(ctx: OpContext, x: NTensor, dim: Optional[int]) -> NTensor:
     if size % 2:
         raise ctx.unsupported(f"glu over an axis of odd size {size}", "the split axis must be even")
     half = size // 2
-    shape = tuple(half if i == axis else d for i, d in enumerate(x.shape))
-    a = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [half]}, dtype=x.dtype, shape=shape, suffix="a")
-    b = ctx.tmp("slice", [x], {"axes": [axis], "begin": [half], "end": [size]}, dtype=x.dtype, shape=shape, suffix="b")
-    return ctx.emit("mul", [a, step(ctx, "sigmoid", [b], b, "gate")])
+    a = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [half]}, suffix="a")
+    b = ctx.tmp("slice", [x], {"axes": [axis], "begin": [half], "end": [size]}, suffix="b")
+    return ctx.emit("mul", [a, ctx.tmp("sigmoid", [b], suffix="gate")])
 
 
 # --- softmax ---------------------------------------------------------------------------
@@ -323,12 +300,10 @@ def log_softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
     (before tract 0.21.14: x - max - log(sum(exp(x - max))))"""
     x, axes = _softmax_input(ctx, x, dim)
-    reduced = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    top = ctx.tmp("max_reduce", [x], {"axes": axes}, dtype=x.dtype, shape=reduced, suffix="max")
-    shifted = step(ctx, "sub", [x, top], x, "shift")
-    total = ctx.tmp("sum_reduce", [step(ctx, "exp", [shifted], x, "exp")], {"axes": axes},
-                    dtype=x.dtype, shape=reduced, suffix="sum")
-    return ctx.emit("sub", [shifted, ctx.tmp("log", [total], dtype=x.dtype, shape=reduced, suffix="log")])
+    top = ctx.tmp("max_reduce", [x], {"axes": axes}, suffix="max")
+    shifted = ctx.tmp("sub", [x, top], suffix="shift")
+    total = ctx.tmp("sum_reduce", [ctx.tmp("exp", [shifted], suffix="exp")], {"axes": axes}, suffix="sum")
+    return ctx.emit("sub", [shifted, ctx.tmp("log", [total], suffix="log")])
 
 
 @handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="0.21.14")

@@ -6,7 +6,10 @@ import math
 from typing import Optional
 
 from fastnnef.nnef.graph import NTensor
+from fastnnef.op.aten import _math
 from fastnnef.op.aten._common import Operand, elementwise, operands, promote
+from fastnnef.op.aten._common import erf as erf_of
+from fastnnef.op.aten._math import Calc, float_compute
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
@@ -16,8 +19,7 @@ def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
         return value
     if isinstance(value, NTensor):
         (v,) = operands(ctx, [value], ctx.out_dtype(), value.rank)
-        return ctx.tmp("mul", [v, float(alpha) if ctx.out_dtype() in FLOAT_DTYPES else int(alpha)],
-                       dtype=ctx.out_dtype(), shape=value.shape, suffix="alpha")
+        return ctx.tmp("mul", [v, float(alpha) if ctx.out_dtype() in FLOAT_DTYPES else int(alpha)], suffix="alpha")
     return value * alpha
 
 
@@ -52,14 +54,12 @@ def div(ctx: OpContext, a: Operand, b: Operand, rounding_mode: Optional[str]) ->
     if rounding_mode is None or out in FLOAT_DTYPES and rounding_mode is None:
         return elementwise(ctx, "div", [a, b])
     if out in FLOAT_DTYPES:
-        q = ctx.tmp("div", operands(ctx, [a, b], out, len(ctx.out_shape())), dtype=out,
-                    shape=ctx.out_shape(), suffix="q")
+        q = ctx.tmp("div", operands(ctx, [a, b], out, len(ctx.out_shape())), suffix="q")
         if rounding_mode == "floor":
             return ctx.emit("floor", [q])
         # trunc: sign(q) * floor(|q|)
-        fl = ctx.tmp("floor", [ctx.tmp("abs", [q], dtype=out, shape=q.shape, suffix="abs")],
-                     dtype=out, shape=q.shape, suffix="floor")
-        return ctx.emit("mul", [ctx.tmp("sign", [q], dtype=out, shape=q.shape, suffix="sign"), fl])
+        fl = ctx.tmp("floor", [ctx.tmp("abs", [q], suffix="abs")], suffix="floor")
+        return ctx.emit("mul", [ctx.tmp("sign", [q], suffix="sign"), fl])
     return _int_div(ctx, a, b, rounding_mode)
 
 
@@ -68,14 +68,12 @@ def _int_div(ctx: OpContext, a: Operand, b: Operand, mode: str) -> NTensor:
     out = ctx.out_dtype()
     rank = len(ctx.out_shape())
     fa, fb = operands(ctx, [a, b], "f32", rank)
-    q = ctx.tmp("div", [fa, fb], dtype="f32", shape=ctx.out_shape(), suffix="q")
+    q = ctx.tmp("div", [fa, fb], suffix="q")
     if mode == "floor":
-        r = ctx.tmp("floor", [q], dtype="f32", shape=q.shape, suffix="floor")
+        r = ctx.tmp("floor", [q], suffix="floor")
     else:
-        r = ctx.tmp("mul", [ctx.tmp("sign", [q], dtype="f32", shape=q.shape, suffix="sign"),
-                            ctx.tmp("floor", [ctx.tmp("abs", [q], dtype="f32", shape=q.shape, suffix="abs")],
-                                    dtype="f32", shape=q.shape, suffix="fl")],
-                    dtype="f32", shape=q.shape, suffix="trunc")
+        r = ctx.tmp("mul", [ctx.tmp("sign", [q], suffix="sign"),
+                            ctx.tmp("floor", [ctx.tmp("abs", [q], suffix="abs")], suffix="fl")], suffix="trunc")
     return ctx.emit("tract_core_cast", [r], {"to": out})
 
 
@@ -84,8 +82,7 @@ def floor_divide(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
     """aten::floor_divide(Tensor self, Tensor other) -> Tensor"""
     if ctx.out_dtype() in FLOAT_DTYPES:
         rank = len(ctx.out_shape())
-        q = ctx.tmp("div", operands(ctx, [a, b], ctx.out_dtype(), rank), dtype=ctx.out_dtype(),
-                    shape=ctx.out_shape(), suffix="q")
+        q = ctx.tmp("div", operands(ctx, [a, b], ctx.out_dtype(), rank), suffix="q")
         return ctx.emit("floor", [q])
     return _int_div(ctx, a, b, "floor")
 
@@ -97,11 +94,8 @@ def remainder(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
     rank = len(ctx.out_shape())
     compute = out if out in FLOAT_DTYPES else "f32"
     fa, fb = operands(ctx, [a, b], compute, rank)
-    shape = ctx.out_shape()
-    q = ctx.tmp("floor", [ctx.tmp("div", [fa, fb], dtype=compute, shape=shape, suffix="q")],
-                dtype=compute, shape=shape, suffix="fl")
-    r = ctx.tmp("sub", [fa, ctx.tmp("mul", [q, fb], dtype=compute, shape=shape, suffix="qb")],
-                dtype=compute, shape=shape, suffix="r")
+    q = ctx.tmp("floor", [ctx.tmp("div", [fa, fb], suffix="q")], suffix="fl")
+    r = ctx.tmp("sub", [fa, ctx.tmp("mul", [q, fb], suffix="qb")], suffix="r")
     return ctx.emit("tract_core_cast", [r], {"to": out}) if compute != out else ctx.emit("copy", [r])
 
 
@@ -142,52 +136,60 @@ def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
     out = []
     for v in (a, b):
         if isinstance(v, NTensor) and v.dtype != "bool":
-            v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], dtype="bool", shape=v.shape, suffix="nz")
+            v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], suffix="nz")
         out.append(ctx.to_rank(v, rank) if isinstance(v, NTensor) else bool(v))
     return out
 
 
 @handler("aten::logical_and", "aten::__and__", "aten::bitwise_and", args="x x")
 def logical_and(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::logical_and(Tensor self, Tensor other) -> Tensor"""
+    """aten::logical_and(Tensor self, Tensor other) -> Tensor  (bitwise on integers)"""
     if ctx.out_dtype() != "bool":
-        raise ctx.unsupported("bitwise and on integers", "tract_core_bitand is not emitted yet; use bool tensors")
+        return elementwise(ctx, "tract_core_bitand", [a, b])
     return ctx.emit("and", _bool_operands(ctx, a, b))
 
 
 @handler("aten::logical_or", "aten::__or__", "aten::bitwise_or", args="x x")
 def logical_or(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::logical_or(Tensor self, Tensor other) -> Tensor"""
+    """aten::logical_or(Tensor self, Tensor other) -> Tensor  (bitwise on integers)"""
     if ctx.out_dtype() != "bool":
-        raise ctx.unsupported("bitwise or on integers", "use bool tensors")
+        return elementwise(ctx, "tract_core_bitor", [a, b])
     return ctx.emit("or", _bool_operands(ctx, a, b))
 
 
 @handler("aten::logical_xor", "aten::__xor__", "aten::bitwise_xor", args="x x")
 def logical_xor(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::logical_xor(Tensor self, Tensor other) -> Tensor"""
+    """aten::logical_xor(Tensor self, Tensor other) -> Tensor  (bitwise on integers)"""
     if ctx.out_dtype() != "bool":
-        raise ctx.unsupported("bitwise xor on integers", "use bool tensors")
+        return elementwise(ctx, "tract_core_bitxor", [a, b])
     # tract's ne does not take bools: (a and not b) or (not a and b).
     a, b = _bool_operands(ctx, a, b)
     if not isinstance(a, NTensor) or not isinstance(b, NTensor):
         raise ctx.unsupported("xor with a constant", "use logical_not(x) or x itself")
-    shape = ctx.out_shape()
-    not_a = ctx.tmp("not", [a], dtype="bool", shape=a.shape, suffix="na")
-    not_b = ctx.tmp("not", [b], dtype="bool", shape=b.shape, suffix="nb")
-    left = ctx.tmp("and", [a, not_b], dtype="bool", shape=shape, suffix="l")
-    right = ctx.tmp("and", [not_a, b], dtype="bool", shape=shape, suffix="r")
+    not_a = ctx.tmp("not", [a], suffix="na")
+    not_b = ctx.tmp("not", [b], suffix="nb")
+    left = ctx.tmp("and", [a, not_b], suffix="l")
+    right = ctx.tmp("and", [not_a, b], suffix="r")
     return ctx.emit("or", [left, right])
 
 
 @handler("aten::logical_not", "aten::bitwise_not", args="t")
 def logical_not(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::logical_not(Tensor self) -> Tensor"""
+    """aten::logical_not(Tensor self) -> Tensor  (bitwise_not on integers: ~x)"""
     if x.dtype != "bool":
         if ctx.out_dtype() != "bool":
-            raise ctx.unsupported("bitwise not on integers", "use bool tensors")
-        x = ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], dtype="bool", shape=x.shape, suffix="nz")
+            return ctx.emit("tract_core_bitnot", [x])
+        x = ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], suffix="nz")
     return ctx.emit("not", [x])
+
+
+@handler("aten::__lshift__", "aten::__rshift__", "aten::bitwise_left_shift", "aten::bitwise_right_shift", args="x x")
+def shift(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
+    """aten::bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor  (also >>, <<; arithmetic right shift)"""
+    dtype = ctx.out_dtype()  # an integer type: torch shifts nothing else
+    left = ctx.node.kind in ("aten::__lshift__", "aten::bitwise_left_shift")
+    a, b = operands(ctx, [a, b], dtype, len(ctx.out_shape()))
+    return ctx.emit("tract_shl" if left else "tract_shr", [a, b])
 
 
 # --- unary -----------------------------------------------------------------------------
@@ -195,8 +197,7 @@ _UNARY = {
     "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
     "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
     "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "floor": "floor", "ceil": "ceil", "sign": "sign", "reciprocal": "recip", "square": "sqr",
-    "erf": "tract_core_erf", "round": "tract_core_round_even",
+    "floor": "floor", "ceil": "ceil", "sign": "sign", "square": "sqr",
 }
 for _aten, _nnef in _UNARY.items():
     def _make_unary(kind: str, aten: str) -> None:
@@ -207,22 +208,60 @@ for _aten, _nnef in _UNARY.items():
     _make_unary(_nnef, _aten)
 
 
+@handler("aten::reciprocal", args="t")
+def reciprocal(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::reciprocal(Tensor self) -> Tensor  (tract's recip; NNEF's rcp, which tract lacks, as 1 / x)"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    return ctx.emit("div", [1.0, x]) if ctx.strict else ctx.emit("recip", [x])
+
+
+@handler("aten::erf", "aten::special_erf", args="t")
+def erf(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::erf(Tensor self) -> Tensor  (strict NNEF: a rational approximation, |error| < 1.5e-7)"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    return ctx.emit("copy", [erf_of(ctx, x)]) if ctx.strict else ctx.emit("tract_core_erf", [x])
+
+
+@handler("aten::round", args="t i?")
+def round_(ctx: OpContext, x: NTensor, decimals: Optional[int]) -> NTensor:
+    """aten::round(Tensor self) -> Tensor  (also round.decimals; halves go to the even integer)"""
+    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
+    scale = 10.0 ** decimals if decimals else 1.0
+    if scale != 1.0:
+        x = ctx.tmp("mul", [x, scale], suffix="scaled")
+    if not ctx.strict:
+        rounded = ctx.tmp("tract_core_round_even", [x], suffix="round")
+    else:  # NNEF's round takes halves away from zero: floor(x + 0.5), minus 1 on odd halves
+        up = ctx.tmp("floor", [ctx.tmp("add", [x, 0.5], suffix="half_up")], suffix="up")
+        tie = ctx.tmp("eq", [ctx.tmp("sub", [up, x], suffix="gap"), 0.5], suffix="tie")
+        half = ctx.tmp("mul", [ctx.tmp("floor", [ctx.tmp("mul", [up, 0.5], suffix="halved")], suffix="pairs"), 2.0],
+                       suffix="even")
+        odd = ctx.tmp("ne", [up, half], suffix="odd")
+        rounded = ctx.tmp("select", [ctx.tmp("and", [tie, odd], suffix="odd_tie"),
+                                     ctx.tmp("sub", [up, 1.0], suffix="down"), up], suffix="round")
+    if scale != 1.0:
+        return ctx.emit("div", [rounded, scale])
+    return ctx.emit("copy", [rounded])
+
+
 @handler("aten::log2", args="t")
 def log2(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::log2(Tensor self) -> Tensor"""
     (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
-    return ctx.emit("div", [ctx.tmp("log", [x], dtype=ctx.out_dtype(), shape=x.shape), math.log(2.0)])
+    return ctx.emit("div", [ctx.tmp("log", [x]), math.log(2.0)])
 
 
-@handler("aten::log1p", args="t")
+@handler("aten::log1p", "aten::special_log1p", args="t")
 def log1p(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::log1p(Tensor self) -> Tensor"""
-    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
-    return ctx.emit("log", [ctx.tmp("add", [x, 1.0], dtype=ctx.out_dtype(), shape=x.shape)])
+    """aten::log1p(Tensor self) -> Tensor  (accurate for tiny x, see _math.log1p)"""
+    c = Calc(ctx, float_compute(ctx))
+    (x,) = c.inputs(x)
+    return c.result(_math.log1p(c, x))
 
 
-@handler("aten::expm1", args="t")
+@handler("aten::expm1", "aten::special_expm1", args="t")
 def expm1(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::expm1(Tensor self) -> Tensor"""
-    (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
-    return ctx.emit("sub", [ctx.tmp("exp", [x], dtype=ctx.out_dtype(), shape=x.shape), 1.0])
+    """aten::expm1(Tensor self) -> Tensor  (accurate for tiny x, see _math.expm1)"""
+    c = Calc(ctx, float_compute(ctx))
+    (x,) = c.inputs(x)
+    return c.result(_math.expm1(c, x))

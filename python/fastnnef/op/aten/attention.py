@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.shapes import unknown
 from fastnnef.op.aten._common import torch_dtype
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
@@ -26,9 +27,9 @@ def _broadcast_dims(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
 
 def _bool_to_bias(ctx: OpContext, mask: NTensor, dtype: str) -> NTensor:
     """True (attend) -> 0, False -> the dtype's minimum, as an additive mask."""
-    blocked = ctx.tmp("not", [mask], dtype="bool", shape=mask.shape, suffix="blocked")
+    blocked = ctx.tmp("not", [mask], suffix="blocked")
     as_float = ctx.cast(blocked, dtype)
-    return ctx.tmp("mul", [as_float, _MIN[dtype]], dtype=dtype, shape=mask.shape, suffix="bias")
+    return ctx.tmp("mul", [as_float, _MIN[dtype]], suffix="bias")
 
 
 def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
@@ -36,11 +37,7 @@ def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
     constant additive [rows, cols] tensor; shared by every node with the same shape."""
     data = torch.zeros(rows, cols, dtype=torch_dtype(dtype))
     data.masked_fill_(torch.ones(rows, cols, dtype=torch.bool).triu(1), _MIN[dtype])
-    label = f"causal_mask_{rows}x{cols}_{dtype}"
-    known = ctx.g.variables.get(label)
-    if known is not None:
-        return known.tensor
-    return ctx.g.add_variable(ctx.g.fresh_name(label), label, data, dtype, (rows, cols), dtype)
+    return ctx.constant(data, f"causal_mask_{rows}x{cols}_{dtype}")
 
 
 def _static(d: Dim) -> bool:
@@ -51,9 +48,8 @@ def _repeat_heads(ctx: OpContext, t: NTensor, groups: int, suffix: str) -> NTens
     """[B, Hk, S, E] -> [B, Hk*groups, S, E], each head repeated ``groups`` times in a row
     (torch's ``repeat_interleave(groups, dim=-3)``, as enable_gqa does)."""
     b, hk, s, e = t.shape
-    t5 = ctx.tmp("unsqueeze", [t], {"axes": [2]}, dtype=t.dtype, shape=(b, hk, 1, s, e), suffix=f"{suffix}_g")
-    tiled = ctx.tmp("tile", [t5], {"repeats": [1, 1, groups, 1, 1]}, dtype=t.dtype,
-                    shape=(b, hk, groups, s, e), suffix=f"{suffix}_tile")
+    t5 = ctx.tmp("unsqueeze", [t], {"axes": [2]}, suffix=f"{suffix}_g")
+    tiled = ctx.tmp("tile", [t5], {"repeats": [1, 1, groups, 1, 1]}, suffix=f"{suffix}_tile")
     heads = hk * groups if _static(hk) else Sym(f"({hk})*{groups}")
     return ctx.tmp("reshape", [tiled], {"shape": [heads], "axis_start": 1, "axis_count": 2},
                    dtype=t.dtype, shape=(b, heads, s, e), suffix=f"{suffix}_rep")
@@ -71,7 +67,7 @@ def scaled_dot_product_attention(
             "pass dropout_p=0.0 at inference, e.g. `dropout_p=self.p if self.training else 0.0`",
         )
     out_dtype = ctx.out_dtype()
-    force_f32 = bool(getattr(ctx.target, "force_attention_inner_in_f32", False))
+    force_f32 = ctx.caps.force_attention_inner_in_f32
     inner = "f32" if force_f32 and out_dtype == "f16" else out_dtype
     if inner not in _MIN:
         raise ctx.unsupported(f"attention in {inner}", "attention needs float query/key/value")
@@ -86,19 +82,24 @@ def scaled_dot_product_attention(
                                   "query heads must be a static multiple of key/value heads")
         groups = int(hq) // int(hk)
     rows, cols = q.shape[-2], k.shape[-2]
-    if getattr(ctx.target, "reify_sdpa", False) and _reifiable(q, k, v, groups, is_causal, rows, cols):
+    if ctx.caps.reify_sdpa and _reifiable(q, k, v, groups, is_causal, rows, cols, mask is not None):
         return _reified(ctx, q, k, v, mask, is_causal, scale, inner, out_dtype)
     return _decomposed(ctx, q, k, v, mask, is_causal, scale, inner, out_dtype, groups)
 
 
-def _reifiable(q: NTensor, k: NTensor, v: NTensor, groups: int, is_causal: bool, rows: Dim, cols: Dim) -> bool:
+def _reifiable(
+    q: NTensor, k: NTensor, v: NTensor, groups: int, is_causal: bool, rows: Dim, cols: Dim, masked: bool,
+) -> bool:
     """What tract_transformers_sdpa accepts: equal ranks 3 or 4, equal batch sizes, GQA
-    only on rank 4, and a causal mask it aligns like torch (square, or static to build)."""
+    only on rank 4, a causal mask it aligns like torch (square, or static to build), and a
+    mask it can be given as [.., rows, cols]."""
     if not (q.rank == k.rank == v.rank and q.rank in (3, 4)):
         return False
     if not (q.shape[0] == k.shape[0] == v.shape[0]) or (q.rank == 3 and groups != 1):
         return False
     if q.rank == 4 and groups == 1 and not (q.shape[1] == k.shape[1] == v.shape[1]):
+        return False
+    if masked and any(unknown(d) for d in (rows, cols)):
         return False
     return not is_causal or rows == cols or (_static(rows) and _static(cols))
 
@@ -110,7 +111,7 @@ def _reified(
     """One ``tract_transformers_sdpa`` (q, k, v[, mask] positional; scale always given).
     With f32 inner and ``upcast_reified_sdpa_inputs_to_f32`` (default), the op runs on f32
     inputs and its output is cast back; otherwise it gets f16 inputs and accumulates in f32."""
-    upcast = inner != out_dtype and bool(getattr(ctx.target, "upcast_reified_sdpa_inputs_to_f32", True))
+    upcast = inner != out_dtype and ctx.caps.upcast_reified_sdpa_inputs_to_f32
     io_dtype = inner if upcast else out_dtype
     q, k, v = (ctx.cast(t, io_dtype) for t in (q, k, v))
     args = [q, k, v]
@@ -121,12 +122,22 @@ def _reified(
     elif mask is not None:
         mask = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
     if mask is not None:
-        args.append(ctx.to_rank(mask, q.rank))
+        args.append(_mask_for_sdpa(ctx, ctx.to_rank(mask, q.rank), rows, cols))
     attrs = {"scale": float(scale), "datum_type": io_dtype, "acc_datum_type": inner, "is_causal": is_causal}
     if io_dtype == out_dtype:
         return ctx.emit("tract_transformers_sdpa", args, attrs)
     out = ctx.tmp("tract_transformers_sdpa", args, attrs, dtype=io_dtype, shape=ctx.out_shape(), suffix="f32")
     return ctx.emit("tract_core_cast", [out], {"to": out_dtype})
+
+
+def _mask_for_sdpa(ctx: OpContext, mask: NTensor, rows: Dim, cols: Dim) -> NTensor:
+    """tract's sdpa reads its mask as [B or 1, H or 1, rows, cols] exactly (it does not
+    broadcast the last two axes), while torch broadcasts them: a key padding mask is
+    [B, 1, 1, cols] (nn.MultiheadAttention, cross-attention). Broadcast those two."""
+    if tuple(mask.shape[-2:]) == (rows, cols):
+        return mask
+    return ctx.tmp("tract_core_broadcast", [mask], {"shape": list(mask.shape[:-2]) + [rows, cols]},
+                   suffix="mask_full")
 
 
 def _decomposed(
@@ -141,26 +152,22 @@ def _decomposed(
     batch = _broadcast_dims(q.shape[:-2], k.shape[:-2])
     rows, cols = q.shape[-2], k.shape[-2]
     scores_shape = batch + (rows, cols)
-    scores = ctx.tmp("matmul", [q, k], {"transposeA": False, "transposeB": True}, dtype=inner,
-                     shape=scores_shape, suffix="scores")
-    scores = ctx.tmp("mul", [scores, float(scale)], dtype=inner, shape=scores_shape, suffix="scaled")
+    scores = ctx.tmp("matmul", [q, k], {"transposeA": False, "transposeB": True}, suffix="scores")
+    scores = ctx.tmp("mul", [scores, float(scale)], suffix="scaled")
     bias: Optional[NTensor] = None
     if is_causal and _static(rows) and _static(cols):
         bias = _causal_bias(ctx, int(rows), int(cols), inner)
     elif is_causal:
-        every = ctx.tmp("eq", [scores, scores], dtype="bool", shape=scores_shape, suffix="every")
-        visible = ctx.tmp("tract_core_trilu", [every, 0], {"upper": False}, dtype="bool",
-                          shape=scores_shape, suffix="causal")
+        every = ctx.tmp("eq", [scores, scores], suffix="every")
+        visible = ctx.tmp("tract_core_trilu", [every, 0], {"upper": False}, suffix="causal")
         bias = _bool_to_bias(ctx, visible, inner)
     elif mask is not None:
         bias = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
     if bias is not None:
-        scores = ctx.tmp("add", [scores, ctx.to_rank(bias, len(scores_shape))], dtype=inner,
-                         shape=scores_shape, suffix="masked")
-    probs = ctx.tmp("softmax", [scores], {"axes": [len(scores_shape) - 1]}, dtype=inner,
-                    shape=scores_shape, suffix="probs")
+        scores = ctx.tmp("add", [scores, ctx.to_rank(bias, len(scores_shape))], suffix="masked")
+    probs = ctx.tmp("softmax", [scores], {"axes": [len(scores_shape) - 1]}, suffix="probs")
     attrs = {"transposeA": False, "transposeB": False}
     if inner == out_dtype:
         return ctx.emit("matmul", [probs, v], attrs)
-    out = ctx.tmp("matmul", [probs, v], attrs, dtype=inner, shape=ctx.out_shape(), suffix="out")
+    out = ctx.tmp("matmul", [probs, v], attrs, suffix="out")
     return ctx.emit("tract_core_cast", [out], {"to": out_dtype})

@@ -1,5 +1,6 @@
-"""Convolutions: aten::_convolution (what nn.ConvNd/ConvTransposeNd trace to),
-_convolution_mode (string padding), and the conv{1,2,3}d / conv_transpose{1,2,3}d forms.
+"""Convolutions: aten::_convolution (what nn.ConvNd/ConvTransposeNd, and torch.convolution,
+trace to), _convolution_mode (string padding), the conv{1,2,3}d / conv_transpose{1,2,3}d
+forms, and the time-major conv_tbc.
 
 NNEF ``conv``/``deconv`` take the bias as ``[1, C]`` and the padding as explicit
 ``(before, after)`` pairs: an empty padding list means SAME_UPPER in tract, so it is never
@@ -9,10 +10,11 @@ left empty. Non-zero ``padding_mode`` (reflect/replicate/circular) traces as an
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from fastnnef.nnef.graph import NTensor, Tuple
-from fastnnef.op.context import OpContext, parse_args
+from fastnnef.op.aten._common import accumulation_dtype
+from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const
 
@@ -33,7 +35,7 @@ def _bias(ctx: OpContext, bias: Optional[NTensor], dtype: str) -> Union[NTensor,
         return 0.0
     bias = ctx.cast(bias, dtype)
     if bias.rank == 1:
-        bias = ctx.tmp("unsqueeze", [bias], {"axes": [0]}, dtype=dtype, shape=(1,) + bias.shape, suffix="bias")
+        bias = ctx.tmp("unsqueeze", [bias], {"axes": [0]}, suffix="bias")
     return bias
 
 
@@ -59,11 +61,21 @@ def _geometry(
     return n, _spatial(stride, n, "stride", ctx), _spatial(dilation, n, "dilation", ctx)
 
 
+def _emit(ctx: OpContext, kind: str, args: Sequence[Any], attrs: dict[str, Any], dtype: str) -> NTensor:
+    """The (de)convolution computed in ``dtype``: f32 for an f16 model under
+    ``force_linear_accumulation_in_f32`` (tract's conv has no accumulator option, so the
+    operands are cast to f32 and the result back), else the output dtype."""
+    if dtype == ctx.out_dtype():
+        return ctx.emit(kind, args, attrs)
+    y = ctx.tmp(kind, args, attrs, dtype=dtype, shape=ctx.out_shape(), suffix="acc")
+    return ctx.emit("tract_core_cast", [y], {"to": ctx.out_dtype()})
+
+
 def _conv(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
     padding: Union[str, Sequence[int]], dilation: Sequence[int], groups: int,
 ) -> NTensor:
-    dtype = ctx.out_dtype()
+    dtype = accumulation_dtype(ctx, ctx.out_dtype())
     n, stride, dilation = _geometry(ctx, x, weight, stride, dilation, "convolution")
     kernel = [int(k) for k in weight.shape[2:]]
     if isinstance(padding, str):
@@ -75,8 +87,8 @@ def _conv(
             raise ctx.unsupported(f"padding={padding!r}", "use 'same', 'valid' or integers")
     else:
         pads = [(p, p) for p in _spatial(padding, n, "padding", ctx)]
-    return ctx.emit(
-        "conv",
+    return _emit(
+        ctx, "conv",
         [ctx.cast(x, dtype), ctx.cast(weight, dtype), _bias(ctx, bias, dtype)],
         {
             "border": "constant",
@@ -85,6 +97,7 @@ def _conv(
             "dilation": dilation,
             "groups": groups,
         },
+        dtype,
     )
 
 
@@ -96,12 +109,10 @@ def _deconv_filter(ctx: OpContext, weight: NTensor, groups: int, dtype: str) -> 
     spatial = tuple(weight.shape[2:])
     rest = list(range(3, weight.rank + 1))
     if groups == 1:
-        return ctx.tmp("transpose", [weight], {"axes": [1, 0] + list(range(2, weight.rank))},
-                       dtype=dtype, shape=(c_out_g, c_in) + spatial, suffix="filter")
+        return ctx.tmp("transpose", [weight], {"axes": [1, 0] + list(range(2, weight.rank))}, suffix="filter")
     grouped = (groups, c_in // groups, c_out_g) + spatial
     w = ctx.tmp("reshape", [weight], {"shape": list(grouped)}, dtype=dtype, shape=grouped, suffix="filter_g")
-    swapped = (groups, c_out_g, c_in // groups) + spatial
-    w = ctx.tmp("transpose", [w], {"axes": [0, 2, 1] + rest}, dtype=dtype, shape=swapped, suffix="filter_t")
+    w = ctx.tmp("transpose", [w], {"axes": [0, 2, 1] + rest}, suffix="filter_t")
     final = (groups * c_out_g, c_in // groups) + spatial
     return ctx.tmp("reshape", [w], {"shape": list(final)}, dtype=dtype, shape=final, suffix="filter")
 
@@ -110,7 +121,7 @@ def _deconv(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
     padding: Sequence[int], dilation: Sequence[int], output_padding: Sequence[int], groups: int,
 ) -> NTensor:
-    dtype = ctx.out_dtype()
+    dtype = accumulation_dtype(ctx, ctx.out_dtype())
     n, stride, dilation = _geometry(ctx, x, weight, stride, dilation, "transposed convolution")
     padding = _spatial(padding, n, "padding", ctx)
     output_padding = _spatial(output_padding, n, "output_padding", ctx)
@@ -120,8 +131,8 @@ def _deconv(
         out = ctx.out_shape()
         ctx.static(x, list(range(2, x.rank)), "transposed convolution with output_padding")
         output_shape = [int(d) for d in out[2:]]
-    return ctx.emit(
-        "deconv",
+    return _emit(
+        ctx, "deconv",
         [ctx.cast(x, dtype), _deconv_filter(ctx, weight, groups, dtype), _bias(ctx, bias, dtype)],
         {
             "border": "constant",
@@ -131,6 +142,7 @@ def _deconv(
             "output_shape": output_shape,
             "groups": groups,
         },
+        dtype,
     )
 
 
@@ -150,8 +162,7 @@ def _padding_arg(ctx: OpContext, index: int) -> Union[str, list[int]]:
     value = ctx.node.inputs[index]
     if isinstance(value, Const) and isinstance(value.value, str):
         return value.value
-    (pads,) = parse_args(ctx, ["I"], [value])
-    return pads
+    return ctx.arg(index, "I")
 
 
 @handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I _ I i")
@@ -170,3 +181,18 @@ def conv_transpose_nd(
 ) -> NTensor:
     """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
     return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
+
+
+@handler("aten::conv_tbc", args="t t t i")
+def conv_tbc(ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor, pad: int) -> NTensor:
+    """aten::conv_tbc(Tensor self, Tensor weight, Tensor bias, int pad=0) -> Tensor  (a 1-D
+    convolution on time-major [T, B, C_in] with a [K, C_in, C_out] weight, padded on both sides)"""
+    if x.rank != 3 or weight.rank != 3:
+        raise ctx.unsupported(f"conv_tbc of a rank-{x.rank} input with a rank-{weight.rank} weight",
+                              "conv_tbc takes [T, B, C_in] and [K, C_in, C_out]")
+    dtype = ctx.out_dtype()
+    batch_major = ctx.tmp("transpose", [ctx.cast(x, dtype)], {"axes": [1, 2, 0]}, suffix="bct")
+    filt = ctx.tmp("transpose", [ctx.cast(weight, dtype)], {"axes": [2, 1, 0]}, suffix="filter")
+    attrs = {"border": "constant", "padding": [Tuple((pad, pad))], "stride": [1], "dilation": [1], "groups": 1}
+    y = ctx.tmp("conv", [batch_major, filt, _bias(ctx, bias, dtype)], attrs, suffix="conv")
+    return ctx.emit("transpose", [y], {"axes": [2, 0, 1]})

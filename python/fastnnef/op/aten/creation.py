@@ -1,5 +1,6 @@
 """Tensor creation and casts: arange, zeros/ones/full/empty (+ _like, new_), scalar_tensor,
-tensor, to/type_as.
+tensor, to/type_as; eye, linspace/logspace, tril/triu_indices, meshgrid, cartesian_prod,
+combinations, one_hot, fill/zero.
 
 A filled tensor is a literal broadcast to the shape (``tract_core_broadcast``), so no
 constant tensor is written and dynamic shapes work; the dtype comes from the trace.
@@ -12,10 +13,9 @@ from typing import Optional, Sequence, Union
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.shapes import unknown, volume
 from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.aten._dims import emit_shaped, plus, unknown
-from fastnnef.op.context import FLOAT_DTYPES, OpContext, parse_args
-from fastnnef.op.convert import float_encoding
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, SymInt
 
@@ -24,7 +24,12 @@ Number = Union[int, float, bool]
 
 def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Optional[NTensor] = None) -> NTensor:
     """``value`` broadcast to ``shape`` as the node output, in the traced dtype. With ``x``
-    given and dims of unknown expression, the shape is taken from ``x`` at run time."""
+    given and dims of unknown expression, the shape is taken from ``x`` at run time.
+    Strict NNEF (no broadcast op): a one-element constant tiled to the static shape."""
+    if ctx.strict and not isinstance(value, Sym) and all(isinstance(d, int) for d in shape):
+        one = ctx.constant(torch.full((1,) * len(shape), value, dtype=ctx.out_value().dtype),
+                           f"fill_{ctx.out_dtype()}_{value}_rank{len(shape)}")
+        return ctx.emit("tile", [one], {"repeats": list(shape)}) if shape else ctx.emit("copy", [one])
     scalar = typed_scalar(ctx, value, ctx.out_dtype())
     if any(unknown(d) for d in shape):
         if x is None:
@@ -33,19 +38,14 @@ def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Op
                 "build the size from x.size(i) directly, or use torch.*_like",
             )
         ref = ctx.tmp("tract_core_shape_of", [x], dtype="tdim", shape=(x.rank,), suffix="shape")
-        return emit_shaped(ctx, "tract_core_broadcast", [scalar], {"shape": ref}, shape)
-    return emit_shaped(ctx, "tract_core_broadcast", [scalar], {"shape": list(shape)}, shape)
+        return ctx.emit("tract_core_broadcast", [scalar], {"shape": ref}, shape=shape)
+    return ctx.emit("tract_core_broadcast", [scalar], {"shape": list(shape)}, shape=shape)
 
 
 def _number(ctx: OpContext, value: object) -> Union[Number, Sym]:
     if isinstance(value, (int, float, bool)):
         return value
     raise ctx.unsupported(f"fill value {value!r}", "use a Python number")
-
-
-def _sizes(ctx: OpContext, index: int) -> list[Dim]:
-    """A size argument (ints, or symbols for dynamic axes)."""
-    return parse_args(ctx, ["D"], [ctx.node.inputs[index]])[0]
 
 
 @handler("aten::zeros", "aten::ones", "aten::empty", args="D *")
@@ -130,25 +130,18 @@ def arange(ctx: OpContext) -> NTensor:
     dtype = ctx.out_dtype()
     value = ctx.out_value()
     dynamic = any(isinstance(v, Sym) for v in (start, end, step))
-    if not dynamic and (dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
-        # Static float range: torch's exact values, stored as a constant.
-        data = torch.arange(start, end, step, dtype=value.dtype)  # type: ignore[arg-type]
-        encoding, bf16 = float_encoding(data.dtype)
-        name = ctx.g.fresh_name(ctx.converter.name_for(ctx.node, None))
-        return ctx.g.add_variable(name, name, data, dtype, tuple(data.shape), encoding, bf16)
+    if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
+        # Static float range (or any static range in strict NNEF, which has no range op):
+        # torch's exact values, stored as a constant.
+        return ctx.constant(torch.arange(start, end, step, dtype=value.dtype))  # type: ignore[arg-type]
     if any(isinstance(v, float) for v in (start, end, step)):
         raise ctx.unsupported("arange with float bounds and a dynamic end", "use integer bounds and scale the result")
     if isinstance(step, Sym) or step == 0:
         raise ctx.unsupported("arange with a dynamic or zero step")
-    if not dynamic:
-        length: Dim = len(range(int(start), int(end), int(step)))
-    elif step == 1 and not isinstance(start, Sym):
-        length = plus(end, -int(start))  # type: ignore[arg-type]
-    else:
-        length = Sym("?")
+    # The IR simplified the length of dynamic ranges (arange(P, P+S) has S entries).
+    length: Dim = len(range(int(start), int(end), int(step))) if not dynamic else ctx.out_shape()[0]
     r = ctx.tmp("tract_core_range", [start, end, step], dtype="i64", shape=(length,), suffix="range")
-    return emit_shaped(ctx, "tract_core_cast" if dtype != "i64" else "copy", [r],
-                       {"to": dtype} if dtype != "i64" else None, (length,))
+    return ctx.emit("tract_core_cast" if dtype != "i64" else "copy", [r], {"to": dtype} if dtype != "i64" else None)
 
 
 # --- casts ------------------------------------------------------------------------------
@@ -157,8 +150,155 @@ def to(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)  (every overload: the traced dtype decides)"""
     dtype = ctx.out_dtype()
     if x.dtype == dtype:
-        return emit_shaped(ctx, "copy", [x], None, x.shape)
+        return ctx.emit("copy", [x])
     if dtype == "bool" and x.dtype != "bool":  # torch: nonzero -> True
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
-        return emit_shaped(ctx, "ne", [x, zero], None, x.shape)
-    return emit_shaped(ctx, "tract_core_cast", [x], {"to": dtype}, x.shape)
+        return ctx.emit("ne", [x, zero])
+    return ctx.emit("tract_core_cast", [x], {"to": dtype})
+
+
+# --- grids, index tables and fills ------------------------------------------------------
+# Tables whose values are fixed at export (eye, linspace, tril_indices...) are computed by
+# torch itself and stored as variables, so they match torch exactly and stay plain NNEF;
+# only an eye over a dynamic size is built in the graph.
+def _numbers(ctx: OpContext, count: int, what: str) -> list[Number]:
+    values = [ctx.arg(i, "n") for i in range(count)]
+    if not all(isinstance(v, (int, float)) for v in values):
+        raise ctx.unsupported(f"{what} with tensor bounds", "use Python numbers")
+    return values  # type: ignore[return-value]
+
+
+@handler("aten::eye", args="*")
+def eye(ctx: OpContext) -> NTensor:
+    """aten::eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also eye(n))"""
+    n = ctx.arg(0, "D")[0]
+    m = ctx.arg(1, "D")[0] if ctx.n_inputs == 6 else n
+    if not isinstance(n, Sym) and not isinstance(m, Sym):
+        return ctx.constant(torch.eye(n, m, dtype=ctx.out_value().dtype))
+    if unknown(n) or unknown(m):
+        raise ctx.unsupported("eye of a size that depends on a dynamic axis in an unknown way")
+    rows = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="rows")
+    cols = ctx.tmp("tract_core_range", [0, m, 1], dtype="i64", shape=(m,), suffix="cols")
+    rows = ctx.tmp("unsqueeze", [rows], {"axes": [1]}, suffix="rowc")
+    cols = ctx.tmp("unsqueeze", [cols], {"axes": [0]}, suffix="colr")
+    if ctx.out_dtype() == "bool":
+        return ctx.emit("eq", [rows, cols])
+    return ctx.emit("tract_core_cast", [ctx.tmp("eq", [rows, cols], suffix="diag")], {"to": ctx.out_dtype()})
+
+
+@handler("aten::linspace", args="*")
+def linspace(ctx: OpContext) -> NTensor:
+    """aten::linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    start, end = _numbers(ctx, 2, "linspace")
+    return ctx.constant(torch.linspace(start, end, ctx.arg(2, "i"), dtype=ctx.out_value().dtype))
+
+
+@handler("aten::logspace", args="*")
+def logspace(ctx: OpContext) -> NTensor:
+    """aten::logspace(Scalar start, Scalar end, int steps, float base=10., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    start, end = _numbers(ctx, 2, "logspace")
+    return ctx.constant(torch.logspace(start, end, ctx.arg(2, "i"), ctx.arg(3, "f"), dtype=ctx.out_value().dtype))
+
+
+@handler("aten::tril_indices", "aten::triu_indices", args="i i i *")
+def tril_indices(ctx: OpContext, row: int, col: int, offset: int) -> NTensor:
+    """aten::tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (and triu_indices)"""
+    fn = torch.tril_indices if ctx.node.kind == "aten::tril_indices" else torch.triu_indices
+    return ctx.constant(fn(row, col, offset, dtype=ctx.out_value().dtype))
+
+
+def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[NTensor], list[Dim]]:
+    """Each 1-D (or 0-d) tensor laid along its own axis of the grid, and the grid's shape."""
+    if indexing not in ("ij", "xy"):
+        raise ctx.unsupported(f"meshgrid indexing {indexing!r}", "use 'ij' or 'xy'")
+    if any(t.rank > 1 for t in tensors):
+        raise ctx.unsupported("meshgrid of tensors with more than one dim", "torch takes 0-d or 1-d tensors")
+    k = len(tensors)
+    place = list(range(k))
+    if indexing == "xy" and k > 1:  # the first two inputs swap axes
+        place[0], place[1] = 1, 0
+    shape: list[Dim] = [1] * k
+    for t, p in zip(tensors, place):
+        shape[p] = t.shape[0] if t.rank else 1
+    if any(unknown(d) for d in shape):
+        raise ctx.unsupported("meshgrid of a tensor whose dynamic length is unknown")
+    lines = []
+    for n, (t, p) in enumerate(zip(tensors, place)):
+        axes = [a for a in range(k) if a != p] if t.rank else list(range(k - 1))
+        lines.append(ctx.tmp("unsqueeze", [t], {"axes": axes}, suffix=f"line{n}") if axes else t)
+    return lines, shape
+
+
+@handler("aten::meshgrid", args="L s?")
+def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: Optional[str]) -> list[NTensor]:
+    """aten::meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]  (also meshgrid(tensors): 'ij')"""
+    lines, shape = _grid(ctx, tensors, indexing or "ij")
+    items = ctx.node.outputs[0].items  # type: ignore[attr-defined]
+    out = []
+    for line, value in zip(lines, items):
+        if tuple(line.shape) == tuple(shape):
+            out.append(ctx.emit("copy", [line], value=value, shape=shape))
+        else:
+            out.append(ctx.emit("tract_core_broadcast", [line], {"shape": shape}, value=value, shape=shape))
+    return out
+
+
+@handler("aten::cartesian_prod", args="L")
+def cartesian_prod(ctx: OpContext, tensors: list[NTensor]) -> NTensor:
+    """aten::cartesian_prod(Tensor[] tensors) -> Tensor"""
+    if len(tensors) == 1:
+        return ctx.emit("copy", tensors)
+    lines, shape = _grid(ctx, tensors, "ij")
+    size = volume(shape)
+    columns = []
+    for n, line in enumerate(lines):
+        full = ctx.tmp("tract_core_broadcast", [line], {"shape": shape}, suffix=f"grid{n}")
+        columns.append(ctx.tmp("reshape", [full], {"shape": [-1]}, dtype=full.dtype, shape=(size,), suffix=f"flat{n}"))
+    return ctx.emit("stack", [columns], {"axis": 1})
+
+
+@handler("aten::combinations", args="t i b")
+def combinations(ctx: OpContext, x: NTensor, r: int, with_replacement: bool) -> NTensor:
+    """aten::combinations(Tensor self, int r=2, bool with_replacement=False) -> Tensor"""
+    if x.rank != 1:
+        raise ctx.unsupported(f"combinations of a rank-{x.rank} tensor", "torch takes a 1-D tensor")
+    ctx.static(x, what="combinations (the number of combinations)")
+    table = torch.combinations(torch.arange(int(x.shape[0])), r, with_replacement)
+    if table.numel() == 0 or table.dim() != 2:
+        raise ctx.unsupported(f"combinations of {x.shape[0]} elements taken {r} at a time, which is empty")
+    return ctx.emit("tract_core_gather", [x, ctx.constant(table, label=f"combinations_{x.shape[0]}_{r}_{with_replacement}")],
+                    {"axis": 0})
+
+
+@handler("aten::one_hot", args="t i")
+def one_hot(ctx: OpContext, x: NTensor, num_classes: int) -> NTensor:
+    """aten::one_hot(Tensor self, int num_classes=-1) -> Tensor"""
+    if num_classes < 0:
+        raise ctx.unsupported(
+            "one_hot without num_classes: the class count is the largest value + 1, so it depends on the data",
+            "pass num_classes",
+        )
+    classes = ctx.to_rank(ctx.constant(torch.arange(num_classes), label=f"classes_{num_classes}"), x.rank + 1)
+    column = ctx.tmp("unsqueeze", [ctx.cast(x, "i64")], {"axes": [x.rank]}, suffix="col")
+    hot = ctx.tmp("eq", [column, classes], suffix="hot")
+    return ctx.emit("tract_core_cast", [hot], {"to": ctx.out_dtype()})
+
+
+@handler("aten::fill", args="t x")
+def fill(ctx: OpContext, x: NTensor, value: Union[NTensor, Number]) -> NTensor:
+    """aten::fill.Scalar(Tensor self, Scalar value) -> Tensor  (also fill.Tensor, and fill_ through the in-place fallback)"""
+    if not isinstance(value, NTensor):
+        return _fill(ctx, value, x.shape, x)
+    if value.rank != 0:
+        raise ctx.unsupported("fill with a tensor value that is not 0-d", "torch requires a 0-d value")
+    v = ctx.cast(value, ctx.out_dtype())
+    if any(unknown(d) for d in x.shape):
+        ref = ctx.tmp("tract_core_shape_of", [x], suffix="shape")
+        return ctx.emit("tract_core_broadcast", [v], {"shape": ref}, shape=x.shape)
+    return ctx.emit("tract_core_broadcast", [v], {"shape": list(x.shape)}, shape=x.shape)
+
+
+@handler("aten::zero", args="t")
+def zero(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::zero(Tensor self) -> Tensor  (and zero_ through the in-place fallback)"""
+    return _fill(ctx, 0, x.shape, x)

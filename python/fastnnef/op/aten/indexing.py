@@ -3,12 +3,14 @@ masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum, diff."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.op.aten._common import Operand, operands
-from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.aten._dims import emit_shaped, plus, unknown
+import torch
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.nnef.shapes import is_static, plus, unknown
+from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
@@ -65,16 +67,38 @@ def _span(b: Dim, e: Dim, step: int) -> Dim:
 def _slice(
     ctx: OpContext, x: NTensor, axis: int, b: Dim, e: Dim, step: int, final: bool, traced_len: int,
 ) -> NTensor:
-    shape = list(x.shape)
-    shape[axis] = _span(b, e, step)
-    if isinstance(shape[axis], Sym) and unknown(shape[axis]) and not isinstance(x.shape[axis], Sym):
-        shape[axis] = traced_len
+    if step != 1 and all(is_static(d) for d in (x.shape[axis], b, e)) and int(e) > int(b):
+        piece = _strided(ctx, x, axis, int(b), int(e), step)
+        return ctx.emit("copy", [piece]) if final else piece
     attrs: dict[str, object] = {"axes": [axis], "begin": [b], "end": [e]}
     if step != 1:
         attrs["stride"] = [step]
     if final:
-        return emit_shaped(ctx, "slice", [x], attrs, shape)
-    return ctx.tmp("slice", [x], attrs, dtype=x.dtype, shape=shape, suffix="slice")
+        return ctx.emit("slice", [x], attrs)
+    shape = list(x.shape)
+    shape[axis] = _span(b, e, step)
+    if unknown(shape[axis]) and is_static(x.shape[axis]):
+        shape[axis] = traced_len
+    return ctx.tmp("slice", [x], attrs, shape=shape, suffix="slice")
+
+
+def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -> NTensor:
+    """``x[b:e:step]`` along a static axis without a strided slice: tract 0.23.9 cannot
+    optimise one that follows a reshape ("Pulling Downsample over Reshape"). The window is
+    padded to whole steps, split into ``[count, step]``, and its first column kept."""
+    count = -(-(e - b) // step)
+    window = ctx.tmp("slice", [x], {"axes": [axis], "begin": [b], "end": [e]}, suffix="window")
+    missing = count * step - (e - b)
+    if missing:
+        pads = [Tuple((0, missing if d == axis else 0)) for d in range(x.rank)]
+        shape = tuple(count * step if d == axis else n for d, n in enumerate(x.shape))
+        window = ctx.tmp("pad", [window], {"padding": pads, "border": "constant", "value": 0.0},
+                         dtype=x.dtype, shape=shape, suffix="whole")
+    split = x.shape[:axis] + (count, step) + x.shape[axis + 1:]
+    steps = ctx.tmp("reshape", [window], {"shape": [count, step], "axis_start": axis, "axis_count": 1},
+                    dtype=x.dtype, shape=split, suffix="steps")
+    first = ctx.tmp("slice", [steps], {"axes": [axis + 1], "begin": [0], "end": [1]}, suffix="first")
+    return ctx.tmp("squeeze", [first], {"axes": [axis + 1]}, suffix="strided")
 
 
 def _one(v: Optional[list[Dim]]) -> Optional[Dim]:
@@ -94,7 +118,7 @@ def slice_(ctx: OpContext, x: NTensor, dim: int, start: Optional[list[Dim]], end
     if isinstance(b, int) and isinstance(e, int):
         e = max(e, b)
     if b == 0 and e == n and step == 1:
-        return emit_shaped(ctx, "copy", [x], None, x.shape)
+        return ctx.emit("copy", [x])
     return _slice(ctx, x, axis, b, e, step, True, ctx.out_value().shape[axis])
 
 
@@ -121,7 +145,7 @@ def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
     axis = ctx.axis(dim, x.rank)
     b, e = _index_bounds(ctx, x, axis, index[0])
     piece = _slice(ctx, x, axis, b, e, 1, False, 1)
-    return emit_shaped(ctx, "squeeze", [piece], {"axes": [axis]}, x.shape[:axis] + x.shape[axis + 1 :])
+    return ctx.emit("squeeze", [piece], {"axes": [axis]})
 
 
 @handler("aten::narrow", args="t i D i")
@@ -131,7 +155,7 @@ def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: int) 
     b, _ = _index_bounds(ctx, x, axis, start[0])
     e = plus(b, length)
     if b == 0 and e == x.shape[axis]:
-        return emit_shaped(ctx, "copy", [x], None, x.shape)
+        return ctx.emit("copy", [x], shape=x.shape)
     return _slice(ctx, x, axis, b, e, 1, True, length)
 
 
@@ -156,26 +180,30 @@ def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTenso
     axis = ctx.axis(dim, x.rank)
     index = _indices(ctx, index)
     if index.rank == 0:  # torch treats a 0-d index as [index]
-        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, dtype=index.dtype, shape=(1,), suffix="idx")
-    return emit_shaped(ctx, "tract_core_gather", [x, index], {"axis": axis}, _gather_shape(x, index, axis))
+        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, suffix="idx")
+    if ctx.strict:
+        return _one_hot_gather(ctx, x, axis, index)
+    return ctx.emit("tract_core_gather", [x, index], {"axis": axis})
 
 
 @handler("aten::embedding", args="t t *")
 def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
     """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
     indices = _indices(ctx, indices)
+    if ctx.strict:
+        return _one_hot_gather(ctx, weight, 0, indices)
     attrs: dict[str, Any] = {"axis": 0}
-    if any(v.tensor is weight and v.encoding.startswith("q4_0") for v in ctx.g.variables.values()):
+    if ctx.is_packed(weight):
         # tract gathers Q4_0 rows directly but must be told the output type.
         attrs["datum_type"] = weight.dtype
-    return emit_shaped(ctx, "tract_core_gather", [weight, indices], attrs, _gather_shape(weight, indices, 0))
+    return ctx.emit("tract_core_gather", [weight, indices], attrs)
 
 
 @handler("aten::gather", args="t i t b?")
 def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: Optional[bool]) -> NTensor:
     """aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
-    return emit_shaped(ctx, "tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis}, index.shape)
+    return ctx.emit("tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis})
 
 
 def _broadcast_shape(ctx: OpContext, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
@@ -190,15 +218,6 @@ def _broadcast_shape(ctx: OpContext, shapes: list[tuple[Dim, ...]]) -> tuple[Dim
     return tuple(out)
 
 
-def _wrap_negative(ctx: OpContext, idx: NTensor, size: Dim, n: int) -> NTensor:
-    """torch counts negative indices from the end; tract's gather_nd does not."""
-    if unknown(size):
-        raise ctx.unsupported("advanced indexing into a dynamic axis whose size expression is unknown")
-    neg = ctx.tmp("lt", [idx, typed_scalar(ctx, 0, "i64")], dtype="bool", shape=idx.shape, suffix=f"neg{n}")
-    wrapped = ctx.tmp("add", [idx, typed_scalar(ctx, size, "i64")], dtype="i64", shape=idx.shape, suffix=f"wrap{n}")
-    return ctx.tmp("select", [neg, wrapped, idx], dtype="i64", shape=idx.shape, suffix=f"norm{n}")
-
-
 def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) -> NTensor:
     """x[i0, i1, ...] with index tensors on adjacent axes: broadcast the indices to one shape B,
     stack them on a last axis and gather_nd; torch puts B where the indexed axes were."""
@@ -208,33 +227,33 @@ def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) 
             "advanced indexing with index tensors on non-adjacent axes",
             "index adjacent axes (x[:, i, j]) or one axis at a time",
         )
-    idxs = [_wrap_negative(ctx, ctx.cast(_indices(ctx, i), "i64"), x.shape[a + n], n) for n, i in enumerate(idxs)]
+    idxs = [wrap_negative(ctx, ctx.cast(_indices(ctx, i), "i64"), x.shape[a + n], f"{n}") for n, i in enumerate(idxs)]
     bshape = _broadcast_shape(ctx, [i.shape for i in idxs])
     rank = len(bshape)
     idxs = [ctx.to_rank(i, rank) for i in idxs]
     # zeros of shape B (from the indices themselves: B may hold dynamic dims), added to each index.
     zero: Optional[NTensor] = None
     for n, i in enumerate(idxs):
-        term = ctx.tmp("mul", [i, typed_scalar(ctx, 0, "i64")], dtype="i64", shape=i.shape, suffix=f"z{n}")
-        zero = term if zero is None else ctx.tmp("add", [zero, term], dtype="i64", shape=bshape, suffix=f"zs{n}")
+        term = ctx.tmp("mul", [i, typed_scalar(ctx, 0, "i64")], suffix=f"z{n}")
+        zero = term if zero is None else ctx.tmp("add", [zero, term], suffix=f"zs{n}")
     assert zero is not None
     stacked = []
     for n, i in enumerate(idxs):
-        b = ctx.tmp("add", [i, zero], dtype="i64", shape=bshape, suffix=f"b{n}")
-        stacked.append(ctx.tmp("unsqueeze", [b], {"axes": [rank]}, dtype="i64", shape=bshape + (1,), suffix=f"u{n}"))
-    nd = ctx.tmp("concat", [stacked], {"axis": rank}, dtype="i64", shape=bshape + (k,), suffix="nd")
+        b = ctx.tmp("add", [i, zero], suffix=f"b{n}")
+        stacked.append(ctx.tmp("unsqueeze", [b], {"axes": [rank]}, suffix=f"u{n}"))
+    nd = ctx.tmp("concat", [stacked], {"axis": rank}, suffix="nd")
     # gather_nd indexes the leading axes: move the indexed ones first, and B back to axis a.
     perm = list(range(a, a + k)) + list(range(a)) + list(range(a + k, x.rank))
     src = x
     if a:
-        src = ctx.tmp("transpose", [x], {"axes": perm}, dtype=x.dtype, shape=[x.shape[p] for p in perm], suffix="perm")
+        src = ctx.tmp("transpose", [x], {"axes": perm}, suffix="perm")
     rest = x.shape[:a] + x.shape[a + k :]
     gathered_shape = bshape + rest
     if not a:
-        return emit_shaped(ctx, "tract_core_gather_nd", [src, nd], {"batch_dims": 0}, gathered_shape)
+        return ctx.emit("tract_core_gather_nd", [src, nd], {"batch_dims": 0})
     g = ctx.tmp("tract_core_gather_nd", [src, nd], {"batch_dims": 0}, dtype=x.dtype, shape=gathered_shape, suffix="gnd")
     back = list(range(rank, rank + a)) + list(range(rank)) + list(range(rank + a, len(gathered_shape)))
-    return emit_shaped(ctx, "transpose", [g], {"axes": back}, [gathered_shape[p] for p in back])
+    return ctx.emit("transpose", [g], {"axes": back})
 
 
 @handler("aten::index", args="t _")
@@ -249,7 +268,50 @@ def index(ctx: OpContext, x: NTensor) -> NTensor:
         return _index_nd(ctx, x, [k for k, _ in tensors], [ctx.tensor(v) for _, v in tensors])
     axis, value = tensors[0]
     idx = _indices(ctx, ctx.tensor(value))
-    return emit_shaped(ctx, "tract_core_gather", [x, idx], {"axis": axis}, _gather_shape(x, idx, axis))
+    if ctx.strict:
+        return _one_hot_gather(ctx, x, axis, idx)
+    return ctx.emit("tract_core_gather", [x, idx], {"axis": axis})
+
+
+def _one_hot_gather(ctx: OpContext, x: NTensor, axis: int, idx: NTensor) -> NTensor:
+    """Strict NNEF has no gather: ``x`` gathered along ``axis`` as a matmul with the one-hot
+    rows of the indices (exact for float data: one 1.0 per row)."""
+    ctx.static(x, [axis], "a gather in strict NNEF")
+    if x.dtype not in FLOAT_DTYPES or idx.dtype != "i64":
+        raise ctx.unsupported(
+            f"a gather of {x.dtype} data with {idx.dtype} indices in strict NNEF (which has no "
+            "gather; fastnnef writes it as a one-hot matmul of float data with i64 indices)",
+            "export with TractNNEF",
+        )
+    n = int(x.shape[axis])
+    ctx.static(idx, what="a gather in strict NNEF")
+    lead = tuple(int(d) for d in idx.shape)
+    if idx.rank != 1:  # one row of indices (tract 0.23.9 hangs optimising a batched one-hot matmul)
+        idx = ctx.tmp("reshape", [idx], {"shape": [math.prod(lead)]}, dtype=idx.dtype, shape=(math.prod(lead),),
+                      suffix="flat_idx")
+    idx = wrap_negative(ctx, idx, n)
+    positions = ctx.constant(torch.arange(n).reshape(1, n), f"positions_1x{n}")
+    hot = ctx.tmp("eq", [ctx.tmp("unsqueeze", [idx], {"axes": [1]}, suffix="idx"), positions], suffix="hot")
+    one, zero = typed_scalar(ctx, 1.0, x.dtype), typed_scalar(ctx, 0.0, x.dtype)
+    rows = ctx.tmp("select", [hot, one, zero], dtype=x.dtype, shape=hot.shape, suffix="rows")  # [K, n]
+    if axis == 0 and x.rank == 2:  # embedding: [K, n] @ [n, E] -> [I..., E]
+        picked = ctx.tmp("matmul", [rows, x], {"transposeA": False, "transposeB": False}, suffix="picked")
+        if len(lead) == 1:
+            return ctx.emit("copy", [picked])
+        return ctx.emit("reshape", [picked], {"shape": list(lead), "axis_start": 0, "axis_count": 1})
+    if len(lead) != 1:
+        raise ctx.unsupported(f"a gather with rank-{len(lead)} indices along axis {axis} in strict NNEF",
+                              "index with a 1-D tensor, or export with TractNNEF")
+    # Contract x's axis with the rows' last: x moved to [rest..., n] (rank >= 2 for matmul).
+    rest = [d for d in range(x.rank) if d != axis]
+    moved = x if axis == x.rank - 1 else ctx.tmp("transpose", [x], {"axes": rest + [axis]}, suffix="moved")
+    flat = moved if moved.rank >= 2 else ctx.tmp("unsqueeze", [moved], {"axes": [0]}, suffix="row")
+    picked = ctx.tmp("matmul", [flat, ctx.to_rank(rows, flat.rank)], {"transposeA": False, "transposeB": True},
+                     suffix="picked")  # [rest..., k]
+    if x.rank == 1:
+        return ctx.emit("squeeze", [picked], {"axes": [0]})
+    back = list(range(axis)) + [x.rank - 1] + list(range(axis, x.rank - 1))
+    return ctx.emit("transpose", [picked], {"axes": back})
 
 
 # --- selection --------------------------------------------------------------------------
@@ -257,7 +319,7 @@ def _as_bool(ctx: OpContext, t: NTensor) -> NTensor:
     if t.dtype == "bool":
         return t
     zero = 0.0 if t.dtype in FLOAT_DTYPES else 0
-    return ctx.tmp("ne", [t, zero], dtype="bool", shape=t.shape, suffix="mask")
+    return ctx.tmp("ne", [t, zero], suffix="mask")
 
 
 def _select(ctx: OpContext, cond: NTensor, a: Operand, b: Operand) -> NTensor:
@@ -297,21 +359,18 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
     assert isinstance(n, int)
     index = _indices(ctx, index)
     if index.rank == 0:
-        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, dtype=index.dtype, shape=(1,), suffix="idx")
+        index = ctx.tmp("unsqueeze", [index], {"axes": [0]}, suffix="idx")
     # hit[p] = any(index == p): an [n, k] comparison of positions with the indices.
     positions = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="pos")
-    positions = ctx.tmp("unsqueeze", [positions], {"axes": [1]}, dtype="i64", shape=(n, 1), suffix="posc")
+    positions = ctx.tmp("unsqueeze", [positions], {"axes": [1]}, suffix="posc")
     idx = ctx.cast(index, "i64")
-    neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
-    idx = ctx.tmp("select", [neg, ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap"), idx],
-                  dtype="i64", shape=idx.shape, suffix="norm")
-    eq = ctx.tmp("eq", [positions, ctx.to_rank(idx, 2)], dtype="bool", shape=(n, index.shape[0]), suffix="eq")
-    hit = ctx.tmp("any_reduce", [eq], {"axes": [1]}, dtype="bool", shape=(n, 1), suffix="any")
-    hit = ctx.tmp("squeeze", [hit], {"axes": [1]}, dtype="bool", shape=(n,), suffix="hit")
+    idx = wrap_negative(ctx, idx, n)
+    eq = ctx.tmp("eq", [positions, ctx.to_rank(idx, 2)], suffix="eq")
+    hit = ctx.tmp("any_reduce", [eq], {"axes": [1]}, suffix="any")
+    hit = ctx.tmp("squeeze", [hit], {"axes": [1]}, suffix="hit")
     trailing = x.rank - axis - 1
     if trailing:
-        hit = ctx.tmp("unsqueeze", [hit], {"axes": list(range(1, trailing + 1))}, dtype="bool",
-                      shape=(n,) + (1,) * trailing, suffix="hitb")
+        hit = ctx.tmp("unsqueeze", [hit], {"axes": list(range(1, trailing + 1))}, suffix="hitb")
     return _select(ctx, hit, value, x)
 
 
@@ -354,8 +413,7 @@ def index_put(ctx: OpContext, x: NTensor, values: NTensor, accumulate: bool) -> 
             raise ctx.unsupported("x[mask] = tensor with elements", "assign a scalar, or use torch.where")
         mask = idx
         if mask.rank < x.rank:
-            mask = ctx.tmp("unsqueeze", [mask], {"axes": list(range(mask.rank, x.rank))}, dtype="bool",
-                           shape=tuple(mask.shape) + (1,) * (x.rank - mask.rank), suffix="mask")
+            mask = ctx.tmp("unsqueeze", [mask], {"axes": list(range(mask.rank, x.rank))}, suffix="mask")
         return _select(ctx, mask, values, x)
     idx = _indices(ctx, idx)
     if idx.rank != 1:
@@ -365,21 +423,19 @@ def index_put(ctx: OpContext, x: NTensor, values: NTensor, accumulate: bool) -> 
     target = x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
     v = ctx.to_rank(ctx.cast(values, dtype), x.rank)
     if tuple(v.shape) != tuple(target):
-        v = ctx.tmp("tract_core_broadcast", [v], {"shape": list(target)}, dtype=dtype, shape=target, suffix="values")
+        v = ctx.tmp("tract_core_broadcast", [v], {"shape": list(target)}, suffix="values")
     idx = ctx.cast(idx, "i64")
-    neg = ctx.tmp("lt", [idx, 0], dtype="bool", shape=idx.shape, suffix="neg")
-    wrapped = ctx.tmp("add", [idx, typed_scalar(ctx, n, "i64")], dtype="i64", shape=idx.shape, suffix="wrap")
-    idx = ctx.tmp("select", [neg, wrapped, idx], dtype="i64", shape=idx.shape, suffix="norm")
-    idx = ctx.tmp("unsqueeze", [idx], {"axes": [1]}, dtype="i64", shape=idx.shape + (1,), suffix="nd")
+    idx = wrap_negative(ctx, idx, n)
+    idx = ctx.tmp("unsqueeze", [idx], {"axes": [1]}, suffix="nd")
     x = ctx.cast(x, dtype)
     if axis == 0:
         return ctx.emit("tract_core_scatter_nd", [x, idx, v])
     # scatter_nd indexes leading axes: move the indexed axis first and back.
     perm = [axis] + [d for d in range(x.rank) if d != axis]
     inverse = [perm.index(d) for d in range(x.rank)]
-    xp = ctx.tmp("transpose", [x], {"axes": perm}, dtype=dtype, shape=tuple(x.shape[d] for d in perm), suffix="xp")
-    vp = ctx.tmp("transpose", [v], {"axes": perm}, dtype=dtype, shape=tuple(target[d] for d in perm), suffix="vp")
-    out = ctx.tmp("tract_core_scatter_nd", [xp, idx, vp], dtype=dtype, shape=xp.shape, suffix="scatter")
+    xp = ctx.tmp("transpose", [x], {"axes": perm}, suffix="xp")
+    vp = ctx.tmp("transpose", [v], {"axes": perm}, suffix="vp")
+    out = ctx.tmp("tract_core_scatter_nd", [xp, idx, vp], suffix="scatter")
     return ctx.emit("transpose", [out], {"axes": inverse})
 
 
@@ -393,8 +449,8 @@ def flip(ctx: OpContext, x: NTensor, dims: list[int]) -> NTensor:
     for k, axis in enumerate(axes):
         attrs = {"axis": axis, "stride": -1, "modulo": 0}
         if k == len(axes) - 1:
-            return emit_shaped(ctx, "tract_core_downsample", [x], attrs, x.shape)
-        x = ctx.tmp("tract_core_downsample", [x], attrs, dtype=x.dtype, shape=x.shape, suffix="flip")
+            return ctx.emit("tract_core_downsample", [x], attrs)
+        x = ctx.tmp("tract_core_downsample", [x], attrs, suffix="flip")
     raise AssertionError("unreachable")
 
 
@@ -405,11 +461,9 @@ def _roll_axis(ctx: OpContext, x: NTensor, shift: int, axis: int) -> NTensor:
     s = shift % n if n else 0
     if s == 0:
         return x
-    tail = ctx.tmp("slice", [x], {"axes": [axis], "begin": [n - s], "end": [n]}, dtype=x.dtype,
-                   shape=x.shape[:axis] + (s,) + x.shape[axis + 1 :], suffix="tail")
-    head = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [n - s]}, dtype=x.dtype,
-                   shape=x.shape[:axis] + (n - s,) + x.shape[axis + 1 :], suffix="head")
-    return ctx.tmp("concat", [[tail, head]], {"axis": axis}, dtype=x.dtype, shape=x.shape, suffix="roll")
+    tail = ctx.tmp("slice", [x], {"axes": [axis], "begin": [n - s], "end": [n]}, suffix="tail")
+    head = ctx.tmp("slice", [x], {"axes": [axis], "begin": [0], "end": [n - s]}, suffix="head")
+    return ctx.tmp("concat", [[tail, head]], {"axis": axis}, suffix="roll")
 
 
 @handler("aten::roll", args="t I I")
@@ -435,12 +489,26 @@ def _volume(x: NTensor) -> int:
     return v
 
 
-@handler("aten::tril", "aten::triu", args="t i")
-def trilu(ctx: OpContext, x: NTensor, diagonal: int) -> NTensor:
-    """aten::tril(Tensor self, int diagonal=0) -> Tensor  (and aten::triu)"""
+@handler("aten::tril", "aten::triu", args="t D")
+def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
+    """aten::tril(Tensor self, int diagonal=0) -> Tensor  (and aten::triu; the diagonal may
+    depend on dynamic axes, as a causal mask over a KV cache's does)"""
+    (diagonal,) = diagonals
     if x.rank < 2:
         raise ctx.unsupported("tril/triu of a tensor with fewer than 2 dims")
-    return ctx.emit("tract_core_trilu", [x, diagonal], {"upper": ctx.node.kind.startswith("aten::triu")})
+    upper = ctx.node.kind.startswith("aten::triu")
+    if ctx.strict and isinstance(diagonal, Sym):
+        raise ctx.unsupported("tril/triu with a dynamic diagonal in strict NNEF")
+    if ctx.strict:  # no trilu op: a constant mask of the (static) last two axes
+        ctx.static(x, [x.rank - 2, x.rank - 1], "tril/triu in strict NNEF")
+        rows, cols = int(x.shape[-2]), int(x.shape[-1])
+        ones = torch.ones(rows, cols, dtype=torch.bool)
+        mask = ctx.constant(ones.triu(diagonal) if upper else ones.tril(diagonal),
+                            f"{'triu' if upper else 'tril'}_mask_{rows}x{cols}_{diagonal}")
+        zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
+        return ctx.emit("select", [ctx.to_rank(mask, x.rank), x, typed_scalar(ctx, zero, x.dtype)])
+    k = typed_scalar(ctx, diagonal, "i64") if isinstance(diagonal, Sym) else diagonal
+    return ctx.emit("tract_core_trilu", [x, k], {"upper": upper})
 
 
 @handler("aten::cumsum", args="t i n?", since="0.23.9")
@@ -449,16 +517,6 @@ def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTens
     axis = ctx.axis(dim, x.rank)
     return ctx.emit("tract_core_cumsum", [ctx.cast(x, ctx.out_dtype())],
                     {"axis": axis, "exclusive": False, "reverse": False})
-
-
-
-def _sum_dims(a: Dim, b: Dim) -> Dim:
-    """``a + b`` for the declared length of a concatenation (unknown for two symbols)."""
-    if isinstance(b, Sym):
-        a, b = b, a
-    if isinstance(b, Sym):
-        return Sym("?")
-    return plus(a, b)
 
 
 @handler("aten::diff", args="t i i t? t?")
@@ -473,12 +531,7 @@ def diff(ctx: OpContext, x: NTensor, n: int, dim: int, prepend: Optional[NTensor
     parts = [ctx.to_rank(ctx.cast(t, dtype), x.rank) for t in (prepend, x, append) if t is not None]
     cur = ctx.cast(x, dtype)
     if len(parts) > 1:
-        length = parts[0].shape[axis]
-        for p in parts[1:]:
-            length = _sum_dims(length, p.shape[axis])
-        shape = list(x.shape)
-        shape[axis] = length
-        cur = ctx.tmp("concat", [parts], {"axis": axis}, dtype=dtype, shape=shape, suffix="cat")
+        cur = ctx.tmp("concat", [parts], {"axis": axis}, suffix="cat")
     # diff^n: x[1:] - x[:-1] along the axis, n times.
     for i in range(n):
         length = cur.shape[axis]
@@ -486,9 +539,9 @@ def diff(ctx: OpContext, x: NTensor, n: int, dim: int, prepend: Optional[NTensor
             raise ctx.unsupported("diff along a dynamic axis whose size expression is unknown")
         shape = list(cur.shape)
         shape[axis] = plus(length, -1)
-        hi = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [1], "end": [length]}, dtype=dtype, shape=shape, suffix=f"hi{i}")
-        lo = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [0], "end": [shape[axis]]}, dtype=dtype, shape=shape, suffix=f"lo{i}")
+        hi = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [1], "end": [length]}, suffix=f"hi{i}")
+        lo = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [0], "end": [shape[axis]]}, suffix=f"lo{i}")
         if i == n - 1:
-            return emit_shaped(ctx, "sub", [hi, lo], None, shape)
-        cur = ctx.tmp("sub", [hi, lo], None, dtype=dtype, shape=shape, suffix=f"diff{i}")
+            return ctx.emit("sub", [hi, lo], shape=shape)
+        cur = ctx.tmp("sub", [hi, lo], None, suffix=f"diff{i}")
     raise AssertionError("unreachable: n >= 1")

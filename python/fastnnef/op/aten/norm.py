@@ -1,5 +1,6 @@
 """Normalizations: batch_norm (eval and batch statistics), instance_norm, group_norm,
-layer_norm, rms_norm.
+layer_norm, rms_norm; native_layer_norm / native_group_norm with their statistics; the
+weight norm reparametrization (_weight_norm).
 
 Written with stdlib reductions (``mean_reduce`` keeps reduced axes as size 1), so dynamic
 axes keep working; tract folds the parameter-only arithmetic at load. With
@@ -13,7 +14,7 @@ from typing import Optional, Sequence
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor
-from fastnnef.op.aten.activation import channel_param, finish, step
+from fastnnef.op.aten._common import channel_param, finish
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
@@ -22,7 +23,7 @@ def _compute_dtype(ctx: OpContext) -> str:
     out = ctx.out_dtype()
     if out not in FLOAT_DTYPES:
         raise ctx.unsupported(f"normalization of a {out} tensor", "normalize a float tensor")
-    if out == "f16" and getattr(ctx.target, "force_norm_in_f32", False):
+    if out == "f16" and ctx.caps.force_norm_in_f32:
         return "f32"
     return out
 
@@ -31,16 +32,19 @@ def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
 
+def _statistics(ctx: OpContext, x: NTensor, axes: list[int], eps: float) -> tuple[NTensor, NTensor, NTensor]:
+    """``(mean, x - mean, 1 / sqrt(var + eps))``: biased variance over ``axes`` (kept as
+    size-1 axes), two passes."""
+    mean = ctx.tmp("mean_reduce", [x], {"axes": axes}, suffix="mean")
+    centered = ctx.tmp("sub", [x, mean], suffix="centered")
+    var = ctx.tmp("mean_reduce", [ctx.tmp("sqr", [centered], suffix="sq")], {"axes": axes}, suffix="var")
+    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [var, float(eps)], suffix="var_eps")], suffix="inv_std")
+    return mean, centered, inv
+
+
 def _normalize(ctx: OpContext, x: NTensor, axes: list[int], eps: float) -> tuple[NTensor, NTensor]:
-    """``(x - mean, 1 / sqrt(var + eps))``: biased variance over ``axes``, two passes."""
-    shape = _reduced(x, axes)
-    mean = ctx.tmp("mean_reduce", [x], {"axes": axes}, dtype=x.dtype, shape=shape, suffix="mean")
-    centered = step(ctx, "sub", [x, mean], x, "centered")
-    var = ctx.tmp("mean_reduce", [step(ctx, "sqr", [centered], x, "sq")], {"axes": axes},
-                  dtype=x.dtype, shape=shape, suffix="var")
-    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [var, float(eps)], dtype=x.dtype, shape=shape, suffix="var_eps")],
-                  dtype=x.dtype, shape=shape, suffix="inv_std")
-    return centered, inv
+    """``(x - mean, 1 / sqrt(var + eps))`` over ``axes``."""
+    return _statistics(ctx, x, axes, eps)[1:]
 
 
 def _scale_shift(
@@ -57,7 +61,7 @@ def _scale_shift(
     for i, (kind, operand) in enumerate(chain):
         if i == len(chain) - 1:
             return finish(ctx, kind, [y, operand], x)
-        y = step(ctx, kind, [y, operand], x, f"{kind}{i}")
+        y = ctx.tmp(kind, [y, operand], suffix=f"{kind}{i}")
     raise AssertionError("unreachable: the chain is never empty")
 
 
@@ -87,12 +91,12 @@ def batch_norm(
     # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
     # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
     var_c, mean_c = ctx.cast(var, dtype), ctx.cast(mean, dtype)
-    scale = step(ctx, "rsqrt", [step(ctx, "add", [var_c, float(eps)], var_c, "var_eps")], var_c, "inv_std")
+    scale = ctx.tmp("rsqrt", [ctx.tmp("add", [var_c, float(eps)], suffix="var_eps")], suffix="inv_std")
     if weight is not None:
-        scale = step(ctx, "mul", [scale, ctx.cast(weight, dtype)], var_c, "scale")
-    shift = step(ctx, "neg", [step(ctx, "mul", [mean_c, scale], var_c, "mean_scaled")], var_c, "shift")
+        scale = ctx.tmp("mul", [scale, ctx.cast(weight, dtype)], suffix="scale")
+    shift = ctx.tmp("neg", [ctx.tmp("mul", [mean_c, scale], suffix="mean_scaled")], suffix="shift")
     if bias is not None:
-        shift = step(ctx, "add", [shift, ctx.cast(bias, dtype)], var_c, "shift_bias")
+        shift = ctx.tmp("add", [shift, ctx.cast(bias, dtype)], suffix="shift_bias")
     return _scale_shift(ctx, xc, channel_param(ctx, scale, x.rank), None, channel_param(ctx, shift, x.rank))
 
 
@@ -113,12 +117,10 @@ def instance_norm(
     return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
 
 
-@handler("aten::group_norm", args="t i t? t? f *")
-def group_norm(
-    ctx: OpContext, x: NTensor, groups: int, weight: Optional[NTensor], bias: Optional[NTensor], eps: float,
-) -> NTensor:
-    """aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
-    float eps=1e-05, bool cudnn_enabled=True) -> Tensor"""
+def _grouped(ctx: OpContext, x: NTensor, groups: int, eps: float) -> tuple[NTensor, NTensor, NTensor, list[int], str]:
+    """group_norm's normalization: ``x`` normalized per group, back in ``x``'s shape; the
+    groups' mean and 1/std (over ``axes`` of the grouped view, kept as size 1); the
+    compute dtype."""
     if x.rank < 2:
         raise ctx.unsupported(f"group_norm of a rank-{x.rank} input", "the input needs (N, C, ...)")
     ctx.static(x, [1], "group_norm (channels split into groups)")
@@ -131,16 +133,32 @@ def group_norm(
     grouped_shape = (x.shape[0], groups, channels // groups) + tuple(x.shape[2:])
     grouped = ctx.tmp("reshape", [xc], {"shape": [groups, channels // groups], "axis_start": 1, "axis_count": 1},
                       dtype=dtype, shape=grouped_shape, suffix="grouped")
-    centered, inv = _normalize(ctx, grouped, list(range(2, grouped.rank)), eps)
-    if weight is None and bias is None:
-        normed = step(ctx, "mul", [centered, inv], centered, "normed")
-        return finish(ctx, "reshape", [normed], xc, {"shape": [channels], "axis_start": 1, "axis_count": 2})
-    y = ctx.tmp("reshape", [step(ctx, "mul", [centered, inv], centered, "normed")],
-                {"shape": [channels], "axis_start": 1, "axis_count": 2}, dtype=dtype, shape=xc.shape, suffix="ungrouped")
-    w, b = _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank)
+    axes = list(range(2, grouped.rank))
+    mean, centered, inv = _statistics(ctx, grouped, axes, eps)
+    normed = ctx.tmp("reshape", [ctx.tmp("mul", [centered, inv], suffix="normed")],
+                     {"shape": [channels], "axis_start": 1, "axis_count": 2}, dtype=dtype, shape=xc.shape,
+                     suffix="ungrouped")
+    return normed, mean, inv, axes, dtype
+
+
+def _affine(ctx: OpContext, normed: NTensor, weight: Optional[NTensor], bias: Optional[NTensor], dtype: str) -> NTensor:
+    """``normed [* weight] [+ bias]`` per channel, as the node output."""
+    w, b = _channel(ctx, weight, dtype, normed.rank), _channel(ctx, bias, dtype, normed.rank)
+    if w is None and b is None:
+        return finish(ctx, "copy", [normed], normed)
     if w is None:
-        return finish(ctx, "add", [y, b], y)
-    return _scale_shift(ctx, y, w, None, b)
+        return finish(ctx, "add", [normed, b], normed)
+    return _scale_shift(ctx, normed, w, None, b)
+
+
+@handler("aten::group_norm", args="t i t? t? f *")
+def group_norm(
+    ctx: OpContext, x: NTensor, groups: int, weight: Optional[NTensor], bias: Optional[NTensor], eps: float,
+) -> NTensor:
+    """aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
+    float eps=1e-05, bool cudnn_enabled=True) -> Tensor"""
+    normed, _, _, _, dtype = _grouped(ctx, x, groups, eps)
+    return _affine(ctx, normed, weight, bias, dtype)
 
 
 @handler("aten::layer_norm", args="t I t? t? f *")
@@ -172,9 +190,61 @@ def rms_norm(
         eps = torch.finfo(ctx.out_value().dtype).eps
     xc = ctx.cast(x, dtype)
     axes = list(range(x.rank - k, x.rank))
-    shape = _reduced(xc, axes)
-    ms = ctx.tmp("mean_reduce", [step(ctx, "sqr", [xc], xc, "sq")], {"axes": axes}, dtype=dtype, shape=shape,
-                 suffix="ms")
-    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [ms, float(eps)], dtype=dtype, shape=shape, suffix="ms_eps")],
-                  dtype=dtype, shape=shape, suffix="inv_rms")
+    ms = ctx.tmp("mean_reduce", [ctx.tmp("sqr", [xc], suffix="sq")], {"axes": axes}, suffix="ms")
+    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [ms, float(eps)], suffix="ms_eps")], suffix="inv_rms")
     return _scale_shift(ctx, xc, inv, _trailing(ctx, weight, dtype, x.rank), None)
+
+
+# --- weight norm, and the multi-output forms of layer_norm / group_norm ---------------------
+@handler("aten::_weight_norm", args="t t i")
+def weight_norm(ctx: OpContext, v: NTensor, g: NTensor, dim: int) -> NTensor:
+    """aten::_weight_norm(Tensor v, Tensor g, int dim=0) -> Tensor  (v * g / ||v||, the
+    norm over every axis but ``dim``; dim -1: over the whole tensor)"""
+    dtype = _compute_dtype(ctx)
+    v, g = ctx.cast(v, dtype), ctx.cast(g, dtype)
+    kept = None if dim == -1 else ctx.axis(dim, v.rank)
+    axes = [a for a in range(v.rank) if a != kept]
+    norm = ctx.tmp("sqrt", [ctx.tmp("sum_reduce", [ctx.tmp("sqr", [v], suffix="sq")], {"axes": axes}, suffix="ss")],
+                   suffix="norm")
+    scale = ctx.tmp("div", [ctx.to_rank(g, v.rank), norm], suffix="scale")
+    return finish(ctx, "mul", [v, scale], v)
+
+
+def _stat_output(ctx: OpContext, stat: NTensor, out: int, squeeze: Sequence[int] = ()) -> NTensor:
+    """A mean or rstd as node output ``out`` (its traced dtype; ``squeeze``: axes to drop)."""
+    dtype = ctx.out_dtype(out)
+    if squeeze:
+        if stat.dtype != dtype:
+            stat = ctx.cast(stat, dtype)
+        return ctx.emit("squeeze", [stat], {"axes": list(squeeze)}, out=out)
+    if stat.dtype != dtype:
+        return ctx.emit("tract_core_cast", [stat], {"to": dtype}, out=out)
+    return ctx.emit("copy", [stat], out=out)
+
+
+@handler("aten::native_layer_norm", args="t I t? t? f")
+def native_layer_norm(
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor],
+    bias: Optional[NTensor], eps: float,
+) -> list[NTensor]:
+    """aten::native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight,
+    Tensor? bias, float eps) -> (Tensor, Tensor mean, Tensor rstd)  (statistics keep the
+    normalized axes as size 1)"""
+    k = len(normalized_shape)
+    if not 0 < k <= x.rank:
+        raise ctx.unsupported(f"native_layer_norm over {normalized_shape} of a rank-{x.rank} input")
+    dtype = _compute_dtype(ctx)
+    mean, centered, inv = _statistics(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
+    y = _scale_shift(ctx, centered, inv, _trailing(ctx, weight, dtype, x.rank), _trailing(ctx, bias, dtype, x.rank))
+    return [y, _stat_output(ctx, mean, 1), _stat_output(ctx, inv, 2)]
+
+
+@handler("aten::native_group_norm", args="t t? t? _ _ _ i f")
+def native_group_norm(
+    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor], groups: int, eps: float,
+) -> list[NTensor]:
+    """aten::native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
+    SymInt HxW, int group, float eps) -> (Tensor, Tensor mean, Tensor rstd)  (statistics [N, group])"""
+    normed, mean, inv, stat_axes, dtype = _grouped(ctx, x, groups, eps)
+    y = _affine(ctx, normed, weight, bias, dtype)
+    return [y, _stat_output(ctx, mean, 1, stat_axes), _stat_output(ctx, inv, 2, stat_axes)]

@@ -53,26 +53,25 @@ def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: s
                 begin, end = (0, 1) if tag == "pad_l" else (size - 1, size)
             shape = list(x.shape)
             shape[axis] = end - begin
-            part = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [end]},
-                           dtype=x.dtype, shape=shape, suffix=tag)
+            part = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [end]}, suffix=tag)
             if mode == "replicate" and count > 1:
                 repeats = [1] * x.rank
                 repeats[axis] = count
                 shape[axis] = count
-                part = ctx.tmp("tile", [part], {"repeats": repeats}, dtype=x.dtype, shape=shape, suffix=tag)
+                part = ctx.tmp("tile", [part], {"repeats": repeats}, suffix=tag)
             parts.append(part)
         parts.insert(1 if before else 0, x)
         shape = list(x.shape)
         shape[axis] = size + before + after
         if n == len(padded) - 1:
             return ctx.emit("concat", [parts], {"axis": axis})
-        x = ctx.tmp("concat", [parts], {"axis": axis}, dtype=x.dtype, shape=shape, suffix="padded")
+        x = ctx.tmp("concat", [parts], {"axis": axis}, suffix="padded")
     raise AssertionError("unreachable")
 
 
 def _pad(ctx: OpContext, x: NTensor, pad: Sequence[int], mode: str, value: Optional[float]) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
-    if mode == "circular" or (mode == "replicate" and ctx.g.strict):
+    if mode == "circular" or (mode == "replicate" and ctx.strict):
         return _by_slices(ctx, x, pairs, mode)
     border = {"constant": "constant", "reflect": "reflect", "replicate": "replicated"}.get(mode)
     if border is None:
@@ -161,9 +160,7 @@ class _Batched:
             raise ctx.unsupported(f"a {n}-d pool of a rank-{x.rank} tensor")
         self.ctx = ctx
         self.added = x.rank == n + 1
-        self.x = x if not self.added else ctx.tmp(
-            "unsqueeze", [x], {"axes": [0]}, dtype=x.dtype, shape=(1,) + x.shape, suffix="batch"
-        )
+        self.x = x if not self.added else ctx.tmp("unsqueeze", [x], {"axes": [0]}, suffix="batch")
 
     def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
         shape = self.ctx.out_shape(index)
@@ -206,11 +203,7 @@ def _full_pads(pads: Sequence[tuple[int, int]]) -> list[Tuple]:
 def _max_pool_with_indices(ctx: OpContext, x: NTensor, attrs: dict) -> list[NTensor]:
     """Values and indices (flat over the spatial axes of each plane, as torch's), from
     tract's max_pool_with_index (batched input only)."""
-    names = [ctx.g.fresh_name(ctx.converter.name_for(ctx.node, None) + s) for s in ("_values", "_index")]
-    values = NTensor(names[0], ctx.out_dtype(0), ctx.out_shape(0))
-    index = NTensor(names[1], "i64", ctx.out_shape(1))
-    ctx.g.op_multi("max_pool_with_index", [x], attrs, outputs=(values, index))
-    return [ctx.emit("copy", [values], out=0), ctx.emit("copy", [index], out=1)]
+    return list(ctx.emit_multi("max_pool_with_index", [x], attrs, outs=[0, 1]))
 
 
 def _max_pool(
@@ -335,15 +328,14 @@ def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind
             begin, end = (j * size) // o, -((-(j + 1) * size) // o)
             shape = list(cur.shape)
             shape[axis] = end - begin
-            piece = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [begin], "end": [end]},
-                            dtype=cur.dtype, shape=shape, suffix="bin")
+            piece = ctx.tmp("slice", [cur], {"axes": [axis], "begin": [begin], "end": [end]}, suffix="bin")
             shape[axis] = 1
-            pieces.append(ctx.tmp(reduce_kind, [piece], {"axes": [axis]}, dtype=cur.dtype, shape=shape, suffix="bin_r"))
+            pieces.append(ctx.tmp(reduce_kind, [piece], {"axes": [axis]}, suffix="bin_r"))
         shape = list(cur.shape)
         shape[axis] = o
         if last:
             return b.emit("concat", [pieces], {"axis": axis})
-        cur = ctx.tmp("concat", [pieces], {"axis": axis}, dtype=cur.dtype, shape=shape, suffix="bins")
+        cur = ctx.tmp("concat", [pieces], {"axis": axis}, suffix="bins")
     return cur
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, IRValue, ListValue, TensorValue
@@ -103,9 +103,7 @@ class _Step:
 
 
 def _declare(ctx: OpContext, step: _Step) -> str:
-    name, text = step.fragment()
-    ctx.g.fragments[name] = text
-    return name
+    return ctx.fragment(*step.fragment())
 
 
 def _flag(ctx: OpContext, value: IRValue, what: str) -> Any:
@@ -114,16 +112,10 @@ def _flag(ctx: OpContext, value: IRValue, what: str) -> Any:
     return value.value
 
 
-def _axis_op(
-    ctx: OpContext, kind: str, t: NTensor, attrs: dict[str, Any], shape: Sequence[Dim], suffix: str,
-) -> NTensor:
-    return ctx.tmp(kind, [t], attrs, dtype=t.dtype, shape=shape, suffix=suffix)
-
-
 def _row(ctx: OpContext, t: NTensor, k: int, suffix: str) -> NTensor:
     """``t[k]`` along axis 0 (the layer x direction axis of h0/c0)."""
-    piece = _axis_op(ctx, "slice", t, {"axes": [0], "begin": [k], "end": [k + 1]}, (1,) + t.shape[1:], suffix)
-    return _axis_op(ctx, "squeeze", piece, {"axes": [0]}, t.shape[1:], suffix)
+    piece = ctx.tmp("slice", [t], {"axes": [0], "begin": [k], "end": [k + 1]}, suffix=suffix)
+    return ctx.tmp("squeeze", [piece], {"axes": [0]}, suffix=suffix)
 
 
 def _direction(
@@ -137,28 +129,25 @@ def _direction(
     w_ih, w_hh, *rest = (ctx.cast(w, dtype) for w in weights)
     bias = rest[0] if has_biases else None
     if has_biases and step.kind != "gru":  # b_hh folds into the projection; GRU's b_hn is scaled by r
-        bias = ctx.tmp("add", rest[:2], dtype=dtype, shape=rest[0].shape, suffix=tag + "_bias")
-    steps, batch, gh = x.shape[0], x.shape[1], w_ih.shape[0]
-    xw = ctx.tmp("matmul", [x, ctx.to_rank(w_ih, 3)], {"transposeA": False, "transposeB": True}, dtype=dtype,
-                 shape=(steps, batch, gh), suffix=tag + "_xw")
+        bias = ctx.tmp("add", rest[:2], suffix=tag + "_bias")
+    steps, batch = x.shape[0], x.shape[1]
+    xw = ctx.tmp("matmul", [x, ctx.to_rank(w_ih, 3)], {"transposeA": False, "transposeB": True}, suffix=tag + "_xw")
     if bias is not None:
-        xw = ctx.tmp("add", [xw, ctx.to_rank(bias, 3)], dtype=dtype, shape=xw.shape, suffix=tag + "_xw")
+        xw = ctx.tmp("add", [xw, ctx.to_rank(bias, 3)], suffix=tag + "_xw")
     full = [w_hh] + ([ctx.to_rank(rest[1], 2)] if step.hh_bias else []) + ([rest[-1]] if step.proj else [])
 
     chunk = -1 if reverse else 1  # negative: tract scans back to front, and writes back in place
     names = step.params()
     results = step.results()
-    base = ctx.converter.name_for(ctx.node, None) + "_" + tag
-    outs = [NTensor(ctx.g.fresh_name(f"{base}_y"), dtype, (steps, batch, w_hh.shape[1]))]
-    outs += [NTensor(ctx.g.fresh_name(f"{base}_{r[0]}"), dtype, s.shape) for r, s in zip(results[1:], states)]
-    ctx.g.op_multi("tract_core_scan", [], {
+    specs = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
+    specs += [(f"{tag}_{r[0]}", dtype, s.shape) for r, s in zip(results[1:], states)]
+    return list(ctx.tmp_multi("tract_core_scan", [], {
         "body": body,
         "scan": [Tuple(("x", xw, 0, chunk))],
         "full": [Tuple((n, t)) for n, t in zip(names[1 + len(states):], full)],
         "state": [Tuple((n, s, r)) for n, s, r in zip(names[1:], states, results[1:])],
         "output": [Tuple(("y", "full", 0, chunk))] + [Tuple((r, "last", 0, 1)) for r in results[1:]],
-    }, outputs=outs)
-    return outs
+    }, specs))
 
 
 @handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="*")
@@ -182,9 +171,7 @@ def recurrent(ctx: OpContext) -> list[NTensor]:
     if x.rank != 3:
         raise ctx.unsupported(f"a rank-{x.rank} input (expected [T, B, I] or [B, T, I])")
     if batch_first:
-        x = _axis_op(ctx, "transpose", x, {"axes": [1, 0, 2]}, (x.shape[1], x.shape[0], x.shape[2]), "time_major")
-    steps, batch = x.shape[0], x.shape[1]
-
+        x = ctx.tmp("transpose", [x], {"axes": [1, 0, 2]}, suffix="time_major")
     hx = inputs[1]
     if kind == "lstm":
         if not (isinstance(hx, ListValue) and len(hx.items) == 2):
@@ -221,19 +208,28 @@ def recurrent(ctx: OpContext) -> list[NTensor]:
         if directions == 1:
             layer_in = outs[0]
         else:
-            layer_in = ctx.tmp("concat", [outs], {"axis": 2}, dtype=dtype,
-                               shape=(steps, batch, sum(o.shape[2] for o in outs)), suffix=f"l{layer}_cat")
+            layer_in = ctx.tmp("concat", [outs], {"axis": 2}, suffix=f"l{layer}_cat")
 
     if batch_first:
-        y = ctx.emit("transpose", [layer_in], {"axes": [1, 0, 2]}, out=0, shape=(batch, steps, layer_in.shape[2]))
+        y = ctx.emit("transpose", [layer_in], {"axes": [1, 0, 2]}, out=0)
     else:
-        y = ctx.emit("copy", [layer_in], out=0, shape=layer_in.shape)
+        y = ctx.emit("copy", [layer_in], out=0)
     return [y] + [_stacked(ctx, acc, i + 1) for i, acc in enumerate(finals)]
 
 
 def _stacked(ctx: OpContext, states: list[NTensor], out: int) -> NTensor:
     """The final states of every layer and direction as [L*D, B, H]."""
-    shape = (len(states),) + states[0].shape
     if len(states) == 1:
-        return ctx.emit("unsqueeze", states, {"axes": [0]}, out=out, shape=shape)
-    return ctx.emit("stack", [states], {"axis": 0}, out=out, shape=shape)
+        return ctx.emit("unsqueeze", states, {"axes": [0]}, out=out)
+    return ctx.emit("stack", [states], {"axis": 0}, out=out)
+
+
+@handler("aten::_pack_padded_sequence", args="*")
+def pack_padded_sequence(ctx: OpContext) -> list[NTensor]:
+    """aten::_pack_padded_sequence(Tensor input, Tensor lengths, bool batch_first) -> (Tensor, Tensor)"""
+    raise ctx.unsupported(
+        "packed sequences (nn.utils.rnn.pack_padded_sequence): their layout depends on the "
+        "lengths' values, which a graph cannot follow",
+        "pass the padded tensor to the recurrent layer, then take each sequence's output at "
+        "its length (e.g. torch.gather with lengths - 1) or mask the padding",
+    )

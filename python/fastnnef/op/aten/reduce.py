@@ -11,8 +11,7 @@ from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import elementwise
-from fastnnef.op.aten._dims import emit_shaped
-from fastnnef.op.context import FLOAT_DTYPES, OpContext, parse_args
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const
 
@@ -42,18 +41,18 @@ def _finish(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: boo
     """``kind(x, axes)`` as node output ``out``, squeezed unless ``keepdim``."""
     attrs = {"axes": axes, **(attrs or {})}
     if not axes:  # a 0-d input: reducing nothing
-        return emit_shaped(ctx, "copy", [x], None, x.shape, out=out)
+        return ctx.emit("copy", [x], out=out, shape=x.shape)
     if keepdim:
-        return emit_shaped(ctx, kind, [x], attrs, _kept(x, axes), out=out)
-    r = ctx.tmp(kind, [x], attrs, dtype=dtype, shape=_kept(x, axes), suffix="red")
-    return emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes), out=out)
+        return ctx.emit(kind, [x], attrs, out=out)
+    r = ctx.tmp(kind, [x], attrs, suffix="red")
+    return ctx.emit("squeeze", [r], {"axes": axes}, out=out)
 
 
 def _finish_tensor(ctx: OpContext, r: NTensor, axes: list[int], keepdim: bool, x: NTensor) -> NTensor:
     """Emit ``r`` (a kept-dims reduction already computed) as the node output."""
     if keepdim or not axes:
-        return emit_shaped(ctx, "copy", [r], None, r.shape)
-    return emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes))
+        return ctx.emit("copy", [r])
+    return ctx.emit("squeeze", [r], {"axes": axes})
 
 
 def _dim_form(ctx: OpContext) -> bool:
@@ -120,11 +119,11 @@ def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[boo
         return _finish(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
     # Over the flattened tensor: reshape to 1-D, reduce, then reshape to the output rank.
     flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(Sym("?"),), suffix="flat")
-    r = ctx.tmp(kind, [flat], {"axes": [0]}, dtype="i64", shape=(1,), suffix="red")
+    r = ctx.tmp(kind, [flat], {"axes": [0]}, suffix="red")
     rank = len(ctx.out_shape())
     if rank == 0:
-        return emit_shaped(ctx, "squeeze", [r], {"axes": [0]}, ())
-    return emit_shaped(ctx, "reshape", [r], {"shape": [1] * rank}, (1,) * rank)
+        return ctx.emit("squeeze", [r], {"axes": [0]})
+    return ctx.emit("reshape", [r], {"shape": [1] * rank}, shape=(1,) * rank)
 
 
 @handler("aten::all", "aten::any", args="t I? b?")
@@ -133,7 +132,7 @@ def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> N
     kind = "all_reduce" if ctx.node.kind == "aten::all" else "any_reduce"
     if x.dtype != "bool":
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
-        x = ctx.tmp("ne", [x, zero], dtype="bool", shape=x.shape, suffix="nz")
+        x = ctx.tmp("ne", [x, zero], suffix="nz")
     if ctx.out_dtype() != "bool":
         raise ctx.unsupported(f"{kind} with a {ctx.out_dtype()} result", "reduce a bool tensor")
     return _finish(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), "bool")
@@ -156,16 +155,15 @@ def _moments(ctx: OpContext, x: NTensor, dims: DimArg, correction: float) -> tup
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)
-    kept = _kept(x, axes)
-    m = ctx.tmp("mean_reduce", [x], {"axes": axes}, dtype=dtype, shape=kept, suffix="mean")
-    d = ctx.tmp("sub", [x, m], dtype=dtype, shape=x.shape, suffix="dev")
-    sq = ctx.tmp("sqr", [d], dtype=dtype, shape=x.shape, suffix="sq")
-    var = ctx.tmp("mean_reduce", [sq], {"axes": axes}, dtype=dtype, shape=kept, suffix="var")
+    m = ctx.tmp("mean_reduce", [x], {"axes": axes}, suffix="mean")
+    d = ctx.tmp("sub", [x, m], suffix="dev")
+    sq = ctx.tmp("sqr", [d], suffix="sq")
+    var = ctx.tmp("mean_reduce", [sq], {"axes": axes}, suffix="var")
     if correction:
         ctx.static(x, axes, "var/std with a correction")
         count = math.prod(int(x.shape[a]) for a in axes)
         scale = count / (count - correction) if count > correction else math.inf
-        var = ctx.tmp("mul", [var, scale], dtype=dtype, shape=kept, suffix="unbiased")
+        var = ctx.tmp("mul", [var, scale], suffix="unbiased")
     return var, m, axes
 
 
@@ -175,7 +173,7 @@ def _var_args(ctx: OpContext, third: object) -> tuple[Optional[list[int]], float
     if len(inputs) == 2:  # var(self, bool unbiased)
         raw = inputs[1].value if isinstance(inputs[1], Const) else None
         return None, _correction(ctx, raw), False
-    dims = None if isinstance(inputs[1], Const) and inputs[1].value is None else parse_args(ctx, ["I"], [inputs[1]])[0]
+    dims = ctx.arg(1, "I?")
     keep = inputs[3].value if len(inputs) > 3 and isinstance(inputs[3], Const) else False
     return dims, _correction(ctx, third), bool(keep)
 
@@ -186,7 +184,7 @@ def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
     dims, corr, keep = _var_args(ctx, third)
     v, _, axes = _moments(ctx, x, dims, corr)
     if ctx.node.kind == "aten::std":
-        v = ctx.tmp("sqrt", [v], dtype=v.dtype, shape=v.shape, suffix="std")
+        v = ctx.tmp("sqrt", [v], suffix="std")
     return _finish_tensor(ctx, v, axes, keep, x)
 
 
@@ -196,13 +194,13 @@ def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
     dims, corr, keep = _var_args(ctx, third)
     v, m, axes = _moments(ctx, x, dims, corr)
     if ctx.node.kind == "aten::std_mean":
-        v = ctx.tmp("sqrt", [v], dtype=v.dtype, shape=v.shape, suffix="std")
+        v = ctx.tmp("sqrt", [v], suffix="std")
     out = []
     for k, r in enumerate((v, m)):
         if keep or not axes:
-            out.append(emit_shaped(ctx, "copy", [r], None, r.shape, out=k))
+            out.append(ctx.emit("copy", [r], out=k))
         else:
-            out.append(emit_shaped(ctx, "squeeze", [r], {"axes": axes}, _dropped(x, axes), out=k))
+            out.append(ctx.emit("squeeze", [r], {"axes": axes}, out=k))
     return out
 
 
@@ -211,27 +209,24 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)
-    kept = _kept(x, axes)
     if p not in (2, 0):
-        a = ctx.tmp("abs", [x], dtype=dtype, shape=x.shape, suffix="abs")
+        a = ctx.tmp("abs", [x], suffix="abs")
     if p == 2:
-        s = ctx.tmp("sum_reduce", [ctx.tmp("sqr", [x], dtype=dtype, shape=x.shape, suffix="sq")],
-                    {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
-        r = ctx.tmp("sqrt", [s], dtype=dtype, shape=kept, suffix="norm")
+        s = ctx.tmp("sum_reduce", [ctx.tmp("sqr", [x], suffix="sq")], {"axes": axes}, suffix="sum")
+        r = ctx.tmp("sqrt", [s], suffix="norm")
     elif p == 1:
-        r = ctx.tmp("sum_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+        r = ctx.tmp("sum_reduce", [a], {"axes": axes}, suffix="norm")
     elif p == math.inf:
-        r = ctx.tmp("max_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+        r = ctx.tmp("max_reduce", [a], {"axes": axes}, suffix="norm")
     elif p == -math.inf:
-        r = ctx.tmp("min_reduce", [a], {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+        r = ctx.tmp("min_reduce", [a], {"axes": axes}, suffix="norm")
     elif p == 0:
-        nz = ctx.tmp("ne", [x, 0.0], dtype="bool", shape=x.shape, suffix="nz")
-        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, dtype=dtype, shape=x.shape, suffix="cnt")],
-                    {"axes": axes}, dtype=dtype, shape=kept, suffix="norm")
+        nz = ctx.tmp("ne", [x, 0.0], suffix="nz")
+        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, suffix="cnt")], {"axes": axes}, suffix="norm")
     else:
-        powed = ctx.tmp("pow", [a, float(p)], dtype=dtype, shape=x.shape, suffix="pow")
-        s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
-        r = ctx.tmp("pow", [s, 1.0 / float(p)], dtype=dtype, shape=kept, suffix="norm")
+        powed = ctx.tmp("pow", [a, float(p)], suffix="pow")
+        s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, suffix="sum")
+        r = ctx.tmp("pow", [s, 1.0 / float(p)], suffix="norm")
     return _finish_tensor(ctx, r, axes, keepdim, x)
 
 
@@ -255,11 +250,46 @@ def logsumexp(ctx: OpContext, x: NTensor, dims: list[int], keepdim: bool) -> NTe
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)
-    kept = _kept(x, axes)
-    m = ctx.tmp("max_reduce", [x], {"axes": axes}, dtype=dtype, shape=kept, suffix="max")
-    e = ctx.tmp("exp", [ctx.tmp("sub", [x, m], dtype=dtype, shape=x.shape, suffix="shift")],
-                dtype=dtype, shape=x.shape, suffix="exp")
-    s = ctx.tmp("sum_reduce", [e], {"axes": axes}, dtype=dtype, shape=kept, suffix="sum")
-    r = ctx.tmp("add", [ctx.tmp("log", [s], dtype=dtype, shape=kept, suffix="log"), m], dtype=dtype,
-                shape=kept, suffix="lse")
+    m = ctx.tmp("max_reduce", [x], {"axes": axes}, suffix="max")
+    e = ctx.tmp("exp", [ctx.tmp("sub", [x, m], suffix="shift")], suffix="exp")
+    s = ctx.tmp("sum_reduce", [e], {"axes": axes}, suffix="sum")
+    r = ctx.tmp("add", [ctx.tmp("log", [s], suffix="log"), m], suffix="lse")
     return _finish_tensor(ctx, r, axes, keepdim, x)
+
+
+# --- min and max together, counts, NaN-ignoring reductions --------------------------------
+@handler("aten::aminmax", args="t i? b")
+def aminmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: bool) -> list[NTensor]:
+    """aten::aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)"""
+    axes = _axes(ctx, x, dim)
+    return [_finish(ctx, kind, x, axes, keepdim, x.dtype, out=k) for k, kind in enumerate(("min_reduce", "max_reduce"))]
+
+
+@handler("aten::count_nonzero", args="t I?")
+def count_nonzero(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+    """aten::count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor  (also count_nonzero(self, int? dim))"""
+    nonzero = x if x.dtype == "bool" else ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], suffix="nz")
+    ones = ctx.tmp("tract_core_cast", [nonzero], {"to": "i64"}, suffix="count")
+    return _finish(ctx, "sum_reduce", ones, _axes(ctx, x, dims), False, "i64")
+
+
+def _not_nan(ctx: OpContext, x: NTensor) -> NTensor:
+    return ctx.tmp("not", [ctx.tmp("ne", [x, x], suffix="nan") if ctx.strict else
+                           ctx.tmp("tract_core_is_nan", [x], suffix="nan")], suffix="valid")
+
+
+@handler("aten::nansum", "aten::nanmean", args="t I? b n?")
+def nansum(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool, _dtype: object) -> NTensor:
+    """aten::nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (and nanmean: NaNs count as absent)"""
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    axes = _axes(ctx, x, dims)
+    if dtype not in FLOAT_DTYPES:  # integers hold no NaN
+        return _finish(ctx, "sum_reduce", x, axes, keepdim, dtype)
+    valid = _not_nan(ctx, x)
+    zero = ctx.tmp("tract_core_cast", [0.0], {"to": dtype}, suffix="zero") if dtype != "f32" else 0.0
+    total = ctx.tmp("sum_reduce", [ctx.tmp("select", [valid, x, zero], suffix="clean")], {"axes": axes}, suffix="sum")
+    if ctx.node.kind == "aten::nanmean":
+        count = ctx.tmp("tract_core_cast", [valid], {"to": dtype}, suffix="ones")
+        total = ctx.tmp("div", [total, ctx.tmp("sum_reduce", [count], {"axes": axes}, suffix="count")], suffix="mean")
+    return _finish_tensor(ctx, total, axes, keepdim, x)

@@ -8,14 +8,16 @@ coordinates, which tract's edge taps reproduce) or align_corners. The scale that
 uses is ``1 / scale_factor`` when a scale factor was traced, ``in / out`` otherwise, so the
 graph passes ``scales`` in the first case and ``sizes`` in the second (integer ratios
 always go as ``scales``: they also hold for dynamic axes). Older targets and strict NNEF
-get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only).
+get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only); bicubic
+(tract's cubic kernel, torch's a = -0.75) needs tract_core_resize.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from fastnnef.nnef.graph import NTensor, Sym
+from fastnnef.inference_target.capabilities import VERSION_GATES
+from fastnnef.nnef.graph import NTensor, Sym, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, IRValue, ListValue
@@ -58,16 +60,22 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_va
             ratios.append(None)
         else:
             ratios.append(int(out[a]) // int(x.shape[a]))
-    supports = getattr(ctx.target, "supports", None)
-    if not ctx.g.strict and supports is not None and supports("resize_grid_sample"):
+    if ctx.caps.upsample_with_debox and mode.startswith("nearest") and all(r is not None for r in ratios):
+        # TractNNEF(upsample_with_debox=True): integer nearest upsampling as NNEF's debox,
+        # a box-filter deconvolution that repeats each value over a factor-sized window.
+        factor = [1, 1] + [int(r) for r in ratios if r is not None]
+        return ctx.emit("debox", [ctx.cast(x, dtype)],
+                        {"size": factor, "stride": factor, "padding": [Tuple((0, 0))] * x.rank})
+    if ctx.caps.supports("resize_grid_sample"):
         coord = {
             "nearest": "asymmetric",
             "nearest_exact": "tf_half_pixel_for_nn",
             "linear": "align_corners" if align_corners else "half_pixel",
+            "cubic": "align_corners" if align_corners else "half_pixel",  # no clamp: torch clamps each cubic tap
         }[mode]
         attrs = {
             "coord_transformer": coord,
-            "interpolator": "nearest" if mode.startswith("nearest") else "linear",
+            "interpolator": "nearest" if mode.startswith("nearest") else mode,
             "nearest_mode": "floor",
         }
         if all(r is not None for r in ratios) or (factors is not None and not align_corners):
@@ -130,8 +138,7 @@ def pixel_shuffle(ctx: OpContext, x: NTensor, r: int) -> NTensor:
     t = ctx.tmp("reshape", [x], {"shape": [int(ch) // (r * r), r, r], "axis_start": c, "axis_count": 1},
                 dtype=x.dtype, shape=split, suffix="split")
     perm = list(range(c)) + [c, c + 3, c + 1, c + 4, c + 2]
-    moved = lead + (split[c], h, r, w, r)
-    t = ctx.tmp("transpose", [t], {"axes": perm}, dtype=x.dtype, shape=moved, suffix="moved")
+    t = ctx.tmp("transpose", [t], {"axes": perm}, suffix="moved")
     rows = lead + (split[c], ctx.out_shape()[c + 1], w, r)
     t = ctx.tmp("reshape", [t], {"shape": [-1], "axis_start": c + 1, "axis_count": 2},
                 dtype=x.dtype, shape=rows, suffix="rows")
@@ -155,5 +162,14 @@ def pixel_unshuffle(ctx: OpContext, x: NTensor, r: int) -> NTensor:
     t = ctx.tmp("reshape", [t], {"shape": [-1, r], "axis_start": c + 3, "axis_count": 1},
                 dtype=x.dtype, shape=lead + (ch, h, r, w, r), suffix="cols")
     perm = list(range(c)) + [c, c + 2, c + 4, c + 1, c + 3]
-    t = ctx.tmp("transpose", [t], {"axes": perm}, dtype=x.dtype, shape=lead + (ch, r, r, h, w), suffix="moved")
+    t = ctx.tmp("transpose", [t], {"axes": perm}, suffix="moved")
     return ctx.emit("reshape", [t], {"shape": [int(ch) * r * r], "axis_start": c, "axis_count": 3})
+
+
+@handler("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa", args="t _ b *",
+         since=VERSION_GATES["resize_grid_sample"].first.to_str())
+def upsample_bicubic(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
+    """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""
+    if ctx.node.kind.endswith("_aa"):
+        raise ctx.unsupported("antialiased bicubic interpolation", "interpolate with antialias=False")
+    return _resize(ctx, x, "cubic", align_corners, ctx.node.inputs[3:])

@@ -112,6 +112,9 @@ def _broadcast(ctx: OpContext, x: NTensor, sizes: Optional[list[Dim]] = None) ->
         return ctx.emit("copy", [x])
     if any(isinstance(d, Sym) and d == UNKNOWN for d in out):
         raise ctx.unsupported("expand to a size that depends on a dynamic axis in an unknown way")
+    if ctx.strict and x.is_static() and all(isinstance(d, int) for d in out):
+        # Strict NNEF has no broadcast op: tile the unit axes.
+        return ctx.emit("tile", [x], {"repeats": [int(o) if i == 1 else 1 for i, o in zip(x.shape, out)]})
     return ctx.emit("tract_core_broadcast", [x], {"shape": list(out)})
 
 
@@ -168,8 +171,7 @@ def _pieces(ctx: OpContext, x: NTensor, dim: int, squeeze_axis: bool = False) ->
         shape = list(x.shape)
         shape[axis] = size
         if squeeze_axis:
-            piece = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + 1]},
-                            dtype=x.dtype, shape=shape, suffix="slice")
+            piece = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + 1]}, suffix="slice")
             out.append(ctx.emit("squeeze", [piece], {"axes": [axis]}, value=item))
         else:
             out.append(ctx.emit("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + size]}, value=item))

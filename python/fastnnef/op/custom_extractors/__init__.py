@@ -1,19 +1,47 @@
 """Module extractors: take over the NNEF export of a whole ``nn.Module`` class.
 
-Mirrors ``torch_to_nnef.op.custom_extractors``. A module whose exact class has an extractor
-is not traced through: it becomes one IR op of kind ``CUSTOMOP_KIND + MODULE_CLASS.__name__``
-and its extractor's ``convert_to_nnef`` writes the NNEF ops.
+Mirrors ``torch_to_nnef.op.custom_extractors``. While the model is traced, a submodule whose
+exact class has an extractor is not traced through: its call is recorded whole
+(torch_graph/module_calls.py) and becomes one IR op of kind
+``CUSTOMOP_KIND + MODULE_CLASS.__name__``, which its extractor's ``convert_to_nnef`` writes.
+
+``convert_to_nnef(g, node, name_to_tensor, null_ref, torch_graph, inference_target)``
+receives fastnnef's graph builder for that call as ``g`` (an ``OpContext``):
+
+- ``g.tensor_inputs()`` (or ``name_to_tensor``, by IR name) are the module's tensor
+  arguments, flattened in call order (a tuple argument contributes its tensors);
+- ``node.module`` is the module instance; ``g.parameter(node.module.weight)`` declares one
+  of its weights under its parameter name;
+- ``g.emit(kind, args, attrs, out=i)`` produces the module's i-th output tensor (flattened
+  the same way), ``g.tmp(...)`` intermediate ops, ``g.fragment(name, text)`` fragments,
+  ``g.caps`` what the target supports;
+- it returns the names of the fragments it used (possibly empty), as in the reference.
+
+The built-in recurrent layers do not need this mechanism: ``torch.jit.trace`` already
+records ``nn.LSTM``/``nn.GRU``/``nn.RNN`` as one ``aten::lstm``/``gru``/``rnn_*`` op, which
+op/aten/recurrent.py exports whole (one ``tract_core_scan`` per layer and direction); that
+handler also covers functional calls and TorchScript models, which a module extractor
+would miss. ``LSTMExtractor`` and its kin exist for import compatibility only.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Type
 
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotFoundModuleExtractor, T2NErrorNotImplemented
+from fastnnef.nnef.graph import NTensor
+from fastnnef.torch_graph.ir import CUSTOMOP_KIND, TensorValue
 
-CUSTOMOP_KIND = "wired_custom::"
+if TYPE_CHECKING:
+    from fastnnef.op.context import OpContext
+
+__all__ = [
+    "CUSTOMOP_KIND", "CausalConvUpdateExtractor", "GRUExtractor", "GatedDeltaNetRecurrentExtractor",
+    "Gemma4RoutedExpertsExtractor", "LSTMCellExtractor", "LSTMExtractor", "MoEFFNExtractor",
+    "ModuleInfoExtractor", "RNNExtractor",
+]
 
 # module class -> extractor class; the latest subclass defined for a module class wins.
 _REGISTRY: Dict[type, "Type[ModuleInfoExtractor]"] = {}
@@ -25,7 +53,7 @@ class _ExtractorMeta(type):
     def __init__(cls, name: str, bases: tuple, namespace: dict) -> None:
         super().__init__(name, bases, namespace)
         module_class = getattr(cls, "MODULE_CLASS", None)
-        if module_class is not None:
+        if module_class is not None and namespace.get("REGISTERED", True):
             _REGISTRY.pop(module_class, None)  # re-insert so lookups by name see the newest
             _REGISTRY[module_class] = cls  # type: ignore[assignment]
 
@@ -34,21 +62,24 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
     """Base class of module extractors: subclass it, set ``MODULE_CLASS``, override ``convert_to_nnef``.
 
     Registration is keyed by the exact module class (no subclass matching); defining a
-    second extractor for the same class replaces the first. Same contract as
-    torch_to_nnef's; the arguments of ``convert_to_nnef`` are fastnnef's own graph objects.
+    second extractor for the same class replaces the first.
 
     Example::
 
-        class MyBlockExtractor(ModuleInfoExtractor):
-            MODULE_CLASS = MyBlock
+        class ScaledTanhExtractor(ModuleInfoExtractor):
+            MODULE_CLASS = ScaledTanh
 
             def convert_to_nnef(self, g, node, name_to_tensor, null_ref, torch_graph,
                                 inference_target, **kwargs):
-                ...  # add NNEF ops to g
-                return []  # names of the fragments used
+                (x,) = g.tensor_inputs()
+                inner = g.tmp("tanh", [x], suffix="tanh")
+                g.emit("mul", [inner, node.module.scale], out=0)
+                return []
     """
 
     MODULE_CLASS: ClassVar[Optional[type]] = None
+    #: False on classes kept only so that their names import (not used by exports).
+    REGISTERED: ClassVar[bool] = True
 
     def __init__(self) -> None:
         if self.MODULE_CLASS is None:
@@ -77,14 +108,14 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
     @classmethod
     def get_by_module(cls, module: nn.Module) -> ModuleInfoExtractor:
         """The extractor for ``type(module)`` exactly."""
-        extractor = _REGISTRY.get(type(module))
+        extractor = find_extractor(module)
         if extractor is None:
             raise T2NErrorNotFoundModuleExtractor(
                 f"no module extractor for {type(module).__qualname__}; registered: "
                 f"{_registered_names()}. Subclass ModuleInfoExtractor with "
                 f"MODULE_CLASS = {type(module).__name__} to add one"
             )
-        return extractor()
+        return extractor
 
     def convert_to_nnef(
         self,
@@ -96,12 +127,94 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         inference_target: Any,
         **kwargs: Any,
     ) -> List[str]:
-        """Add the NNEF ops for one module call to ``g``; return the fragment names used."""
+        """Add the NNEF ops for one module call through ``g``; return the fragment names used."""
         raise T2NErrorNotImplemented(
             f"{type(self).__name__}.convert_to_nnef is not implemented: override it to emit "
             f"the NNEF ops for {getattr(self.MODULE_CLASS, '__name__', None)}"
         )
 
+    def emit(self, ctx: "OpContext", inference_target: Any) -> list[NTensor]:
+        """Convert one module call: run ``convert_to_nnef``, check what it declared, and
+        return the module's output tensors in order."""
+        named = {v.name: ctx.tensor(v) for v in ctx.node.inputs if isinstance(v, TensorValue)}
+        fragments = self.convert_to_nnef(ctx, ctx.node, named, None, None, inference_target) or []
+        undeclared = [name for name in fragments if not ctx.has_fragment(name)]
+        if undeclared:
+            raise T2NErrorNotImplemented(
+                f"{type(self).__name__} uses fragments {undeclared} it did not declare: "
+                "declare each with g.fragment(name, text)"
+            )
+        outputs = []
+        for i, value in enumerate(ctx.outputs()):
+            tensor = ctx.emitted(value)
+            if tensor is None:
+                raise T2NErrorNotImplemented(
+                    f"{type(self).__name__} emitted no op for output {i} of "
+                    f"{type(ctx.node.module).__name__}: emit it with g.emit(kind, args, attrs, out={i})"
+                )
+            outputs.append(tensor)
+        return outputs
+
+
+def find_extractor(module: nn.Module) -> Optional[ModuleInfoExtractor]:
+    """The extractor registered for ``type(module)`` exactly, or None."""
+    extractor = _REGISTRY.get(type(module))
+    return extractor() if extractor is not None else None
+
 
 def _registered_names() -> List[str]:
     return sorted(module_class.__qualname__ for module_class in _REGISTRY)
+
+
+class LSTMExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: ``nn.LSTM`` exports through ``aten::lstm`` (see above)."""
+
+    MODULE_CLASS = nn.LSTM
+    REGISTERED = False
+
+
+class GRUExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: ``nn.GRU`` exports through ``aten::gru``."""
+
+    MODULE_CLASS = nn.GRU
+    REGISTERED = False
+
+
+class RNNExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: ``nn.RNN`` exports through ``aten::rnn_tanh``/``rnn_relu``."""
+
+    MODULE_CLASS = nn.RNN
+    REGISTERED = False
+
+
+class LSTMCellExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: ``nn.LSTMCell`` is traced into linear, chunk,
+    sigmoid and tanh ops, which export as they are."""
+
+    MODULE_CLASS = nn.LSTMCell
+    REGISTERED = False
+
+
+class MoEFFNExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: fastnnef-llm exports mixture-of-experts blocks as a
+    dense traceable form (fastnnef/llm/moe.py), not as a tract_moe_ffn op."""
+
+    REGISTERED = False
+
+
+class Gemma4RoutedExpertsExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility (see ``MoEFFNExtractor``)."""
+
+    REGISTERED = False
+
+
+class CausalConvUpdateExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: fastnnef exports no gated delta net."""
+
+    REGISTERED = False
+
+
+class GatedDeltaNetRecurrentExtractor(ModuleInfoExtractor):
+    """Kept for import compatibility: fastnnef exports no gated delta net."""
+
+    REGISTERED = False

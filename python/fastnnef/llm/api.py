@@ -1,0 +1,398 @@
+"""``dump_llm``: export a Hugging Face causal LM with its KV cache for tract, write the
+reference's test bundles, verify by generation in tract, and report.
+
+The export directory is built under a temporary name beside the target and moved into
+place only when everything succeeded (verification included): an error leaves nothing
+behind, and an existing directory is only written into with ``ignore_already_exist_dir``.
+
+Steps: load (``load.py``) -> optional compression (the ``fastnnef.compress`` registry)
+-> PyTorch runs of the wrapper (``bundles.py``) -> trace and write the artefact
+(``export_model_to_nnef`` with the reference's dynamic axes and assertions) -> verify in
+tract (``verify.py``) -> move into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+import torch
+
+from fastnnef.check import TractArtefact
+from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
+from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.llm.architectures import kv_layout
+from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
+from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
+from fastnnef.llm.moe import dense_experts
+from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, to_enum
+from fastnnef.llm.progress import Progress
+from fastnnef.llm.verify import (
+    BundleCheck,
+    GenerationCheck,
+    check_bundle,
+    check_generation,
+    raise_on_failed_bundles,
+)
+from fastnnef.llm.wrapper import KVCacheLM, assertions, dynamic_axes, io_names
+from fastnnef.torch_graph.ir_naming import VariableNamingScheme
+
+log = logging.getLogger("fastnnef.llm")
+
+# The LLM exporter's naming default, as torch_to_nnef_llm's (the core API's is natural_verbose).
+LLM_NAMING_SCHEME = VariableNamingScheme.NATURAL_VERBOSE_CAMEL.value
+GENERATED_TOKENS = 16  # greedy tokens compared between tract and PyTorch
+ARTEFACT_NAME = "model.nnef.tgz"
+TESTS_DIR = "tests"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class LLMExportReport:
+    """What ``dump_llm`` wrote and found."""
+
+    export_dir: Path
+    model_path: Path  # the .nnef.tgz artefact
+    files: list[str]  # every file written, relative to export_dir
+    modes: list[str]  # the modes of modes.json
+    model_type: str
+    n_parameters: int
+    weight_dtype: str  # the dtype most weights have (f32, f16, bf16)
+    cache_dtype: str  # the dtype of the artefact's cache inputs (tract has no bf16: f32)
+    compression_method: Optional[str]
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, and "total"
+    bundle_checks: list[BundleCheck] = field(default_factory=list)
+    generation: Optional[GenerationCheck] = None
+    verified: bool = False  # False with no_verify
+
+    def summary(self) -> str:
+        lines = [f"exported {self.model_type} ({self.n_parameters:,} parameters, {self.weight_dtype}"
+                 + (f", {self.compression_method}" if self.compression_method else "") + f") to {self.export_dir}"]
+        lines.append("timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
+        if not self.verified:
+            lines.append("not verified (no_verify)")
+        for check in self.bundle_checks:
+            lines.append(f"tract {check.name}: {'ok' if check.ok else 'FAILED'}")
+        if self.generation is not None:
+            lines.append(f"generation: {self.generation.summary()}")
+        return "\n".join(lines)
+
+
+def dump_llm(
+    export_dirpath: PathLike,
+    model_slug: Optional[str] = None,
+    local_dir: Optional[PathLike] = None,
+    force_module_dtype: Optional[Union[str, DtypeStr]] = None,
+    compression_method: Optional[str] = None,
+    compression_registry: str = DEFAULT_COMPRESSION_REGISTRY,
+    naming_scheme: Union[str, VariableNamingScheme] = LLM_NAMING_SCHEME,
+    num_logits_to_keep: int = 1,
+    export_dir_struct: Union[str, ExportDirStruct] = ExportDirStruct.DEEP,
+    dump_with_tokenizer_and_conf: bool = False,
+    ignore_already_exist_dir: bool = False,
+    force_f32_attention: bool = False,
+    force_f32_linear_accumulator: bool = False,
+    force_f32_normalization: bool = False,
+    reify_sdpa_operator: bool = False,
+    attn_implementation: Union[str, AttnImplementation] = AttnImplementation.AUTO,
+    tract_check_io_tolerance: Union[str, TractCheckTolerance] = TractCheckTolerance.APPROXIMATE,
+    test_display_token_gens: bool = False,
+    sample_generation_total_size: int = 6,
+    no_verify: bool = False,
+    trust_remote_code: bool = False,
+    progress: Optional[Progress] = None,
+) -> LLMExportReport:
+    """Export a causal LM from the local disk to ``export_dirpath`` (see the module docstring).
+
+    The parameters are torch_to_nnef_llm's ``dump_llm`` keywords that make sense offline
+    (``fastnnef-llm --help`` describes each); ``trust_remote_code`` defaults to False.
+    ``progress`` shows phases and the weight writing (default: on a terminal only).
+
+    Example::
+
+        report = dump_llm("out/llama", local_dir="checkpoints/llama", force_module_dtype="f16")
+        print(report.summary())
+    """
+    started = time.perf_counter()
+    progress = progress or Progress.for_terminal()
+    dtype = to_enum(DtypeStr, force_module_dtype, "force_module_dtype") if force_module_dtype else None
+    struct = to_enum(ExportDirStruct, export_dir_struct, "export_dir_struct")
+    naming = to_enum(VariableNamingScheme, naming_scheme, "naming_scheme")
+    attn = _attn(to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator)
+    tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
+    compress = _compressor(compression_method, compression_registry)
+    _check_counts(num_logits_to_keep, sample_generation_total_size)
+    target = Path(export_dirpath)
+    if target.exists() and not ignore_already_exist_dir:
+        raise T2NErrorInvalidArgument(
+            f"export directory {target} already exists: choose another, or pass -iaed "
+            "(ignore_already_exist_dir=True) to write into it"
+        )
+    if target.exists() and not target.is_dir():
+        raise T2NErrorInvalidArgument(f"export path {target} exists and is not a directory")
+    timings: dict[str, float] = {}
+
+    progress.phase("loading the checkpoint")
+    with _timed(timings, "load"):
+        source = resolve_source(model_slug, local_dir)
+        checkpoint = load_checkpoint(source, dtype.torch_dtype if dtype else None, attn, trust_remote_code)
+    model: Any = checkpoint.model
+    n_parameters = sum(p.numel() for p in model.parameters())
+    weight_dtype = _main_dtype(model)
+    if compress is not None:
+        progress.phase(f"compressing the weights ({compression_method})")
+        with _timed(timings, "compress"):
+            compress(model)
+    layout = kv_layout(model.config)
+    _check_positions(layout.max_positions, sample_generation_total_size)
+    # tract has no bf16: a bf16 model computes in f32 there, with f32 caches.
+    cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
+    wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
+    runner = TorchRunner(wrapper, model.dtype)
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        model_dir, tok_dir = _layout_dirs(staging, struct)
+        tests_dir = staging / TESTS_DIR
+        tests_dir.mkdir()
+        progress.phase("running the model in PyTorch for the test bundles")
+        with _timed(timings, "bundles"), dense_experts(model):
+            total = sample_generation_total_size
+            tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
+            modes = runner.mode_bundles(tokens, total)
+            for bundle in modes:
+                bundle.save(tests_dir)
+            write_modes_json(staging, modes)
+            example_inputs = runner.export_inputs(modes[0], tokens)
+
+        progress.phase("tracing and writing the artefact")
+        artefact_path = model_dir / ARTEFACT_NAME
+        inference_target = _KeepOutputs(
+            TractNNEF.latest_version(), check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
+            specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
+                                            compression_method, compression_registry),
+            dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
+            force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
+            reify_sdpa_operator=reify_sdpa_operator,
+        )
+        input_names, output_names = io_names(layout.n_layers)
+        with _timed(timings, "export"), dense_experts(model), progress.writing():
+            export_model_to_nnef(
+                wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
+                input_names=input_names, output_names=output_names, compression_level=0,
+                log_level=logging.getLogger("fastnnef").level,  # leave the caller's logging as it is
+                nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
+            )
+        example = Bundle("export", example_inputs, dict(zip(output_names, inference_target.traced_outputs)))
+        example.save(tests_dir)
+        if dump_with_tokenizer_and_conf:
+            _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
+
+        bundle_checks: list[BundleCheck] = []
+        generation: Optional[GenerationCheck] = None
+        if not no_verify:
+            progress.phase("verifying in tract: test bundles and greedy generation")
+            # f32 end to end: tract must match PyTorch. Half precision and Q4_0 round
+            # differently in each engine: their differences are reported, not fatal.
+            exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
+            with _timed(timings, "verify"):
+                bundle_checks, generation = _verify(
+                    artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
+                    tokens[:, :total], checkpoint,
+                )
+            if test_display_token_gens:
+                sys.stdout.write(_display(generation))
+        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+        _move_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    timings["total"] = time.perf_counter() - started
+    report = LLMExportReport(
+        export_dir=target, model_path=target / artefact_path.relative_to(staging), files=files,
+        modes=[b.name for b in modes], model_type=checkpoint.architecture.model_type, n_parameters=n_parameters,
+        weight_dtype=weight_dtype, cache_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
+        timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not no_verify,
+    )
+    progress.phase(f"done in {timings['total']:.1f} s: {report.model_path}")
+    return report
+
+
+# --- helpers ---------------------------------------------------------------------------
+def _verify(
+    artefact_path: Path, bundles: list[Bundle], tolerance: str, exact: bool, empty_cache: list[torch.Tensor],
+    prompt: torch.Tensor, checkpoint: Checkpoint,
+) -> tuple[list[BundleCheck], GenerationCheck]:
+    """Every bundle, then greedy generation, in the linked tract; raises when ``exact``
+    and tract differs from PyTorch."""
+    artefact = TractArtefact.load(artefact_path)
+    checks = [check_bundle(artefact, b, tolerance) for b in bundles]
+    raise_on_failed_bundles(checks, tolerance, fatal=exact)
+    generation = check_generation(checkpoint.model, artefact, empty_cache, prompt, GENERATED_TOKENS, exact,
+                                  checkpoint.tokenizer)
+    if not generation.ok:
+        raise T2NErrorIOPytorchTractNotISO(
+            f"greedy generation in tract differs from PyTorch's for this f32 model: {generation.summary()}\n"
+            f"torch: {generation.torch_tokens}\ntract: {generation.tract_tokens}"
+        )
+    return checks, generation
+
+
+class _KeepOutputs(TractNNEF):
+    """TractNNEF that keeps the traced run's outputs (post_export's documented argument):
+    they are the export bundle's expected outputs, without running the model again."""
+
+    traced_outputs: list[torch.Tensor]  # set by post_export
+
+    def post_export(self, model_info: Any, nnef_graph: Any, exported_filepath: Path,
+                    debug_bundle_path: Optional[Path] = None) -> Any:
+        self.traced_outputs = list(model_info.flat_outputs)
+        return super().post_export(model_info, nnef_graph, exported_filepath, debug_bundle_path)
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
+
+
+def _attn(choice: AttnImplementation, reify_sdpa: bool) -> str:
+    """transformers' attn_implementation: eager by default (decomposed attention in the
+    graph), sdpa when SDPA is reified, or what was asked."""
+    if choice == AttnImplementation.AUTO:
+        return AttnImplementation.SDPA.value if reify_sdpa else AttnImplementation.EAGER.value
+    if reify_sdpa and choice != AttnImplementation.SDPA:
+        raise T2NErrorInvalidArgument(
+            "--reify-sdpa-operator needs sdpa attention: use --transformers-attn-implementation sdpa (or auto)"
+        )
+    return choice.value
+
+
+def _compressor(method: Optional[str], registry_path: str) -> Any:
+    if method is None:
+        return None
+    registry = dynamic_load_registry(registry_path)
+    if method not in registry:
+        raise T2NErrorInvalidArgument(
+            f"compression method {method!r} is not in {registry_path}; available: {', '.join(sorted(registry))}"
+        )
+    return registry[method]
+
+
+def _check_counts(num_logits_to_keep: Any, total: Any) -> None:
+    if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
+        raise T2NErrorInvalidArgument(
+            f"num_logits_to_keep must be an int >= 0 (0 keeps the logits of every position), got {num_logits_to_keep!r}"
+        )
+    if isinstance(total, bool) or not isinstance(total, int) or total < 2:
+        raise T2NErrorInvalidArgument(
+            f"sample_generation_total_size (-sgts) must be an int >= 2 (the prompt length of the test modes), "
+            f"got {total!r}"
+        )
+
+
+def _check_positions(max_positions: int, total: int) -> None:
+    """The traced example, the modes and the generated tokens must fit below the model's
+    maximum position count (tract_assert S+P < max)."""
+    needed = total + max(trace_new_tokens(total), GENERATED_TOKENS)
+    if needed >= max_positions:
+        raise T2NErrorInvalidArgument(
+            f"the model handles positions below {max_positions}, but the export needs {needed} "
+            f"(-sgts {total} prompt tokens, then {GENERATED_TOKENS} generated ones): lower -sgts"
+        )
+
+
+def _vocab_size(model: Any) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def _dtype_str(dtype: torch.dtype) -> str:
+    return {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
+
+
+def _main_dtype(model: Any) -> str:
+    """The dtype holding most parameters (before compression)."""
+    counts: Counter[torch.dtype] = Counter()
+    for p in model.parameters():
+        counts[p.dtype] += p.numel()
+    return _dtype_str(counts.most_common(1)[0][0])
+
+
+def _properties(
+    checkpoint: Checkpoint, n_parameters: int, weight_dtype: str, forced: Optional[DtypeStr],
+    cache_dtype: torch.dtype, compression_method: Optional[str], compression_registry: str,
+) -> dict[str, str]:
+    """The reference's extra metadata, in its order (llm-export.md §3); the compression
+    method is the registry key actually applied (the reference mislabels every q4 key)."""
+    props = {
+        "hf_model_type": checkpoint.architecture.model_type,
+        "n_parameters": str(n_parameters),
+        "main_base_weight_dtype": weight_dtype,
+        "forced_module_dtype": forced.value if forced else "",
+        "as_float16": "1" if weight_dtype == "f16" else "0",
+        "inputs_dtype": _dtype_str(cache_dtype),
+    }
+    if compression_method is not None:
+        props.update(compression_register_key=compression_method, compression_registry=compression_registry,
+                     compression_method=compression_method)
+    if not checkpoint.name_or_path.startswith("/tmp"):
+        props["name_or_path"] = checkpoint.name_or_path
+    return props
+
+
+def _layout_dirs(root: Path, struct: ExportDirStruct) -> tuple[Path, Path]:
+    """(model directory, tokenizer directory) of the layout."""
+    if struct == ExportDirStruct.FLAT:
+        return root, root
+    model_dir = root / "model"
+    model_dir.mkdir()
+    return model_dir, root / "tokenizer"
+
+
+def _dump_config_and_tokenizer(checkpoint: Checkpoint, model_dir: Path, tok_dir: Path) -> None:
+    """``-dwtac``: the full config.json beside the artefact, the tokenizer's files."""
+    checkpoint.model.config.to_json_file(model_dir / "config.json", use_diff=False)
+    if checkpoint.tokenizer is None:
+        log.warning("%s has no tokenizer: only config.json is written", checkpoint.directory)
+        return
+    tok_dir.mkdir(exist_ok=True)
+    checkpoint.tokenizer.save_pretrained(tok_dir)
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Rename the finished directory into place; into an existing one (-iaed), move each
+    file, replacing files of the same name."""
+    if not target.exists():
+        os.replace(staging, target)
+        return
+    for path in sorted(staging.rglob("*")):
+        if path.is_file():
+            dest = target / path.relative_to(staging)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+    shutil.rmtree(staging)
+
+
+def _display(generation: GenerationCheck) -> str:
+    """``-td``: both continuations, as text when a tokenizer exists."""
+    if generation.texts:
+        t = generation.texts
+        return f"prompt: {t['prompt']!r}\ntorch:  {t['torch']!r}\ntract:  {t['tract']!r}\n"
+    return f"prompt: {generation.prompt}\ntorch:  {generation.torch_tokens}\ntract:  {generation.tract_tokens}\n"
+

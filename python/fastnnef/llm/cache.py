@@ -1,0 +1,50 @@
+"""The artefact's flat cache tensors as the cache object transformers uses, and back.
+
+The artefact takes ``in_cache_key_{i}`` / ``in_cache_value_{i}`` ``[1, n_kv, P, hd]`` and
+returns ``out_cache_*`` ``[1, n_kv, P+S, hd]``: the past followed by the new entries. A
+``DynamicCache`` whose layers already hold the past does exactly that: each layer's
+``update`` concatenates the new keys and values on the sequence axis. The layers are
+filled per instance (no class of transformers is patched), and are plain ``DynamicLayer``
+even for sliding-window layers: the artefact keeps every past entry, and the sliding
+mask built by the wrapper hides those outside the window.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from fastnnef.exceptions import T2NErrorNotImplemented
+
+
+def cache_from_flat(flat: Sequence[torch.Tensor]) -> DynamicCache:
+    """A cache holding ``flat = (key_0, value_0, key_1, value_1, ...)`` as its past (an
+    empty past, P = 0, is a zero-length tensor on the sequence axis)."""
+    layers: list[Any] = []
+    for key, value in zip(flat[0::2], flat[1::2]):
+        layer = DynamicLayer()
+        # What lazy_initialization sets up, without the empty torch.tensor([]) it starts
+        # from: the first update then concatenates onto the given past.
+        layer.dtype, layer.device = key.dtype, key.device
+        layer.keys, layer.values = key, value
+        layer.is_initialized = True
+        layers.append(layer)
+    cache = DynamicCache()
+    cache.layers = layers
+    cache.layer_class_to_replicate = None  # every layer is given: never add one lazily
+    return cache
+
+
+def flat_from_cache(cache: DynamicCache, n_layers: int) -> list[torch.Tensor]:
+    """``(key_0, value_0, ...)`` after the forward: each layer's past plus the new entries."""
+    if len(cache.layers) != n_layers:
+        raise T2NErrorNotImplemented(
+            f"the model used {len(cache.layers)} cache layers where its config has {n_layers}: "
+            "its cache layout is not one the exporter knows"
+        )
+    flat: list[torch.Tensor] = []
+    for layer in cache.layers:
+        flat += [layer.keys, layer.values]  # type: ignore[union-attr, list-item]
+    return flat

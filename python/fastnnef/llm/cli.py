@@ -1,0 +1,190 @@
+"""``fastnnef-llm`` (alias ``t2n_export_llm_to_tract``): torch_to_nnef_llm's command line,
+offline. Flags keep the reference's names; their choices come from ``options.py``, the
+naming schemes, tract's tolerances and the compression registry.
+
+Reference flags that need the network or a feature fastnnef does not have are refused
+with the reason (``UNSUPPORTED_FLAGS``), rather than argparse's bare "unrecognized".
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from typing import Optional, Sequence
+
+from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
+from fastnnef.exceptions import T2NError
+from fastnnef.inference_target.tract import TractCheckTolerance
+from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
+from fastnnef.llm.architectures import supported_list
+from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct
+from fastnnef.llm.progress import Progress
+from fastnnef.torch_graph.ir_naming import VariableNamingScheme
+
+UNSUPPORTED_FLAGS = {
+    "--hf-download-n-retries": "fastnnef-llm never downloads: models come from -d or the local Hugging Face cache",
+    "--tract-specific-path": "verification runs the tract linked into fastnnef, in-process",
+    "--tract-specific-version": "verification runs the tract linked into fastnnef, in-process",
+    "--device-map": "not supported: the model is loaded on the CPU",
+    "-mp": "PEFT adapters are not supported: merge them into the checkpoint first",
+    "--merge-peft": "PEFT adapters are not supported: merge them into the checkpoint first",
+    "--upcast-quant": "natively quantized checkpoints are not supported: dequantize them first",
+    "-idt": "the cache inputs take the model's dtype: use -dt",
+    "--force-inputs-dtype": "the cache inputs take the model's dtype: use -dt",
+    "--transformers-experts-implementation": "mixture-of-experts blocks are always exported in a dense, traceable form",
+}
+
+DESCRIPTION = (
+    "Export a Hugging Face causal LM with its KV cache to NNEF for tract, from the local disk, and verify it "
+    f"by greedy generation in tract. Supported model types: {supported_list()}."
+)
+
+
+def _values(enum_cls: type) -> list[str]:
+    return [m.value for m in enum_cls]  # type: ignore[attr-defined]
+
+
+def _logits_to_keep(value: str) -> int:
+    if value == "dynamic":
+        raise argparse.ArgumentTypeError(
+            "'dynamic' (logits_to_keep as a runtime input) is not supported yet: give a number of positions "
+            "(1 for generation, 0 for every position)"
+        )
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+
+
+def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastnnef-llm", description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    source = parser.add_argument_group("model source (exactly one)")
+    source.add_argument("-s", "--model-slug", help="a Hugging Face model id, read from the local cache only")
+    source.add_argument("-d", "--local-dir", help="a checkpoint directory (config.json + safetensors)")
+    source.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False,
+                        help="run model code shipped with the checkpoint (auto_map); off by default")
+
+    export = parser.add_argument_group("export")
+    export.add_argument("-e", "--export-dirpath", required=True, help="the directory to create")
+    export.add_argument("-dt", "--force-module-dtype", choices=_values(DtypeStr),
+                        help="load the model in this dtype (default: the checkpoint's; bf16 runs in f32 in tract)")
+    export.add_argument("-c", "--compression-method", choices=compression_choices,
+                        help="compress the weights with this registry entry (Q4_0)")
+    export.add_argument("--compression-registry", default=DEFAULT_COMPRESSION_REGISTRY,
+                        help="the registry of compression methods, as package.module.NAME")
+    export.add_argument("-n", "--naming-scheme", default=LLM_NAMING_SCHEME, choices=_values(VariableNamingScheme),
+                        help="how graph values are named")
+    export.add_argument("--num-logits-to-keep", type=_logits_to_keep, default=1,
+                        help="logits of the last N positions (0: every position)")
+    export.add_argument("--export-dir-struct", default=ExportDirStruct.DEEP.value, choices=_values(ExportDirStruct),
+                        help="deep: model/ and tokenizer/ subdirectories; flat: every file at the root")
+    export.add_argument("-dwtac", "--dump-with-tokenizer-and-conf", action="store_true",
+                        help="also write config.json and the tokenizer's files")
+    export.add_argument("-iaed", "--ignore-already-exist-dir", action="store_true",
+                        help="write into an existing export directory")
+
+    numerics = parser.add_argument_group("numerics")
+    numerics.add_argument("-f32-attn", "--force-f32-attention", action="store_true",
+                          help="f16 models: attention internals in f32 (reified SDPA)")
+    numerics.add_argument("-f32-lin-acc", "--force-f32-linear-accumulator", action="store_true",
+                          help="f16 models: accumulate linear layers in f32")
+    numerics.add_argument("-f32-norm", "--force-f32-normalization", action="store_true",
+                          help="f16 models: normalization layers in f32")
+    numerics.add_argument("--reify-sdpa-operator", action="store_true",
+                          help="export attention as tract_transformers_sdpa (implies sdpa attention)")
+    numerics.add_argument("--transformers-attn-implementation", dest="attn_implementation",
+                          default=AttnImplementation.AUTO.value, choices=_values(AttnImplementation),
+                          help="attention implementation at load (auto: eager, or sdpa with --reify-sdpa-operator)")
+
+    verify = parser.add_argument_group("verification")
+    verify.add_argument("-tt", "--tract-check-io-tolerance", default=TractCheckTolerance.APPROXIMATE.value,
+                        choices=_values(TractCheckTolerance), help="tolerance of the bundle checks in tract")
+    verify.add_argument("-td", "--test-display-token-gens", action="store_true",
+                        help="print the greedy continuations of PyTorch and tract")
+    verify.add_argument("-sgts", "--sample-generation-total-size", type=int, default=6,
+                        help="tokens of the test modes' prompt (and of the generation prompt)")
+    verify.add_argument("-nv", "--no-verify", action="store_true", help="skip every check in tract")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
+    return parser
+
+
+def _refuse_unsupported(argv: Sequence[str]) -> Optional[str]:
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if flag in UNSUPPORTED_FLAGS:
+            return f"{flag} (a torch_to_nnef_llm flag) is not available in fastnnef-llm: {UNSUPPORTED_FLAGS[flag]}"
+    return None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    refused = _refuse_unsupported(argv)
+    if refused:
+        print(f"fastnnef-llm: error: {refused}", file=sys.stderr)
+        return 2
+    # -c's choices depend on --compression-registry: read that one first.
+    pre, _ = build_parser().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
+    try:
+        choices = sorted(dynamic_load_registry(pre.compression_registry))
+    except T2NError as err:
+        print(f"fastnnef-llm: error: --compression-registry: {err}", file=sys.stderr)
+        return 2
+    args = build_parser(choices).parse_args(argv)
+    if (args.model_slug is None) == (args.local_dir is None):
+        print("fastnnef-llm: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        report = _run(args)
+    except T2NError as err:
+        print(f"fastnnef-llm: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fastnnef-llm: interrupted; nothing was left behind", file=sys.stderr)
+        return 130
+    print(report.summary())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> LLMExportReport:
+    """``dump_llm`` from the parsed flags, with quiet libraries unless -v (restored after:
+    ``main`` may run inside a larger process, such as a test session)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    with warnings.catch_warnings():
+        if not args.verbose:
+            # Tracing is used knowingly: no notice of torch.jit.trace's deprecation, nor of
+            # transformers' own deprecations on the traced path; fastnnef shows progress.
+            warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()
+        try:
+            return dump_llm(
+                args.export_dirpath, model_slug=args.model_slug, local_dir=args.local_dir,
+                force_module_dtype=args.force_module_dtype, compression_method=args.compression_method,
+                compression_registry=args.compression_registry, naming_scheme=args.naming_scheme,
+                num_logits_to_keep=args.num_logits_to_keep, export_dir_struct=args.export_dir_struct,
+                dump_with_tokenizer_and_conf=args.dump_with_tokenizer_and_conf,
+                ignore_already_exist_dir=args.ignore_already_exist_dir, force_f32_attention=args.force_f32_attention,
+                force_f32_linear_accumulator=args.force_f32_linear_accumulator,
+                force_f32_normalization=args.force_f32_normalization, reify_sdpa_operator=args.reify_sdpa_operator,
+                attn_implementation=args.attn_implementation, tract_check_io_tolerance=args.tract_check_io_tolerance,
+                test_display_token_gens=args.test_display_token_gens,
+                sample_generation_total_size=args.sample_generation_total_size, no_verify=args.no_verify,
+                trust_remote_code=args.trust_remote_code, progress=Progress.for_terminal(),
+            )
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Find a checkpoint on this machine, check it, and load it: the one place that reads
+weights (the bounded-memory checkpoint streaming will replace ``_load_weights``).
+
+Sources: ``-d/--local-dir`` (a directory with ``config.json`` and the weights, or with
+exactly one such subdirectory, as the reference accepts) or ``-s/--model-slug``,
+resolved in the local Hugging Face cache only. Nothing is ever downloaded, and code
+shipped with a checkpoint runs only with ``trust_remote_code``.
+
+Every problem found here is a fastnnef error raised before anything is written: a
+missing ``config.json``, an unsupported architecture, code that is not allowed to run,
+a missing or corrupt shard, weights of the wrong shape, weights missing for the config.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+
+from fastnnef.exceptions import (
+    T2NErrorInvalidArgument,
+    T2NErrorNotFoundFile,
+)
+from fastnnef.llm.architectures import Architecture, architecture_of
+
+log = logging.getLogger("fastnnef.llm")
+
+CONFIG = "config.json"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (eval mode, no grad), its config and tokenizer."""
+
+    directory: Path
+    model: Any  # a transformers PreTrainedModel
+    architecture: Architecture
+    tokenizer: Optional[Any]  # None when the checkpoint ships none (random test models)
+    name_or_path: str
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment at call time (huggingface_hub
+    reads it once at import): HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub, then
+    XDG_CACHE_HOME/huggingface/hub or ~/.cache/huggingface/hub."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.path.expanduser(os.environ[var]))
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+    )
+    return Path(os.path.expanduser(home)) / "hub"
+
+
+def resolve_source(model_slug: Optional[str], local_dir: Optional[Union[str, os.PathLike]]) -> Path:
+    """The checkpoint directory (holding config.json) for exactly one of the two sources."""
+    if (model_slug is None) == (local_dir is None):
+        raise T2NErrorInvalidArgument(
+            "give exactly one model source: -s/--model-slug (a model in the local Hugging Face cache) "
+            "or -d/--local-dir (a checkpoint directory)"
+        )
+    if local_dir is not None:
+        return _config_dir(Path(local_dir))
+    assert model_slug is not None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    cache = hub_cache_dir()
+    try:
+        path = snapshot_download(repo_id=model_slug, cache_dir=cache, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError) as err:
+        raise T2NErrorNotFoundFile(
+            f"model {model_slug!r} is not in the local Hugging Face cache ({cache}), and fastnnef-llm never "
+            f"downloads: fetch it first (`hf download {model_slug}`), or pass -d <checkpoint directory>"
+        ) from err
+    except HFValidationError as err:
+        raise T2NErrorInvalidArgument(f"{model_slug!r} is not a Hugging Face model id (org/name): {err}") from err
+    return _config_dir(Path(path))
+
+
+def _config_dir(path: Path) -> Path:
+    if not path.is_dir():
+        raise T2NErrorNotFoundFile(f"checkpoint directory {path} does not exist")
+    if (path / CONFIG).is_file():
+        return path
+    nested = [p for p in sorted(path.iterdir()) if (p / CONFIG).is_file()]
+    if len(nested) == 1:
+        return nested[0]
+    found = f"several subdirectories hold one ({', '.join(p.name for p in nested)})" if nested else "none found"
+    raise T2NErrorNotFoundFile(
+        f"no {CONFIG} in {path} ({found}): point -d at a Hugging Face checkpoint directory "
+        f"({CONFIG} plus *.safetensors weights)"
+    )
+
+
+def read_config(directory: Path, trust_remote_code: bool) -> Any:
+    """The transformers config, after refusing code that is not allowed to run."""
+    try:
+        raw = json.loads((directory / CONFIG).read_text())
+    except (OSError, ValueError) as err:
+        raise T2NErrorInvalidArgument(f"{directory / CONFIG} is not valid JSON: {err}") from err
+    if not isinstance(raw, dict):
+        raise T2NErrorInvalidArgument(f"{directory / CONFIG} does not hold a JSON object")
+    if raw.get("auto_map") and not trust_remote_code:
+        raise T2NErrorInvalidArgument(
+            f"{directory} ships its own model code (auto_map in {CONFIG}: {sorted(raw['auto_map'])}), which "
+            "fastnnef does not run unless allowed: pass --trust-remote-code (trust_remote_code=True) if you "
+            "trust that code"
+        )
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (ValueError, KeyError, OSError) as err:
+        raise T2NErrorInvalidArgument(f"transformers cannot read {directory / CONFIG}: {err}") from err
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    """The safetensors files the checkpoint consists of (listed by its index, when sharded)."""
+    index = directory / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, AttributeError) as err:
+            raise T2NErrorInvalidArgument(f"{index} is not a valid safetensors index: {err}") from err
+        missing = [n for n in names if not (directory / n).is_file()]
+        if missing:
+            raise T2NErrorNotFoundFile(
+                f"{index} lists shards missing from {directory}: {', '.join(missing)}; the checkpoint is "
+                "incomplete (finish the download or re-save it)"
+            )
+        return [directory / n for n in names]
+    files = sorted(directory.glob("*.safetensors"))
+    if not files and not any(directory.glob("*.bin")):
+        raise T2NErrorNotFoundFile(
+            f"no weights in {directory}: expected model.safetensors, sharded model-*.safetensors with "
+            f"{SAFETENSORS_INDEX}, or pytorch_model.bin"
+        )
+    return files
+
+
+def check_weights(directory: Path, config: Any, trust_remote_code: bool) -> None:
+    """Read every shard's header (not its data): a truncated or corrupt shard, or a weight
+    whose shape differs from what the config builds, is reported by name."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):  # shapes only: no memory for the weights
+        # A copy: building a model settles fields of its config (attention implementation).
+        skeleton = AutoModelForCausalLM.from_config(copy.deepcopy(config), trust_remote_code=trust_remote_code)
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    wrong: list[str] = []
+    for path in _weight_files(directory):
+        try:
+            with safe_open(str(path), framework="pt") as shard:
+                for key in shard.keys():
+                    shape = tuple(shard.get_slice(key).get_shape())
+                    if key in expected and expected[key] != shape:
+                        wrong.append(f"{key} is {list(shape)} in {path.name}, the config needs {list(expected[key])}")
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error type
+            raise T2NErrorInvalidArgument(
+                f"checkpoint shard {path} is corrupt or truncated ({err}): re-download or re-save it"
+            ) from err
+    if wrong:
+        more = f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""
+        raise T2NErrorInvalidArgument(
+            f"weights of {directory} do not fit its {CONFIG}: " + "; ".join(wrong[:5]) + more
+        )
+
+
+def load_checkpoint(
+    directory: Path,
+    dtype: Optional[torch.dtype],
+    attn_implementation: str,
+    trust_remote_code: bool,
+) -> Checkpoint:
+    """Check and load the checkpoint in ``directory`` (see the module docstring)."""
+    config = read_config(directory, trust_remote_code)
+    architecture = architecture_of(config)
+    check_weights(directory, config, trust_remote_code)
+    model = _load_weights(directory, config, dtype, attn_implementation, trust_remote_code)
+    return Checkpoint(
+        directory=directory, model=model, architecture=architecture,
+        tokenizer=load_tokenizer(directory, trust_remote_code),
+        name_or_path=str(getattr(config, "_name_or_path", "") or directory),
+    )
+
+
+def _load_weights(
+    directory: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
+) -> Any:
+    """``from_pretrained`` in the checkpoint's dtype (or ``dtype``), so weights are loaded
+    once, never converted after loading. Weights the config needs but the checkpoint
+    lacks would be random: refused."""
+    from transformers import AutoModelForCausalLM
+
+    model: Any
+    info: dict[str, Any]
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(  # type: ignore[misc]
+            directory, config=config, dtype=dtype or "auto", attn_implementation=attn_implementation,
+            local_files_only=True, trust_remote_code=trust_remote_code, output_loading_info=True,
+        )
+    except (OSError, RuntimeError, ValueError) as err:
+        raise T2NErrorInvalidArgument(f"transformers cannot load the weights in {directory}: {err}") from err
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise T2NErrorInvalidArgument(
+            f"weights missing from {directory} for its {CONFIG}: {', '.join(missing[:5])}{more}; they would be "
+            "random: the checkpoint is incomplete or belongs to another configuration"
+        )
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def load_tokenizer(directory: Path, trust_remote_code: bool) -> Optional[Any]:
+    """The checkpoint's tokenizer, or None when it ships none (or one that fails to load:
+    a tokenizer is only needed for sample text, -td and -dwtac)."""
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code)
+    except Exception as err:  # noqa: BLE001 - tokenizer backends raise many types
+        log.warning("the tokenizer in %s does not load (%s): using token ids without text", directory, err)
+        return None

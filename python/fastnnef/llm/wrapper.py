@@ -1,0 +1,117 @@
+"""The module that is traced: ``input_ids`` and the flat past cache in, logits and the grown
+cache out, with positions and masks computed in the graph from the real sizes.
+
+Inputs: ``input_ids [1, S]`` (int64), then ``in_cache_key_{i}``, ``in_cache_value_{i}``
+``[1, n_kv, P, hd]`` per layer. Outputs: ``outputs`` (logits ``[1, N, V]``), then
+``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``.
+
+Everything that depends on S and P is built from the tensors' sizes, so the traced graph
+is symbolic in both and one artefact serves prompt processing (P = 0) and generation
+(S = 1):
+
+- positions are ``P .. P+S-1`` (the true past length, whatever the architecture does
+  with its cache object);
+- the mask is additive ``[1, 1, S, P+S]``: query i (absolute position P+i) sees key j
+  when ``j <= P+i``, and for a sliding-window layer only when also ``j > P+i - window``
+  (transformers' rule). Models with several layer types get one mask per type.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Union
+
+import torch
+from torch import nn
+
+from fastnnef.llm.architectures import KVLayout
+from fastnnef.llm.cache import cache_from_flat, flat_from_cache
+
+
+def io_names(n_layers: int) -> tuple[list[str], list[str]]:
+    """The artefact's input and output names (the reference's conventions)."""
+    cache = [f"cache_{kind}_{i}" for i in range(n_layers) for kind in ("key", "value")]
+    return ["input_ids"] + [f"in_{c}" for c in cache], ["outputs"] + [f"out_{c}" for c in cache]
+
+
+def dynamic_axes(n_layers: int) -> dict[str, dict[int, str]]:
+    """S on ``input_ids`` axis 1, P on axis 2 of every input cache."""
+    inputs, _ = io_names(n_layers)
+    return {inputs[0]: {1: "S"}, **{name: {2: "P"} for name in inputs[1:]}}
+
+
+def assertions(max_positions: int) -> list[str]:
+    """The reference's five ``tract_assert`` lines, in its order (S+P strictly below the
+    model's maximum position count; the two scenario lines let tract specialize)."""
+    return [
+        "tract_assert P >= 0",
+        "tract_assert S >= 1",
+        f"tract_assert S+P < {max_positions}",
+        "tract_assert tg: S==1",
+        "tract_assert pp: P==0",
+    ]
+
+
+def attention_masks(
+    past: int, new: int, windows: dict[str, Any], dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """Additive masks ``[1, 1, S, P+S]`` per layer type (0 where visible, dtype's min
+    elsewhere); ``past`` and ``new`` are sizes read from tensors, so traced symbolically."""
+    key_pos = torch.arange(past + new)                    # [P+S]
+    query_pos = torch.arange(past, past + new)            # [S]
+    distance = query_pos[:, None] - key_pos[None, :]      # [S, P+S]: how far back each key is
+    zero = torch.zeros((), dtype=dtype)
+    hidden = torch.full((), torch.finfo(dtype).min, dtype=dtype)
+    masks: dict[str, torch.Tensor] = {}
+    for kind, window in windows.items():
+        if window is None:
+            visible = distance >= 0
+        else:
+            # 0 <= distance < window as ONE comparison: tract's optimizer reasons about
+            # every comparison of ranges once per scenario (tg:, pp:), and the
+            # conjunction of two took it 10 to 40 s on a 2-layer model.
+            visible = (2 * distance - (window - 1)).abs() <= window - 1
+        masks[kind] = torch.where(visible, zero, hidden)[None, None]
+    return masks
+
+
+class KVCacheLM(nn.Module):
+    """Wraps a Hugging Face causal LM for export (see the module docstring).
+
+    ``num_logits_to_keep``: logits for the last N positions; 0 keeps all of them.
+    """
+
+    def __init__(self, lm: Any, layout: KVLayout, num_logits_to_keep: int = 1):
+        super().__init__()
+        # Named as in torch_to_nnef_llm's wrapper, so weights get the same labels
+        # (model.model.layers.0.self_attn.q_proj.weight, model.lm_head.weight).
+        self.model = lm
+        self.compute_dtype: torch.dtype = lm.dtype
+        self.layout = layout
+        self.num_logits_to_keep = num_logits_to_keep
+        # Models whose forward slices hidden states before the LM head save the vocab
+        # projection of every other position; others are sliced after.
+        self._lm_slices = "logits_to_keep" in inspect.signature(lm.forward).parameters
+
+    def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        new, past = input_ids.shape[1], flat_cache[0].shape[2]
+        masks = attention_masks(past, new, self.layout.windows, self.compute_dtype)
+        mask: Union[torch.Tensor, dict[str, torch.Tensor]] = masks if self.layout.mixed else next(iter(masks.values()))
+        positions = torch.arange(past, past + new)[None]
+        cache = cache_from_flat(flat_cache)
+        kwargs: dict[str, Any] = {}
+        if self._lm_slices:
+            kwargs["logits_to_keep"] = self.num_logits_to_keep
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+            use_cache=True, return_dict=True, **kwargs,
+        )
+        logits = out.logits
+        if not self._lm_slices and self.num_logits_to_keep:
+            logits = logits[:, -self.num_logits_to_keep :]
+        return (logits, *flat_from_cache(cache, self.layout.n_layers))
+
+    def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key and value."""
+        shape = (1, self.layout.n_kv_heads, 0, self.layout.head_dim)
+        return [torch.zeros(shape, dtype=dtype) for _ in range(2 * self.layout.n_layers)]

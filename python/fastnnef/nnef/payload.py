@@ -1,0 +1,215 @@
+"""What a graph variable's ``<label>.dat`` holds, and the one way each kind is written.
+
+Every ``NVariable`` carries exactly one payload, chosen once when the variable is declared
+(``payload_for``) and written by ``Payload.write`` through the Rust sink:
+
+- ``PlainPayload``: a torch tensor in its dtype's encoding (bf16 widened to f32, exactly),
+  or quantized to Q4_0 by Rust as it is written;
+- ``Q4_0BlocksPayload``: already-packed Q4_0 blocks (``QTensorTractScaleOnly``), written as
+  they are (torch ran on exactly these values);
+- ``TorchQuantPayload``: a torch-quantized (per-tensor) tensor: its integer codes, plus
+  its ``graph.quant`` entry (per-channel tensors are refused when declared: graph.quant
+  holds one scale and zero point per tensor).
+
+The payload also says how the variable is declared: Q4_0 variables have no NNEF generic
+(``variable(...)``, not ``variable<scalar>(...)``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Protocol, Union
+
+import numpy as np
+import torch
+
+from fastnnef.artefact import PER_CHANNEL_MESSAGE, PLAIN_ENCODINGS, TORCH_QUANTIZED, quant_line
+from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.opaque import export_form
+from fastnnef.tensor.quant import QTensorTractScaleOnly
+
+if TYPE_CHECKING:
+    from fastnnef.artefact import Artefact
+
+# torch dtype -> tract datum type of the values a variable holds: the .dat encodings,
+# plus bf16, which tract lacks and which is computed in f32 (an exact upcast).
+DATUM_TYPES: dict[torch.dtype, str] = {**PLAIN_ENCODINGS, torch.bfloat16: "f32"}
+
+# torch-quantized dtype -> (tract's quantized type, the datum type of its integer codes).
+_QUANTIZED_TYPE = re.compile(r"^(QU8|QI8|QI32)\(Z:(-?\d+) S:([0-9.]+)\)$")
+
+
+def quantized_datum_type(dtype: torch.dtype, scale: float, zero_point: int) -> str:
+    """tract's quantized datum type as its parser reads it (``QU8(Z:128 S:0.05)``): the
+    NNEF tensor type of a quantized activation, written where an op names its output type
+    (``tract_core_cast``'s ``to``, ``tract_core_qconv``'s ``output_dt``)."""
+    # tract reads the scale as an f32 in positional notation: the f32's shortest digits.
+    digits = np.format_float_positional(np.float32(scale), unique=True, trim="0")
+    return f"{TORCH_QUANTIZED[dtype].tract_name}(Z:{int(zero_point)} S:{digits})"
+
+
+def quantized_params(datum_type: str) -> Optional[tuple[str, int, float]]:
+    """``(codes datum type, zero point, scale)`` of a quantized datum type, ``None`` for
+    any other type."""
+    match = _QUANTIZED_TYPE.match(datum_type)
+    if match is None:
+        return None
+    codes = {q.tract_name: q.codes for q in TORCH_QUANTIZED.values()}[match.group(1)]
+    return codes, int(match.group(2)), float(match.group(3))
+
+
+class Payload(Protocol):
+    """The bytes behind one variable."""
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the source data (for progress reports)."""
+
+    @property
+    def has_generic(self) -> bool:
+        """Declared ``variable<scalar>`` (True) or ``variable`` (packed Q4_0)."""
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        """The ``graph.quant`` line for this variable, if it is torch-quantized."""
+
+    def write(self, artefact: "Artefact", label: str) -> None:
+        """Write ``<label>.dat`` into ``artefact``."""
+
+
+@dataclass(frozen=True)
+class PlainPayload:
+    """A tensor written in its dtype's encoding, or as ``encoding`` when given (``"q4_0"``
+    and ``"q4_0_legacy"`` quantize in Rust as the bytes go out)."""
+
+    data: torch.Tensor
+    encoding: Optional[str] = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
+
+    @property
+    def has_generic(self) -> bool:
+        return not (self.encoding or "").startswith("q4_0")
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        return None
+
+    def write(self, artefact: "Artefact", label: str) -> None:
+        artefact.add_tensor(label, self.data, encoding=self.encoding)
+
+
+@dataclass(frozen=True)
+class Q4_0BlocksPayload:
+    """Packed Q4_0 blocks, never re-quantized; ``encoding`` picks the nibble order."""
+
+    qtensor: QTensorTractScaleOnly
+    encoding: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.qtensor.blocks.numel()
+
+    @property
+    def has_generic(self) -> bool:
+        return False
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        return None
+
+    def write(self, artefact: "Artefact", label: str) -> None:
+        artefact.add_q4_0_blocks(label, self.qtensor, self.encoding)
+
+
+@dataclass(frozen=True)
+class TorchQuantPayload:
+    """A per-tensor torch-quantized tensor: integer codes plus a ``graph.quant`` entry."""
+
+    data: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
+
+    @property
+    def has_generic(self) -> bool:
+        return True
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        return quant_line(identifier, self.data)
+
+    def write(self, artefact: "Artefact", label: str) -> None:
+        artefact.add_tensor(label, self.data)
+
+
+@dataclass(frozen=True)
+class OffloadedPayload:
+    """A weight still in its checkpoint (``OffloadedTensor``), written as ``encoding``."""
+
+    tensor: OffloadedTensor
+    encoding: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.tensor.numel() * self.tensor.element_size()
+
+    @property
+    def has_generic(self) -> bool:
+        return not self.encoding.startswith("q4_0")
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        return None
+
+    def check(self, label: str) -> None:
+        """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
+        self.tensor.checkpoint.check(label, self.tensor.key, self.encoding)
+
+    def write(self, artefact: "Artefact", label: str) -> None:
+        artefact.add_offloaded(label, self.tensor, self.encoding)
+
+
+AnyPayload = Union[PlainPayload, Q4_0BlocksPayload, TorchQuantPayload, OffloadedPayload]
+
+
+def is_packed(data: torch.Tensor) -> bool:
+    """Whether ``data`` is stored packed (Q4_0 blocks) rather than as plain elements."""
+    return isinstance(data, QTensorTractScaleOnly)
+
+
+def payload_for(data: torch.Tensor, q4_0_encoding: Optional[str], where: str = "", label: str = "") -> AnyPayload:
+    """The payload of a weight: packed Q4_0 blocks as they are where the target has Q4_0
+    (``q4_0_encoding``), their dequantized floats elsewhere; weights still in a checkpoint
+    streamed from it (quantized on the way when asked for and the target has Q4_0);
+    torch-quantized tensors as codes; everything else plain."""
+    data = export_form(data)  # the tensor behind an OpaqueTensorRef; offloaded Q4_0 blocks
+    if isinstance(data, OffloadedTensor):
+        quantize = data.q4_0 and q4_0_encoding is not None
+        return OffloadedPayload(data, q4_0_encoding if quantize else DATUM_TYPES[data.dtype])
+    if isinstance(data, QTensorTractScaleOnly):
+        if q4_0_encoding is None:
+            return PlainPayload(data.decompress())
+        return Q4_0BlocksPayload(data, q4_0_encoding)
+    if data.dtype in TORCH_QUANTIZED:
+        if data.qscheme() != torch.per_tensor_affine:  # refused here, before anything is written
+            message = PER_CHANNEL_MESSAGE.format(name=label or "a weight", qscheme=data.qscheme())
+            raise T2NErrorNotImplemented(f"{where}: {message}" if where else message)
+        return TorchQuantPayload(data)
+    if data.dtype not in DATUM_TYPES and not data.is_complex():
+        raise T2NErrorNotImplemented(
+            f"dtype {data.dtype} has no tract equivalent{(' (' + where + ')') if where else ''}: "
+            "cast the model or this value to a supported dtype (float16/32/64, ints, bool)"
+        )
+    return PlainPayload(data)
+
+
+def datum_type(payload: AnyPayload, logical: torch.dtype) -> str:
+    """The tract datum type a variable is declared with: its logical dtype (Q4_0 keeps the
+    dtype the model computes in: tract dequantizes to it)."""
+    if isinstance(payload, TorchQuantPayload):
+        return TORCH_QUANTIZED[payload.data.dtype].codes
+    dtype = logical
+    if isinstance(payload, PlainPayload) and payload.data.is_complex():
+        dtype = torch.float32 if payload.data.dtype == torch.complex64 else torch.float64
+    return DATUM_TYPES[dtype]

@@ -1,0 +1,288 @@
+"""Output datum types and shapes of NNEF operations, derived from their operands.
+
+Handlers emit intermediate ops without restating shapes wherever a rule here applies:
+elementwise ops with broadcasting, comparisons, ``select``, reductions, casts and the axis
+ops (unsqueeze, squeeze, transpose, slice, concat, stack, tile, gather, matmul, einsum),
+and conv with explicit padding.
+``infer`` returns ``None`` for ops without a rule; the caller must then say the shape.
+
+Dims are ints or ``Sym`` expressions in tract's syntax (``S``, ``S+P``, ``(S-1)*2``);
+``UNKNOWN_DIM`` marks a dynamic dim whose expression was lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from fastnnef.exceptions import T2NErrorConsistency
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+
+UNKNOWN_DIM = Sym("?")
+
+Shape = tuple[Dim, ...]
+
+
+# --- dims -------------------------------------------------------------------------------
+def is_static(d: Dim) -> bool:
+    return isinstance(d, int) and not isinstance(d, Sym)
+
+
+def unknown(d: Dim) -> bool:
+    """A dynamic dim whose expression the IR lost."""
+    return isinstance(d, Sym) and d == UNKNOWN_DIM
+
+
+def _term(d: Dim) -> str:
+    """``d`` as an operand of ``*`` or ``/`` (compound sums get parentheses)."""
+    text = str(d)
+    return f"({text})" if any(c in text[1:] for c in "+-") else text
+
+
+def plus(d: Dim, k: int) -> Dim:
+    """``d + k`` for a static or symbolic dim (written as tract parses it: ``S-3``)."""
+    if is_static(d):
+        return int(d) + k
+    if unknown(d):
+        return UNKNOWN_DIM
+    if k == 0:
+        return d
+    return Sym(f"{d}+{k}" if k > 0 else f"{d}-{-k}")
+
+
+def add_dims(a: Dim, b: Dim) -> Dim:
+    """``a + b`` for two dims (a concatenation's length)."""
+    if unknown(a) or unknown(b):
+        return UNKNOWN_DIM
+    if is_static(a) and is_static(b):
+        return int(a) + int(b)
+    if is_static(a):
+        return plus(b, int(a))
+    if is_static(b):
+        return plus(a, int(b))
+    return Sym(f"{a}+{b}")
+
+
+def times(d: Dim, k: int) -> Dim:
+    """``d * k``."""
+    if is_static(d):
+        return int(d) * k
+    if unknown(d) or k == 0:
+        return UNKNOWN_DIM if k else 0
+    return d if k == 1 else Sym(f"{_term(d)}*{k}")
+
+
+def volume(shape: Sequence[Dim]) -> Dim:
+    """The element count of ``shape``: static, ``S*k`` with one dynamic dim, else unknown."""
+    size: Dim = 1
+    for d in shape:
+        if is_static(d) and is_static(size):
+            size = int(size) * int(d)
+        elif is_static(size) and not unknown(d):
+            size = times(d, int(size))
+        elif is_static(d) and not unknown(size):
+            size = times(size, int(d))
+        else:
+            return UNKNOWN_DIM
+    return size
+
+
+def broadcast_dim(a: Dim, b: Dim, kind: str = "") -> Dim:
+    """The broadcast of two dims (a 1 yields; a static size wins over a symbol)."""
+    if a == b:
+        return a
+    if is_static(a) and a == 1:
+        return b
+    if is_static(b) and b == 1:
+        return a
+    if is_static(a) and is_static(b):
+        raise T2NErrorConsistency(f"{kind or 'op'}: operand dims {a} and {b} do not broadcast")
+    if is_static(a):
+        return a
+    if is_static(b):
+        return b
+    return UNKNOWN_DIM
+
+
+def broadcast_shapes(shapes: Sequence[Sequence[Dim]], kind: str = "") -> Shape:
+    """NNEF/tract broadcasting: shapes aligned on their trailing dims."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for i in range(rank):
+        dim: Dim = 1
+        for s in shapes:
+            k = i - rank + len(s)
+            if k >= 0:
+                dim = broadcast_dim(dim, s[k], kind)
+        out.append(dim)
+    return tuple(out)
+
+
+# --- op families --------------------------------------------------------------------------
+UNARY = frozenset(
+    """copy neg abs sign exp log sin cos tan asin acos atan sinh cosh asinh acosh atanh floor
+    ceil round sqrt rsqrt sqr rcp recip relu sigmoid tanh elu selu gelu silu softplus
+    leaky_relu not softmax tract_core_erf tract_core_round_even tract_core_hard_swish
+    tract_core_log_softmax tract_core_trilu tract_core_cumsum tract_core_is_nan
+    tract_core_is_inf tract_core_bitnot""".split()
+)
+BINARY = frozenset(
+    """add sub mul div pow min max and or tract_core_bitand tract_core_bitor tract_core_bitxor
+    tract_shl tract_shr""".split()
+)
+COMPARISONS = frozenset("lt gt le ge eq ne".split())
+REDUCTIONS = {
+    "sum_reduce": None, "mean_reduce": None, "max_reduce": None, "min_reduce": None,
+    "tract_core_product_reduce": None, "all_reduce": None, "any_reduce": None,
+    "argmax_reduce": "i64", "argmin_reduce": "i64",
+}
+
+
+def _tensors(args: Sequence[Any]) -> list[NTensor]:
+    return [a for a in args if isinstance(a, NTensor)]
+
+
+def _shape(a: Any) -> Shape:
+    return a.shape if isinstance(a, NTensor) else ()
+
+
+def _slice_len(b: Dim, e: Dim, stride: int) -> Dim:
+    if is_static(b) and is_static(e):
+        return max(0, -(-(int(e) - int(b)) // stride))
+    if stride == 1 and b == 0:
+        return e
+    if stride == 1 and is_static(b) and not unknown(e):
+        return plus(e, -int(b))
+    return UNKNOWN_DIM
+
+
+def _concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    parts = args[0] if args and isinstance(args[0], (list, tuple)) else []
+    if not parts or not all(isinstance(p, NTensor) for p in parts):
+        return None
+    axis = attrs["axis"]
+    if kind == "stack":
+        return parts[0].dtype, parts[0].shape[:axis] + (len(parts),) + parts[0].shape[axis:]
+    length: Dim = 0
+    for p in parts:
+        length = add_dims(length, p.shape[axis])
+    return parts[0].dtype, parts[0].shape[:axis] + (length,) + parts[0].shape[axis + 1:]
+
+
+def _einsum(args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """``tract_core_einsum``: each output letter's dim (unit dims broadcast), in ``acc``."""
+    parts = args[0] if args and isinstance(args[0], (list, tuple)) else []
+    specs, _, out = str(attrs["expr"]).partition("->")
+    if not parts or len(specs.split(",")) != len(parts) or not all(isinstance(p, NTensor) for p in parts):
+        return None
+    dims: dict[str, Dim] = {}
+    for spec, part in zip(specs.split(","), parts):
+        if len(spec) != part.rank:
+            return None
+        for letter, d in zip(spec, part.shape):
+            dims[letter] = broadcast_dim(dims.get(letter, 1), d, "tract_core_einsum")
+    if not all(c in dims for c in out):
+        return None
+    return attrs.get("acc") or parts[0].dtype, tuple(dims[c] for c in out)
+
+
+def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
+    """NNEF ``conv`` with explicit padding: ``[N, C_out, (n + pads - d*(k-1) - 1) / s + 1 ...]``."""
+    spatial: list[Dim] = []
+    for i, n in enumerate(x.shape[2:]):
+        before, after = attrs["padding"][i].items
+        stride = attrs["stride"][i] if attrs.get("stride") else 1
+        dilation = attrs["dilation"][i] if attrs.get("dilation") else 1
+        shrink = before + after - dilation * (int(w.shape[2 + i]) - 1) - 1
+        if is_static(n):
+            spatial.append((int(n) + shrink) // stride + 1)
+        elif unknown(n) or stride == 1:
+            spatial.append(plus(n, shrink + 1))
+        else:
+            spatial.append(Sym(f"({plus(n, shrink)})/{stride}+1"))
+    return (x.shape[0], w.shape[0]) + tuple(spatial)
+
+
+def infer(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """``(datum type, shape)`` of ``kind(args, attrs)``'s single output, or ``None`` when
+    no rule covers the op."""
+    tensors = _tensors(args)
+    first = tensors[0] if tensors else None
+    if kind in UNARY or kind in BINARY:
+        if first is None:
+            return None
+        return first.dtype, broadcast_shapes([_shape(a) for a in args], kind)
+    if kind in COMPARISONS:
+        if first is None:
+            return None
+        return "bool", broadcast_shapes([_shape(a) for a in args], kind)
+    if kind == "select":
+        branches = _tensors(args[1:])
+        if not branches:
+            return None
+        return branches[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
+    if kind in ("concat", "stack"):
+        return _concat(kind, args, attrs)
+    if kind == "tract_core_einsum":
+        return _einsum(args, attrs)
+    if kind == "tract_core_cast":
+        return attrs["to"], first.shape if first is not None else ()
+    if first is None:
+        return None
+    x = first
+    if kind in REDUCTIONS:
+        axes = set(attrs.get("axes", ()))
+        return REDUCTIONS[kind] or x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    if kind == "unsqueeze":
+        shape = list(x.shape)
+        for axis in sorted(attrs["axes"]):
+            shape.insert(axis, 1)
+        return x.dtype, tuple(shape)
+    if kind == "squeeze":
+        axes = set(attrs["axes"])
+        return x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if kind == "transpose":
+        perm = list(attrs["axes"])
+        return x.dtype, tuple(x.shape[p] for p in perm) + tuple(x.shape[len(perm):])
+    if kind == "slice":
+        shape = list(x.shape)
+        strides = attrs.get("stride") or [1] * len(attrs["axes"])
+        for axis, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
+            shape[axis] = _slice_len(b, e, s)
+        return x.dtype, tuple(shape)
+    if kind == "tile":
+        return x.dtype, tuple(times(d, r) for d, r in zip(x.shape, attrs["repeats"]))
+    if kind == "matmul":
+        if len(tensors) != 2 or min(t.rank for t in tensors) < 2:
+            return None
+        a, b = tensors
+        rows = a.shape[-1] if attrs.get("transposeA") else a.shape[-2]
+        cols = b.shape[-2] if attrs.get("transposeB") else b.shape[-1]
+        return a.dtype, broadcast_shapes([a.shape[:-2], b.shape[:-2]], kind) + (rows, cols)
+    if kind == "tract_core_gather":
+        if len(tensors) != 2:
+            return None
+        axis = attrs["axis"]
+        idx = tensors[1]
+        return attrs.get("datum_type", x.dtype), x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+    if kind == "tract_core_gather_elements" and len(tensors) == 2:
+        return x.dtype, tensors[1].shape
+    if kind in ("tract_core_scatter_elements", "tract_core_scatter_nd"):
+        return x.dtype, x.shape
+    if kind == "tract_core_broadcast" and isinstance(attrs.get("shape"), list):
+        return x.dtype, broadcast_shapes([x.shape, tuple(attrs["shape"])], kind)
+    if kind == "tract_core_fft":
+        return x.dtype, x.shape
+    if kind == "tract_core_grid_sample" and len(tensors) == 2:
+        return x.dtype, x.shape[:2] + tensors[1].shape[1:-1]
+    if kind == "tract_core_shape_of":
+        return "tdim", (x.rank,)
+    if kind == "conv" and len(tensors) >= 2 and attrs.get("padding"):
+        return x.dtype, _conv_shape(x, tensors[1], attrs)
+    if kind == "tract_core_downsample":
+        stride = attrs["stride"]
+        shape = list(x.shape)
+        n = shape[attrs["axis"]]
+        if stride != -1:
+            shape[attrs["axis"]] = _slice_len(attrs.get("modulo", 0), n, abs(stride))
+        return x.dtype, tuple(shape)
+    return None

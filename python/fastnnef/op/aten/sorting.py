@@ -1,0 +1,77 @@
+"""Sorting: topk, sort, argsort, all as tract's ``tract_core_topk`` (values and indices,
+sorted along one axis; ``largest`` picks the order).
+
+A full sort is a top-k with k = the axis length, so it needs a static axis (tract's
+top-k cannot take a symbolic k). Mixture-of-experts routers pick each token's experts
+with ``topk`` over the (static) experts axis, for any number of tokens.
+
+Ties: tract's top-k keeps the lower index first among equal values, as torch's stable
+sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's default
+(unstable) sort may order ties either way, so tests compare tie-free inputs.
+"""
+
+from __future__ import annotations
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.context import OpContext
+from fastnnef.op.registry import handler
+from fastnnef.torch_graph.ir import Const
+
+
+def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
+    """``tract_core_topk`` on ``x``; returns the node outputs listed in ``outputs`` (0:
+    values, 1: indices)."""
+    if x.rank == 0:
+        raise ctx.unsupported("sorting a 0-d tensor", "unsqueeze it to 1-d first")
+    axis = ctx.axis(dim, x.rank)
+    if isinstance(k, Sym):
+        # tract 0.23.9's TopK keeps a symbolic k unevaluated at run time ("undetermined
+        # symbol in expression"), even when read from the input's shape.
+        raise ctx.unsupported(
+            f"k = {k} depends on a dynamic axis (a sort along a dynamic axis is a top-k of its length); "
+            "tract's top-k needs a constant k",
+            "sort along a static axis, or export with that axis static",
+        )
+    shape = list(x.shape)
+    shape[axis] = k
+    attrs = {"k": k, "axis": axis, "largest": largest}
+    if outputs == (0, 1):
+        return list(ctx.emit_multi("tract_core_topk", [x], attrs, outs=[0, 1], shapes=[shape, shape]))
+    pair = ctx.tmp_multi("tract_core_topk", [x], attrs, [("values", x.dtype, shape), ("indices", "i64", shape)])
+    return [ctx.emit("copy", [pair[o]], out=i, shape=shape) for i, o in enumerate(outputs)]
+
+
+@handler("aten::topk", args="t D i b b")
+def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: bool) -> list[NTensor]:
+    """aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
+    # sorted=False lets torch return the k elements in any order: sorted is one of them.
+    return _topk(ctx, x, k[0], dim, largest, (0, 1))
+
+
+def _sort_args(ctx: OpContext) -> tuple[int, bool]:
+    """(dim, descending) of ``sort``/``argsort`` and their ``.stable`` overloads, whose
+    second input is ``stable`` (a bool or None) instead of ``dim``."""
+    second = ctx.node.inputs[1] if ctx.n_inputs > 1 else Const("", None)
+    stable_overload = ctx.n_inputs == 4 and isinstance(second, Const) and (
+        second.value is None or isinstance(second.value, bool))
+    first = 2 if stable_overload else 1
+    return ctx.arg(first, "i"), ctx.arg(first + 1, "b")
+
+
+def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
+    return x.shape[ctx.axis(dim, x.rank)] if x.rank else 1
+
+
+@handler("aten::sort", args="t *")
+def sort(ctx: OpContext, x: NTensor) -> list[NTensor]:
+    """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""
+    dim, descending = _sort_args(ctx)
+    return _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (0, 1))
+
+
+@handler("aten::argsort", args="t *")
+def argsort(ctx: OpContext, x: NTensor) -> NTensor:
+    """aten::argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor  (and argsort.stable)"""
+    dim, descending = _sort_args(ctx)
+    (indices,) = _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (1,))
+    return indices

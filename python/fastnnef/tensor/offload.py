@@ -1,0 +1,639 @@
+"""Weights that stay on disk (torch_to_nnef-api.md §10): export models larger than RAM.
+
+An :class:`OffloadedTensor` is a ``torch.Tensor`` subclass with no storage of its own. It
+references one tensor of a ``.safetensors`` checkpoint (file, key, stored dtype, shape)
+and the dtype the model sees:
+
+- any torch op on it *materializes* it as a zero-copy view of a private, copy-on-write
+  map of just that tensor's bytes (converted with ``.to(dtype)`` when the dtypes differ),
+  used for that op and dropped after it; so tracing, and the reference outputs check_io
+  compares with, need memory only for the weights in use at once (inside a
+  :class:`~fastnnef.tensor.residency.TensorResidencyPool` scope, the pool keeps values
+  for their next uses, within its budget);
+- ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
+  weights, not a constant;
+- at export, the Rust sink streams the tensor from the checkpoint straight into its
+  ``.dat`` member, 64 MiB of the file mapped at a time, converting the dtype (bf16/f16/f32)
+  or quantizing to Q4_0 on the way; a tensor offloaded from a Q4_0 ``QTensor`` is its
+  packed blocks, written as they are.
+
+Typical use (documented in the README, with the memory bound)::
+
+    with init_empty_weights():               # parameters on the meta device
+        model = MyLlama(config)
+    load_offloaded_checkpoint(model, "ckpt/model.safetensors.index.json")
+    export_model_to_nnef(model, x, "llm.nnef.tgz", TractNNEF.latest(check_io=False),
+                         compression_level=1)
+
+The reference-style entry points :func:`t2n_load_checkpoint_and_dispatch` and
+:func:`ctx_maybe_load_from_disk_as_offloaded` build the same tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map
+
+from fastnnef import _native
+from fastnnef.exceptions import (
+    T2NErrorCheckpoint,
+    T2NErrorInvalidArgument,
+    T2NErrorNotImplemented,
+)
+from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
+from fastnnef.tensor.quant.qtract import Q4_0_BLOCK_BYTES, Q4_0_GROUP
+from fastnnef.tensor.residency import active_tensor_residency
+
+log = logging.getLogger("fastnnef")
+
+PathLike = Union[str, "os.PathLike[str]"]
+_aten = torch.ops.aten
+
+# safetensors dtype name <-> torch dtype (one table, both directions).
+SAFETENSORS_DTYPES: Dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
+    if hasattr(torch, _attr):  # torch >= 2.3
+        SAFETENSORS_DTYPES[_name] = getattr(torch, _attr)
+_TORCH_TO_SAFETENSORS = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+# Conversions the writer does on the way (Rust `dat` plans); others are refused up front.
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# Ops returning the same tensor under another Python object keep it offloaded.
+_SHARING_OPS = {_aten.detach.default, _aten.alias.default, _aten.clone.default}
+
+DEFAULT_OFFLOAD_PREFIX = "t2n_offload_disk"
+
+
+def open_checkpoint(path: PathLike) -> _native.Checkpoint:
+    """Open a ``.safetensors`` file, a ``*.safetensors.index.json`` or a directory holding
+    one (headers only; malformed or truncated files raise ``T2NErrorCheckpoint`` naming
+    the file and the tensor)."""
+    return _native.Checkpoint(os.fspath(path))
+
+
+class OffloadedTensor(torch.Tensor):
+    """A tensor whose data stays in a ``.safetensors`` file until an op needs it.
+
+    ``q4_0``: written as Q4_0 (quantized on the way unless ``packed``: the checkpoint
+    tensor then holds the packed Q4_0 blocks of a tensor of ``packed_shape``, written as
+    they are; see :meth:`from_original_tensor` of a Q4_0 ``QTensor``).
+    """
+
+    checkpoint: _native.Checkpoint
+    key: str
+    stored_dtype: torch.dtype
+    q4_0: bool
+    packed: bool
+    nnef_name: Optional[str]
+    _owned_file: Optional[str]
+
+    @staticmethod
+    def __new__(
+        cls,
+        checkpoint: _native.Checkpoint,
+        key: str,
+        dtype: Optional[torch.dtype] = None,
+        q4_0: bool = False,
+        *,
+        packed_shape: Optional[Sequence[int]] = None,
+    ) -> "OffloadedTensor":
+        name, shape, path = checkpoint.info(key)
+        if packed_shape is not None:
+            return cls._new_packed(checkpoint, key, dtype or torch.float32, tuple(packed_shape), name, shape, path)
+        stored = SAFETENSORS_DTYPES.get(name)
+        if stored is None:
+            raise T2NErrorCheckpoint(
+                f"tensor {key!r} in {path} has dtype {name}, which tract cannot load; convert the "
+                "checkpoint to F32, F16 or BF16 first"
+            )
+        dtype = dtype or stored
+        if dtype != stored and not (dtype in _FLOATS and stored in _FLOATS):
+            raise T2NErrorCheckpoint(
+                f"tensor {key!r} in {path} is {name} but the model expects {dtype}; only float16, "
+                "bfloat16 and float32 convert into each other on the way"
+            )
+        if q4_0:
+            check_q4_0_shape(tuple(shape))
+            if dtype not in _FLOATS:
+                raise T2NErrorInvalidArgument(f"tensor {key!r}: Q4_0 quantizes float tensors, not {dtype}")
+        self = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype, device="cpu", requires_grad=False)
+        self.checkpoint = checkpoint
+        self.key = key
+        self.stored_dtype = stored
+        self.q4_0 = q4_0
+        self.packed = False
+        self.nnef_name = None
+        self._owned_file = None
+        return self
+
+    @classmethod
+    def _new_packed(
+        cls, checkpoint: _native.Checkpoint, key: str, dtype: torch.dtype, shape: Tuple[int, ...],
+        stored_name: str, stored_shape: Sequence[int], path: str,
+    ) -> "OffloadedTensor":
+        check_q4_0_shape(shape)
+        nbytes = math.prod(shape) // Q4_0_GROUP * Q4_0_BLOCK_BYTES
+        if stored_name != "U8" or list(stored_shape) != [nbytes]:
+            raise T2NErrorCheckpoint(
+                f"tensor {key!r} in {path} is {stored_name} {list(stored_shape)}; the Q4_0 blocks of a {shape} "
+                f"tensor are U8 [{nbytes}]"
+            )
+        if dtype not in _FLOATS:
+            raise T2NErrorInvalidArgument(f"tensor {key!r}: Q4_0 dequantizes to float16, bfloat16 or float32, not {dtype}")
+        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        self.checkpoint = checkpoint
+        self.key = key
+        self.stored_dtype = torch.uint8
+        self.q4_0 = True
+        self.packed = True
+        self.nnef_name = None
+        self._owned_file = None
+        return self
+
+    # --- reference API ------------------------------------------------------------------
+    @classmethod
+    def from_checkpoint(
+        cls, checkpoint: Union[_native.Checkpoint, PathLike], key: str, dtype: Optional[torch.dtype] = None
+    ) -> "OffloadedTensor":
+        """Tensor ``key`` of ``checkpoint`` (an open checkpoint or a path), seen as ``dtype``."""
+        if not isinstance(checkpoint, _native.Checkpoint):
+            checkpoint = open_checkpoint(checkpoint)
+        return cls(checkpoint, key, dtype)
+
+    @classmethod
+    def from_original_tensor(
+        cls,
+        tensor: torch.Tensor,
+        name: str,
+        offload_dir: Optional[PathLike] = None,
+        suffix_log_msg: str = "",
+    ) -> "OffloadedTensor":
+        """Write ``tensor`` to ``<offload_dir>/<name>_<dtype>_<uuid>.safetensors`` and
+        reference it (the file is deleted with the last reference). The default directory
+        is a temporary one with prefix ``t2n_offload_disk``.
+
+        A Q4_0 ``QTensorTractScaleOnly`` is written as its packed blocks (18 bytes per 32
+        values) and stays Q4_0: ops dequantize them, exports write them as they are. Other
+        ``QTensor`` s are written as the values they dequantize to (which is also what an
+        export writes for them)."""
+        while hasattr(tensor, "opaque_tensor"):  # an OpaqueTensorRef (opaque.py imports this module)
+            tensor = tensor.opaque_tensor
+        if isinstance(tensor, OffloadedTensor):
+            return tensor
+        directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
+        directory.mkdir(parents=True, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+        kind = "q4_0" if isinstance(tensor, QTensorTractScaleOnly) else str(tensor.dtype).replace("torch.", "")
+        path = directory / f"{safe}_{kind}_{uuid.uuid4().hex}.safetensors"
+        if isinstance(tensor, QTensorTractScaleOnly):
+            write_safetensors(path, {"q4_0_blocks": tensor.blocks})
+            off = cls(open_checkpoint(path), "q4_0_blocks", tensor.dtype, packed_shape=tuple(tensor.shape))
+        else:
+            write_safetensors(path, {"tensor": tensor.decompress() if isinstance(tensor, QTensor) else tensor})
+            off = cls(open_checkpoint(path), "tensor")
+        log.debug("offloaded %s to %s%s", name, path, suffix_log_msg)
+        off.nnef_name = name
+        off._owned_file = str(path)
+        _FILE_USERS[str(path)] = 1
+        return off
+
+    def to_base_tensor(self) -> torch.Tensor:
+        """The values as a plain tensor (a view of the file's bytes when no conversion is
+        needed; private memory: writing into it never changes the file). Inside a
+        :class:`~fastnnef.tensor.residency.TensorResidencyPool` scope, the pool's (shared)
+        value."""
+        active = active_tensor_residency()
+        if active is not None:
+            pool, device = active
+            return pool.resolve(self, device)
+        return self._materialize()
+
+    def packed_qtensor(self) -> QTensorTractScaleOnly:
+        """For a ``packed`` tensor: a Q4_0 ``QTensor`` over its blocks, mapped from the
+        file (read when used)."""
+        if not self.packed:
+            raise T2NErrorInvalidArgument(f"{self.key!r} is not stored as Q4_0 blocks")
+        blocks = torch.from_numpy(self.checkpoint.raw(self.key))
+        return QTensorTractScaleOnly._from_blocks(blocks, tuple(self.shape), self.dtype)
+
+    def _materialize(self) -> torch.Tensor:
+        if self.packed:
+            return self.packed_qtensor().decompress()
+        raw = torch.from_numpy(self.checkpoint.raw(self.key))
+        values = raw.view(self.stored_dtype).reshape(self.shape)
+        if self.q4_0:
+            values = _q4_0_round_trip(values)
+        return values if values.dtype == self.dtype else values.to(self.dtype)
+
+    def shares_data_with(self, other: "OffloadedTensor") -> bool:
+        return self.checkpoint is other.checkpoint and self.key == other.key
+
+    def __del__(self) -> None:
+        # The file written by from_original_tensor goes with the last tensor using it.
+        owned = getattr(self, "_owned_file", None)
+        if owned and not _other_owner_alive(owned, self):
+            with contextlib.suppress(OSError):
+                os.unlink(owned)
+
+    def _shallow(self, dtype: Optional[torch.dtype] = None) -> "OffloadedTensor":
+        if self.packed:
+            new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, packed_shape=tuple(self.shape))
+        else:
+            new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, self.q4_0)
+        new.nnef_name = self.nnef_name
+        new._owned_file = self._owned_file
+        if new._owned_file:
+            _FILE_USERS[new._owned_file] = _FILE_USERS.get(new._owned_file, 1) + 1
+        return new
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+        stored = "q4_0 blocks" if self.packed else self.stored_dtype
+        return (
+            f"OffloadedTensor(key={self.key!r}, shape={tuple(self.shape)}, dtype={self.dtype}, "
+            f"stored={stored}, q4_0={self.q4_0}, file={self.checkpoint.info(self.key)[2]!r})"
+        )
+
+    # --- torch integration ----------------------------------------------------------------
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if torch._C._get_tracing_state() is None:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        # Under jit.trace: hand the op a materialized tensor that the trace knows as this
+        # parameter (its GetAttr), so the weight is a variable, not a baked constant.
+        return func(*tree_map(_traced_plain, args), **tree_map(_traced_plain, kwargs))
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _SHARING_OPS:
+            return args[0]._shallow()
+        if func is _aten._to_copy.default and _only_float_dtype_change(args[0], kwargs):
+            return args[0]._shallow(kwargs["dtype"])  # converted on the way, still on disk
+        for i, arg in enumerate(func._schema.arguments):
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            if isinstance(value, OffloadedTensor) and arg.alias_info is not None and arg.alias_info.is_write:
+                raise T2NErrorNotImplemented(
+                    f"{func} writes into an offloaded tensor ({value.key!r}), whose data is a "
+                    "checkpoint on disk; write into a materialized copy (t.to_base_tensor().clone())"
+                )
+
+        def plain(a: Any) -> Any:
+            return a.to_base_tensor() if isinstance(a, OffloadedTensor) else a
+
+        return func(*tree_map(plain, args), **tree_map(plain, kwargs))
+
+
+# Number of OffloadedTensor objects sharing a file written by from_original_tensor.
+_FILE_USERS: Dict[str, int] = {}
+
+
+def _other_owner_alive(path: str, _tensor: OffloadedTensor) -> bool:
+    left = _FILE_USERS.get(path, 1) - 1
+    if left > 0:
+        _FILE_USERS[path] = left
+        return True
+    _FILE_USERS.pop(path, None)
+    return False
+
+
+def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: Dict[str, Any]) -> bool:
+    dtype = kwargs.get("dtype")
+    device = kwargs.get("device")
+    others = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "layout", "memory_format")}
+    return (
+        dtype in _FLOATS and tensor.dtype in _FLOATS and not others and (device is None or torch.device(device).type == "cpu")
+        and kwargs.get("memory_format") in (None, torch.preserve_format)
+    )
+
+
+def _traced_plain(value: Any) -> Any:
+    if not isinstance(value, OffloadedTensor):
+        return value
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)  # reading the weight is not part of the graph
+    try:
+        plain = value.to_base_tensor()
+    finally:
+        torch._C._set_tracing_state(state)
+    try:
+        traced = torch._C._get_value_trace(value)
+    except RuntimeError:
+        return plain  # not a module parameter: recorded as a constant, as any tensor
+    torch._C._set_value_trace(plain, traced)
+    return plain
+
+
+def _q4_0_round_trip(values: torch.Tensor) -> torch.Tensor:
+    """``values`` through Q4_0 and back (tract's arithmetic), so torch computes with the
+    weights tract will load."""
+    if values.dtype == torch.bfloat16:
+        array, bf16 = values.view(torch.int16).numpy(), True
+    else:
+        array, bf16 = values.float().numpy() if values.dtype not in _FLOATS else values.numpy(), False
+    blocks = _native.q4_0_quantize(array, bf16=bf16)
+    return torch.from_numpy(_native.q4_0_dequantize(blocks, list(values.shape))).to(values.dtype)
+
+
+def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
+    """Write ``tensors`` as a ``.safetensors`` file, one tensor at a time from its storage
+    (no copy of the whole set); written beside and renamed, so a failure leaves nothing."""
+    header: Dict[str, Any] = {}
+    offset = 0
+    plain: Dict[str, torch.Tensor] = {}
+    for name, tensor in tensors.items():
+        if isinstance(tensor, OffloadedTensor):
+            tensor = tensor.to_base_tensor()
+        tensor = tensor.detach().cpu().contiguous()
+        dtype_name = _TORCH_TO_SAFETENSORS.get(tensor.dtype)
+        if dtype_name is None:
+            raise T2NErrorInvalidArgument(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot hold")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": dtype_name, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+        plain[name] = tensor
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(len(text).to_bytes(8, "little"))
+            f.write(text)
+            for tensor in plain.values():
+                if tensor.numel():
+                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# --- loading a model's weights as offloaded tensors --------------------------------------------
+
+
+def _module_slots(model: nn.Module) -> Dict[int, Tuple[torch.Tensor, list[Tuple[nn.Module, str, str, bool]]]]:
+    """Every parameter and persistent buffer by tensor identity: (tensor, [(module, attr,
+    qualified name, is_parameter)]), so tied weights are loaded once and stay tied."""
+    slots: Dict[int, Tuple[torch.Tensor, list[Tuple[nn.Module, str, str, bool]]]] = {}
+    for mod_name, module in model.named_modules(remove_duplicate=False):
+        prefix = f"{mod_name}." if mod_name else ""
+        for attr, param in module._parameters.items():
+            if param is not None:
+                slots.setdefault(id(param), (param, []))[1].append((module, attr, prefix + attr, True))
+        for attr, buf in module._buffers.items():
+            if buf is not None and attr not in module._non_persistent_buffers_set:
+                slots.setdefault(id(buf), (buf, []))[1].append((module, attr, prefix + attr, False))
+    return slots
+
+
+def load_offloaded_checkpoint(
+    model: nn.Module,
+    checkpoint: Union[PathLike, _native.Checkpoint],
+    strict: bool = True,
+    q4_0_module_classes: Iterable[type] = (),
+    key_map: Optional[Callable[[str], str]] = None,
+) -> nn.Module:
+    """Point every parameter (and persistent buffer) of ``model`` at its tensor in
+    ``checkpoint`` as an :class:`OffloadedTensor`; nothing is read but the headers.
+
+    Build the model with :func:`fastnnef.utils.init_empty_weights` so that no weight is
+    ever allocated. Everything is checked before the model is touched: a name missing from
+    the checkpoint, a shape that differs, or a dtype that cannot be converted raises
+    ``T2NErrorCheckpoint`` listing them; with ``strict`` (the default) so do checkpoint
+    tensors the model does not use. Each weight takes the model's dtype (float16, bfloat16
+    and float32 convert into each other on the way). Weights of modules of
+    ``q4_0_module_classes`` (e.g. ``(nn.Linear,)``) are written as Q4_0, quantized on the
+    way, and torch computes with the Q4_0 values. ``key_map`` maps a model name to its
+    checkpoint name. Tied weights stay tied. Returns ``model`` (modified in place, as
+    ``load_state_dict``).
+    """
+    ckpt = checkpoint if isinstance(checkpoint, _native.Checkpoint) else open_checkpoint(checkpoint)
+    classes = tuple(q4_0_module_classes)
+    mapping = key_map or (lambda name: name)
+    plan: list[Tuple[OffloadedTensor, list[Tuple[nn.Module, str, str, bool]]]] = []
+    problems: list[str] = []
+    used: set[str] = set()
+    for tensor, users in _module_slots(model).values():
+        names = [mapping(qual) for _, _, qual, _ in users]
+        key = next((n for n in names if n in ckpt), None)
+        if key is None:
+            problems.append(f"missing: {names[0]!r} (shape {tuple(tensor.shape)})")
+            continue
+        used.add(key)
+        dtype_name, shape, path = ckpt.info(key)
+        if tuple(shape) != tuple(tensor.shape):
+            problems.append(f"shape: {key!r} is {tuple(shape)} in {path}, the model has {tuple(tensor.shape)}")
+            continue
+        # As fastnnef.compress: a weight also used outside those classes (a tied
+        # embedding) stays float.
+        in_classes = [isinstance(m, classes) and attr == "weight" for m, attr, _, _ in users] if classes else []
+        q4 = bool(in_classes) and all(in_classes)
+        if any(in_classes) and not q4:
+            log.warning("not quantizing %s: it is shared with modules outside %s", key, [c.__name__ for c in classes])
+        try:
+            off = OffloadedTensor(ckpt, key, tensor.dtype, q4_0=q4)
+        except T2NErrorCheckpoint as err:
+            problems.append(f"dtype: {err}")
+            continue
+        except Exception as err:  # noqa: BLE001 - an impossible Q4_0 shape keeps the weight in float
+            if not q4:
+                raise
+            log.info("not quantizing %s: %s", key, err)
+            off = OffloadedTensor(ckpt, key, tensor.dtype)
+        off.nnef_name = users[0][2]
+        plan.append((off, users))
+    extra = sorted(set(ckpt.keys()) - used)
+    if strict and extra:
+        shown = ", ".join(repr(k) for k in extra[:5]) + (" ..." if len(extra) > 5 else "")
+        problems.append(f"unexpected: {len(extra)} checkpoint tensors the model does not use ({shown})")
+    if problems:
+        raise T2NErrorCheckpoint(
+            f"checkpoint {ckpt.path} does not match the model ({len(problems)} problems): "
+            + "; ".join(problems[:10]) + ("; ..." if len(problems) > 10 else "")
+            + ". Fix the model config or the checkpoint; pass strict=False to ignore unused tensors"
+        )
+    for off, users in plan:
+        # One Parameter object per tensor group: tied weights stay tied.
+        param = nn.Parameter(off, requires_grad=False)
+        for module, attr, _, is_param in users:
+            if is_param:
+                module._parameters[attr] = param
+            else:
+                module._buffers[attr] = off
+    return model
+
+
+# device_map strings that put every weight on disk (t2n_auto / auto: fastnnef exports on
+# the CPU, where disk is the placement that bounds memory), and per-module values meaning disk.
+_ALL_ON_DISK = (DEFAULT_OFFLOAD_PREFIX, "t2n_auto", "auto", "disk")
+_DISK_VALUES = ("disk", "disk_cpu", DEFAULT_OFFLOAD_PREFIX)
+
+
+def t2n_load_checkpoint_and_dispatch(
+    model: nn.Module,
+    checkpoint: PathLike,
+    device_map: Union[str, Dict[str, Any], None],
+    offload_dir: Optional[PathLike],
+    strict: bool = False,
+    offload_at_load_state_dict: bool = False,
+    weight_converters: Any = None,
+    hf_quantizer: Any = None,
+) -> nn.Module:
+    """The reference's loader: weights of ``checkpoint`` into ``model``, those placed on
+    disk as :class:`OffloadedTensor`, the others in memory.
+
+    ``device_map``: ``"t2n_offload_disk"``, ``"t2n_auto"`` or ``"auto"`` put every weight on
+    disk; ``None`` loads every weight in memory; a dict maps module names to ``"disk"`` /
+    ``"t2n_offload_disk"`` or ``"cpu"``, accelerate-style: each weight goes where its
+    longest enclosing module name says (``""`` is the whole model; a weight no entry
+    covers raises). Tied weights follow their first name. ``.safetensors`` checkpoints
+    (single, sharded index, or a directory) are referenced in place; ``.bin`` / ``.pt``
+    ones are read with ``weights_only=True`` and ``mmap=True`` and written once to
+    ``offload_dir`` as ``.safetensors``. Every placement is checked before the model is
+    touched. ``weight_converters`` and ``hf_quantizer`` are not supported (raise).
+    ``offload_at_load_state_dict`` is accepted for compatibility: weights are always
+    offloaded as they are read.
+    """
+    if weight_converters is not None or hf_quantizer is not None:
+        raise T2NErrorNotImplemented(
+            "t2n_load_checkpoint_and_dispatch: weight_converters and hf_quantizer are not supported by "
+            "fastnnef; convert or quantize the checkpoint first (fastnnef.compress for Q4_0)"
+        )
+    del offload_at_load_state_dict
+    place = _placement(device_map)
+    in_memory = {first for _, users in _module_slots(model).values() if place(first := users[0][2]) == "cpu"}
+    path = Path(checkpoint)
+    if path.suffix in (".bin", ".pt", ".pth"):
+        directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
+        directory.mkdir(parents=True, exist_ok=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        if not isinstance(state, dict):
+            raise T2NErrorCheckpoint(f"{path} holds a {type(state).__name__}, expected a state dict")
+        sharded = directory / f"{path.stem}_offloaded.safetensors"
+        write_safetensors(sharded, {k: v for k, v in state.items() if isinstance(v, torch.Tensor)})
+        del state
+        path = sharded
+    load_offloaded_checkpoint(model, path, strict=strict)
+    for tensor, users in _module_slots(model).values():
+        if users[0][2] in in_memory and isinstance(tensor, OffloadedTensor):
+            values = tensor.to_base_tensor().clone()  # private memory, one tensor at a time
+            param = nn.Parameter(values, requires_grad=False)
+            for module, attr, _, is_param in users:
+                if is_param:
+                    module._parameters[attr] = param
+                else:
+                    module._buffers[attr] = values
+    return model
+
+
+def _placement(device_map: Union[str, Dict[str, Any], None]) -> Callable[[str], str]:
+    """``weight name -> "disk" | "cpu"`` for ``device_map``; bad values raise here."""
+    if device_map is None:
+        return lambda name: "cpu"
+    if isinstance(device_map, str):
+        if device_map not in _ALL_ON_DISK:
+            raise T2NErrorInvalidArgument(
+                f"device_map {device_map!r} is not supported; use 't2n_offload_disk', 't2n_auto', 'auto', None "
+                "(all in memory) or a dict of module name -> 'disk' | 'cpu'"
+            )
+        return lambda name: "disk"
+    if not isinstance(device_map, dict):
+        raise T2NErrorInvalidArgument(f"device_map must be a str, a dict or None, got {type(device_map).__name__}")
+    where: Dict[str, str] = {}
+    for prefix, value in device_map.items():
+        if str(value) in _DISK_VALUES:
+            where[prefix] = "disk"
+        elif str(value) == "cpu":
+            where[prefix] = "cpu"
+        else:
+            raise T2NErrorInvalidArgument(
+                f"device_map[{prefix!r}] is {value!r}: fastnnef loads weights on 'cpu' (in memory) or 'disk' "
+                "(offloaded); exports run on the CPU, so accelerator placements do not apply"
+            )
+
+    def place(name: str) -> str:
+        module = name
+        while module not in where:
+            if not module:
+                raise T2NErrorInvalidArgument(
+                    f"device_map places no module holding {name!r}; add an entry for it or '' for the whole model"
+                )
+            module = module.rpartition(".")[0]
+        return where[module]
+
+    return place
+
+
+@contextlib.contextmanager
+def ctx_maybe_load_from_disk_as_offloaded(offload_dir: Optional[PathLike] = None) -> Iterator[None]:
+    """Inside this context, ``safetensors.torch.load_file`` returns :class:`OffloadedTensor`
+    values referencing the file (nothing is read), and ``torch.load`` reads with
+    ``mmap=True`` (``weights_only=True`` unless the caller passes ``weights_only=False``
+    explicitly) and offloads each tensor to ``offload_dir`` as ``.safetensors``. Then
+    ``model.load_state_dict(state, assign=True)`` gives a model whose weights stay on disk.
+    """
+    directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
+    original_torch_load = torch.load
+    patched: list[Tuple[Any, str, Any]] = []
+
+    def load_file(filename: PathLike, device: Any = "cpu") -> Dict[str, torch.Tensor]:
+        ckpt = open_checkpoint(filename)
+        return {key: OffloadedTensor(ckpt, key) for key in ckpt.keys()}
+
+    def torch_load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("weights_only", True)
+        if isinstance(f, (str, os.PathLike)):
+            kwargs.setdefault("mmap", True)
+        loaded = original_torch_load(f, *args, **kwargs)
+        if isinstance(loaded, dict):
+            return {
+                k: OffloadedTensor.from_original_tensor(v, str(k), directory) if isinstance(v, torch.Tensor) else v
+                for k, v in loaded.items()
+            }
+        return loaded
+
+    patched.append((torch, "load", torch_load))
+    try:
+        import safetensors.torch as st_torch
+    except ImportError:  # safetensors not installed: nothing to patch there
+        st_torch = None
+    if st_torch is not None:
+        patched.append((st_torch, "load_file", load_file))
+    try:
+        import peft.utils.save_and_load as peft_io  # type: ignore[import-not-found]
+    except ImportError:
+        peft_io = None
+    if peft_io is not None and hasattr(peft_io, "safe_load_file"):
+        patched.append((peft_io, "safe_load_file", load_file))
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patched]
+    try:
+        for obj, attr, new in patched:
+            setattr(obj, attr, new)
+        yield
+    finally:
+        for obj, attr, old in saved:
+            setattr(obj, attr, old)

@@ -1,0 +1,41 @@
+"""The wrapper's masks and names, without tracing: masks equal transformers' own mask
+functions (causal, and sliding window) at any past length P and new-token count S."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+from fastnnef.llm.wrapper import assertions, attention_masks, dynamic_axes, io_names
+
+
+@pytest.mark.parametrize("past, new", [(0, 1), (0, 7), (5, 1), (3, 4), (9, 6)])
+@pytest.mark.parametrize("window", [None, 1, 2, 4])
+def test_masks_match_transformers(past: int, new: int, window: int) -> None:
+    masks = attention_masks(past, new, {"full": None, "sliding": window}, torch.float32)
+    for kind, rule in (("full", causal_mask_function),
+                       ("sliding", causal_mask_function if window is None else sliding_window_causal_mask_function(window))):
+        mask = masks[kind]
+        assert mask.shape == (1, 1, new, past + new)
+        for i in range(new):
+            for j in range(past + new):
+                visible = bool(rule(0, 0, torch.tensor(past + i), torch.tensor(j)))
+                assert (mask[0, 0, i, j] == 0).item() == visible, (kind, i, j)
+                if not visible:
+                    assert mask[0, 0, i, j] == torch.finfo(torch.float32).min
+
+
+def test_mask_dtype() -> None:
+    (mask,) = attention_masks(2, 3, {"full": None}, torch.float16).values()
+    assert mask.dtype == torch.float16 and mask.min() == torch.finfo(torch.float16).min
+
+
+def test_names_axes_and_assertions() -> None:
+    assert io_names(2) == (
+        ["input_ids", "in_cache_key_0", "in_cache_value_0", "in_cache_key_1", "in_cache_value_1"],
+        ["outputs", "out_cache_key_0", "out_cache_value_0", "out_cache_key_1", "out_cache_value_1"],
+    )
+    assert dynamic_axes(1) == {"input_ids": {1: "S"}, "in_cache_key_0": {2: "P"}, "in_cache_value_0": {2: "P"}}
+    assert assertions(4096) == ["tract_assert P >= 0", "tract_assert S >= 1", "tract_assert S+P < 4096",
+                                "tract_assert tg: S==1", "tract_assert pp: P==0"]

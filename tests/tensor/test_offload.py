@@ -1,0 +1,399 @@
+"""Weights that stay on disk: OffloadedTensor, load_offloaded_checkpoint and the
+reference's offload API, each exported and run by tract, and an export under a memory
+limit smaller than the weights."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from fastnnef import _native
+from fastnnef.check import TractArtefact
+from fastnnef.compress import offloaded_tensor_qtensor, quantize_weights_min_max_Q4_0
+from fastnnef.exceptions import T2NErrorCheckpoint, T2NErrorInvalidArgument, T2NErrorNotImplemented
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import TractNNEF
+from fastnnef.tensor.offload import (
+    OffloadedTensor,
+    ctx_maybe_load_from_disk_as_offloaded,
+    load_offloaded_checkpoint,
+    open_checkpoint,
+    t2n_load_checkpoint_and_dispatch,
+)
+from fastnnef.tensor.quant import (
+    QTensor,
+    QTensorTractScaleOnly,
+    fp_to_tract_q4_0_with_min_max_calibration,
+    qscale_per_group_f16_min_max_calibration,
+)
+from fastnnef.utils import init_empty_weights
+from tests.helpers import export_and_check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class TinyLM(nn.Module):
+    """Embedding, two linears, an lm head tied to the embedding (llama-like)."""
+
+    def __init__(self, vocab: int = 40, dim: int = 64, hidden: int = 128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        return self.head(h + self.down(torch.relu(self.up(h))))
+
+
+IDS = torch.tensor([[1, 5, 7, 3]])
+
+
+def state_of(model: nn.Module, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    # The tied head is saved once, under the embedding's name, as transformers does.
+    return {k: v.to(dtype).contiguous() for k, v in model.state_dict().items() if k != "head.weight"}
+
+
+def reference_model(state: dict[str, torch.Tensor]) -> TinyLM:
+    model = TinyLM().eval()
+    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    return model
+
+
+def empty_model() -> TinyLM:
+    with init_empty_weights():
+        return TinyLM().eval()
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("level", [None, 0, 1])
+def test_bf16_checkpoint_exports_without_loading_weights(tmp_path, level):
+    torch.manual_seed(0)
+    state = state_of(TinyLM(), torch.bfloat16)
+    ckpt = tmp_path / "model.safetensors"
+    save_file(state, ckpt)
+    before = sha(ckpt)
+    model = load_offloaded_checkpoint(empty_model(), ckpt)
+    assert all(isinstance(p, OffloadedTensor) for p in model.parameters())
+    assert model.head.weight is model.embed.weight  # tied weights stay tied (one .dat)
+    path = export_and_check(model, IDS, tmp_path, compression_level=level, input_names=["ids"], output_names=["y"])
+    (got,) = TractArtefact.load(path).run([IDS])
+    # bf16 -> f32 is exact: tract equals the in-memory model built from the same weights.
+    np.testing.assert_allclose(got, reference_model(state)(IDS).detach().numpy(), rtol=1e-5, atol=1e-5)
+    assert sha(ckpt) == before  # the checkpoint is only read
+    if level is None:
+        assert sorted(p.name for p in path.iterdir()) == [
+            "down.weight.dat", "embed.weight.dat", "graph.nnef", "up.bias.dat", "up.weight.dat"
+        ]
+        assert _native.dat_decode((path / "up.weight.dat").read_bytes()).encoding == "f32"
+
+
+def test_sharded_checkpoint_with_q4_0_computed_on_the_way(tmp_path):
+    torch.manual_seed(1)
+    state = state_of(TinyLM())
+    save_file({k: v for k, v in state.items() if k.startswith("embed")}, tmp_path / "s-1.safetensors")
+    save_file({k: v for k, v in state.items() if not k.startswith("embed")}, tmp_path / "s-2.safetensors")
+    weight_map = {k: "s-1.safetensors" if k.startswith("embed") else "s-2.safetensors" for k in state}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    model = load_offloaded_checkpoint(empty_model(), tmp_path, q4_0_module_classes=(nn.Linear,))
+    path = export_and_check(model, IDS, tmp_path, compression_level=None, atol=1e-3, rtol=1e-3)
+    # Linear weights quantized by Rust on the way; torch ran with the same Q4_0 values.
+    for name in ("up.weight", "down.weight"):
+        dat = _native.dat_decode((path / f"{name}.dat").read_bytes())
+        assert dat.encoding == "q4_0"
+        expected = _native.q4_0_dequantize(_native.q4_0_quantize(state[name].numpy()), list(state[name].shape))
+        np.testing.assert_array_equal(dat.array(), expected)
+    # The tied embedding/head is not only a Linear weight: it stays float.
+    assert _native.dat_decode((path / "embed.weight.dat").read_bytes()).encoding == "f32"
+
+
+def test_f32_checkpoint_into_an_f16_model_converts_on_the_way(tmp_path):
+    torch.manual_seed(2)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "m.safetensors")
+    with init_empty_weights():
+        model = TinyLM().half().eval()
+    load_offloaded_checkpoint(model, tmp_path / "m.safetensors")
+    assert model.up.weight.dtype == torch.float16 and model.up.weight.stored_dtype == torch.float32
+    out = export_model_to_nnef(model, IDS, tmp_path / "h.nnef", TractNNEF.latest(), compression_level=None)
+    dat = _native.dat_decode((out / "up.weight.dat").read_bytes())
+    assert dat.encoding == "f16"
+    np.testing.assert_array_equal(dat.array(), state["up.weight"].half().numpy())
+
+
+def test_mismatch_is_refused_before_anything_changes(tmp_path):
+    state = state_of(TinyLM())
+    bad = dict(state)
+    del bad["up.bias"]
+    bad["down.weight"] = torch.zeros(3, 3)
+    bad["extra.w"] = torch.zeros(2)
+    save_file(bad, tmp_path / "m.safetensors")
+    model = empty_model()
+    with pytest.raises(T2NErrorCheckpoint) as err:
+        load_offloaded_checkpoint(model, tmp_path / "m.safetensors")
+    msg = str(err.value)
+    assert "missing: 'up.bias'" in msg
+    assert "shape: 'down.weight' is (3, 3)" in msg and "the model has (64, 128)" in msg
+    assert "unexpected: 1 checkpoint tensors the model does not use ('extra.w')" in msg
+    assert all(p.is_meta for p in model.parameters())  # nothing was touched
+
+    save_file({**state, "up.bias": torch.zeros(128, dtype=torch.int32)}, tmp_path / "i.safetensors")
+    with pytest.raises(T2NErrorCheckpoint, match=r"'up.bias' in .*i\.safetensors is I32 but the model expects torch.float32"):
+        load_offloaded_checkpoint(empty_model(), tmp_path / "i.safetensors")
+
+
+def test_truncated_checkpoint_names_the_file_and_the_tensor(tmp_path):
+    ckpt = tmp_path / "m.safetensors"
+    save_file(state_of(TinyLM()), ckpt)
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(data[:-100])
+    with pytest.raises(T2NErrorCheckpoint, match=r"m\.safetensors.*tensor '.*' ends at byte .*truncated"):
+        load_offloaded_checkpoint(empty_model(), ckpt)
+
+
+def test_offloaded_tensor_reference_api(tmp_path):
+    t = torch.randn(4, 32)
+    off = OffloadedTensor.from_original_tensor(t, "layer.w", offload_dir=tmp_path)
+    (file,) = tmp_path.iterdir()
+    assert file.name.startswith("layer.w_float32_") and file.suffix == ".safetensors"
+    torch.testing.assert_close(off.to_base_tensor(), t)
+    torch.testing.assert_close(off * 2, t * 2)  # any op materializes
+    half = off.to(torch.float16)
+    assert isinstance(half, OffloadedTensor) and half.dtype == torch.float16
+    torch.testing.assert_close(half.to_base_tensor(), t.half())
+    with pytest.raises(T2NErrorNotImplemented, match="writes into an offloaded tensor"):
+        off.add_(1)
+    del off, half
+    assert list(tmp_path.iterdir()) == []  # the offloaded file goes with its last tensor
+
+
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_t2n_load_checkpoint_and_dispatch(tmp_path, fmt):
+    torch.manual_seed(3)
+    state = state_of(TinyLM())
+    if fmt == "safetensors":
+        ckpt = tmp_path / "model.safetensors"
+        save_file(state, ckpt)
+    else:
+        ckpt = tmp_path / "pytorch_model.bin"
+        torch.save(state, ckpt)
+    model = t2n_load_checkpoint_and_dispatch(empty_model(), ckpt, device_map="t2n_offload_disk",
+                                             offload_dir=tmp_path / "offload")
+    assert isinstance(model.up.weight, OffloadedTensor)
+    path = export_and_check(model, IDS, tmp_path, compression_level=0)
+    np.testing.assert_allclose(TractArtefact.load(path).run([IDS])[0], reference_model(state)(IDS).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def kinds(model: nn.Module) -> dict[str, str]:
+    return {n: "disk" if isinstance(t, OffloadedTensor) else "cpu"
+            for n, t in [*model.named_parameters(), *model.named_buffers()]}
+
+
+@pytest.mark.parametrize("device_map, expected", [
+    # Each weight goes where its longest enclosing module name says.
+    ({"": "disk", "up": "cpu"}, {"embed.weight": "disk", "up.weight": "cpu", "up.bias": "cpu", "down.weight": "disk"}),
+    ({"": "cpu", "down": "t2n_offload_disk"},
+     {"embed.weight": "cpu", "up.weight": "cpu", "up.bias": "cpu", "down.weight": "disk"}),
+    ({"embed": "disk", "up.weight": "disk", "up.bias": "cpu", "down": "cpu", "head": "cpu"},
+     {"embed.weight": "disk", "up.weight": "disk", "up.bias": "cpu", "down.weight": "cpu"}),
+    (None, {"embed.weight": "cpu", "up.weight": "cpu", "up.bias": "cpu", "down.weight": "cpu"}),
+])
+def test_t2n_load_checkpoint_and_dispatch_places_each_module(tmp_path, device_map, expected):
+    torch.manual_seed(5)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "model.safetensors")
+    model = t2n_load_checkpoint_and_dispatch(empty_model(), tmp_path / "model.safetensors", device_map, None)
+    assert kinds(model) == expected  # the tied head follows the embedding, its first name
+    assert model.head.weight is model.embed.weight
+    assert not any(t.is_meta for t in model.parameters())
+    path = export_and_check(model, IDS, tmp_path, compression_level=1)
+    np.testing.assert_allclose(TractArtefact.load(path).run([IDS])[0], reference_model(state)(IDS).detach().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device_map, message", [
+    ({"up": "cpu", "down": "disk"},
+     "device_map places no module holding 'embed.weight'; add an entry for it or '' for the whole model"),
+    ({"": "disk", "up": 0}, "device_map['up'] is 0: fastnnef loads weights on 'cpu' (in memory) or 'disk' (offloaded)"),
+    ("balanced", "device_map 'balanced' is not supported; use 't2n_offload_disk', 't2n_auto', 'auto', None"),
+])
+def test_bad_device_maps_are_refused_before_anything_changes(tmp_path, device_map, message):
+    save_file(state_of(TinyLM()), tmp_path / "model.safetensors")
+    model = empty_model()
+    with pytest.raises(T2NErrorInvalidArgument, match="^" + re.escape(message)):
+        t2n_load_checkpoint_and_dispatch(model, tmp_path / "model.safetensors", device_map, None)
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_half_of_an_offloaded_model_converts_when_read(tmp_path):
+    torch.manual_seed(6)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "model.safetensors")
+    model = t2n_load_checkpoint_and_dispatch(empty_model(), tmp_path / "model.safetensors", "t2n_offload_disk",
+                                             tmp_path / "offload").half()
+    assert all(isinstance(p, OffloadedTensor) and p.dtype == torch.float16 and p.stored_dtype == torch.float32
+               for p in model.parameters())
+    path = export_and_check(model, IDS, tmp_path, compression_level=None, atol=1e-2, rtol=1e-2)
+    dat = _native.dat_decode((path / "up.weight.dat").read_bytes())
+    assert dat.encoding == "f16"
+    np.testing.assert_array_equal(dat.array(), state["up.weight"].half().numpy())
+    half_reference = reference_model(state).half()
+    np.testing.assert_allclose(TractArtefact.load(path).run([IDS])[0], half_reference(IDS).float().detach().numpy(),
+                               rtol=2e-2, atol=2e-2)
+
+
+def test_quantizing_an_offloaded_model_keeps_its_q4_0_blocks_on_disk(tmp_path):
+    torch.manual_seed(7)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "model.safetensors")
+    offloaded = load_offloaded_checkpoint(empty_model(), tmp_path / "model.safetensors")
+    in_memory = reference_model(state)
+    quantize_weights_min_max_Q4_0(offloaded)
+    quantize_weights_min_max_Q4_0(in_memory)
+    for name in ("up", "down"):
+        weight = getattr(offloaded, name).weight
+        assert isinstance(weight, OffloadedTensor) and weight.packed and weight.nnef_name == f"{name}.weight"
+        file = Path(weight.checkpoint.info(weight.key)[2])
+        assert file.name.startswith(f"{name}.weight.q40_min_max_q4_0_")
+        assert file.stat().st_size < weight.numel()  # 18 bytes per 32 values, plus a header
+        torch.testing.assert_close(weight.to_base_tensor(), getattr(in_memory, name).weight.decompress())
+    assert isinstance(offloaded.embed.weight, OffloadedTensor) and not offloaded.embed.weight.q4_0  # tied: stays float
+    path = export_and_check(offloaded, IDS, tmp_path, name="off.nnef", compression_level=None, atol=1e-5, rtol=1e-5)
+    expected = export_model_to_nnef(in_memory, IDS, tmp_path / "mem.nnef", TractNNEF.latest(), compression_level=None)
+    for member in sorted(expected.iterdir()):
+        assert (path / member.name).read_bytes() == member.read_bytes(), member.name
+    assert _native.dat_decode((path / "up.weight.dat").read_bytes()).encoding == "q4_0"
+    # As in memory, a second pass leaves quantized weights alone.
+    up = offloaded.up.weight
+    quantize_weights_min_max_Q4_0(offloaded)
+    assert offloaded.up.weight is up
+
+
+def test_offloaded_tensor_qtensor(tmp_path):
+    t = torch.randn(8, 64)
+    in_memory = offloaded_tensor_qtensor(fp_to_tract_q4_0_with_min_max_calibration, t, "q40")
+    assert isinstance(in_memory, QTensorTractScaleOnly)
+    off = OffloadedTensor.from_original_tensor(t, "w", tmp_path)
+    q = offloaded_tensor_qtensor(fp_to_tract_q4_0_with_min_max_calibration, off, "q40")
+    assert isinstance(q, OffloadedTensor) and q.packed and q.nnef_name == "w.q40"
+    assert sorted(p.name.split("_")[0] for p in tmp_path.iterdir()) == ["w", "w.q40"]  # beside its source
+    torch.testing.assert_close(q.to_base_tensor(), in_memory.decompress())
+    torch.testing.assert_close(q.packed_qtensor().blocks, in_memory.blocks)
+    half = q.to(torch.float16)  # still the blocks on disk, dequantized to float16
+    assert isinstance(half, OffloadedTensor) and half.packed and half.dtype == torch.float16
+    # A QTensor that is not Q4_0 is offloaded as the values it stands for.
+    q8 = offloaded_tensor_qtensor(
+        lambda v: QTensor(v, qscale_per_group_f16_min_max_calibration(v, n_bits=8, group_size=32)), off, "q8"
+    )
+    assert isinstance(q8, OffloadedTensor) and not q8.packed
+    torch.testing.assert_close(q8.to_base_tensor(), QTensor(t, qscale_per_group_f16_min_max_calibration(
+        t, n_bits=8, group_size=32)).decompress())
+    del off, q, half, q8
+    assert list(tmp_path.iterdir()) == []  # each file goes with its last tensor
+
+
+def test_packed_q4_0_checkpoint_tensor_is_checked(tmp_path):
+    save_file({"blocks": torch.zeros(10, dtype=torch.uint8)}, tmp_path / "b.safetensors")
+    with pytest.raises(T2NErrorCheckpoint, match=r"'blocks' in .* is U8 \[10\]; the Q4_0 blocks of a \(8, 64\) tensor are U8 \[288\]"):
+        OffloadedTensor(open_checkpoint(tmp_path / "b.safetensors"), "blocks", packed_shape=(8, 64))
+
+
+def test_ctx_maybe_load_from_disk_as_offloaded(tmp_path):
+    torch.manual_seed(4)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "m.safetensors")
+    torch.save(state, tmp_path / "m.pt")
+    import safetensors.torch
+
+    original = (torch.load, safetensors.torch.load_file)
+    with ctx_maybe_load_from_disk_as_offloaded(tmp_path / "offload"):
+        from_st = safetensors.torch.load_file(tmp_path / "m.safetensors")
+        from_pt = torch.load(tmp_path / "m.pt")
+    assert (torch.load, safetensors.torch.load_file) == original  # restored on exit
+    assert all(isinstance(v, OffloadedTensor) for v in [*from_st.values(), *from_pt.values()])
+    for loaded in (from_st, from_pt):
+        model = empty_model()
+        model.load_state_dict(loaded, strict=False, assign=True)
+        model.head.weight = model.embed.weight
+        export_and_check(model, IDS, tmp_path, name=f"m{len(list(tmp_path.iterdir()))}.nnef", compression_level=1)
+
+
+CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    import torch
+    from torch import nn
+    from fastnnef.export import export_model_to_nnef
+    from fastnnef.inference_target import TractNNEF
+    from fastnnef.tensor.offload import load_offloaded_checkpoint
+    from fastnnef.utils import init_empty_weights
+
+    ckpt, out, layers, headroom = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    with init_empty_weights():
+        model = nn.Sequential(*[nn.Linear(1024, 1024, bias=False) for _ in range(layers)]).eval()
+    x = torch.ones(1, 1024)
+    nn.Linear(8, 8)(torch.ones(1, 8))  # warm torch's threads and allocator before measuring
+
+    def vm_bytes():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+
+    limit = vm_bytes() + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:  # control: the weights do not fit in what this process may still use
+        open(ckpt, "rb").read()
+        print("CONTROL: read the whole checkpoint", flush=True)
+    except MemoryError:
+        print("CONTROL: MemoryError", flush=True)
+    load_offloaded_checkpoint(model, ckpt)
+    # check_io off: tract's check loads every weight into RAM (it has no mmap of .dat files).
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    print(export_model_to_nnef(model, x, out, target, compression_level=0), flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to measure the address space")
+def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path):
+    """256 MiB of weights exported by a process whose address space may grow by only
+    96 MiB beyond what Python and torch already hold (RLIMIT_AS, which every Linux
+    process can set on itself: no cgroup or root needed)."""
+    layers, headroom = 64, 96 << 20
+    rng = np.random.default_rng(0)
+    ckpt = tmp_path / "big.safetensors"
+    state = {f"{i}.weight": torch.from_numpy(rng.standard_normal((1024, 1024), dtype=np.float32) * 0.03)
+             for i in range(layers)}
+    save_file(state, ckpt)
+    assert ckpt.stat().st_size > 2 * headroom
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+           "MALLOC_ARENA_MAX": "2"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(ckpt), str(tmp_path / "big.nnef"), str(layers),
+                           str(headroom)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CONTROL: MemoryError" in proc.stdout, proc.stdout
+    artefact = tmp_path / "big.nnef.tar"
+    assert proc.stdout.strip().endswith(str(artefact))
+    x = torch.ones(1, 1024)
+    expected = x
+    for i in range(layers):
+        expected = expected @ state[f"{i}.weight"].T
+    np.testing.assert_allclose(TractArtefact.load(artefact).run([x])[0], expected.numpy(), rtol=1e-3, atol=1e-3)
