@@ -54,6 +54,7 @@ from fastnnef.exceptions import (
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
 from fastnnef.tensor.quant.qtract import Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.residency import active_tensor_residency
+from fastnnef.tensor.traced import traced_torch_function
 
 log = logging.getLogger("fastnnef")
 
@@ -277,13 +278,7 @@ class OffloadedTensor(torch.Tensor):
     # --- torch integration ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if torch._C._get_tracing_state() is None:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
-        # Under jit.trace: hand the op a materialized tensor that the trace knows as this
-        # parameter (its GetAttr), so the weight is a variable, not a baked constant.
-        return func(*tree_map(_traced_plain, args), **tree_map(_traced_plain, kwargs))
+        return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor)
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
@@ -327,23 +322,6 @@ def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: Dict[str, Any]) ->
         dtype in _FLOATS and tensor.dtype in _FLOATS and not others and (device is None or torch.device(device).type == "cpu")
         and kwargs.get("memory_format") in (None, torch.preserve_format)
     )
-
-
-def _traced_plain(value: Any) -> Any:
-    if not isinstance(value, OffloadedTensor):
-        return value
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)  # reading the weight is not part of the graph
-    try:
-        plain = value.to_base_tensor()
-    finally:
-        torch._C._set_tracing_state(state)
-    try:
-        traced = torch._C._get_value_trace(value)
-    except RuntimeError:
-        return plain  # not a module parameter: recorded as a constant, as any tensor
-    torch._C._set_value_trace(plain, traced)
-    return plain
 
 
 def _q4_0_round_trip(values: torch.Tensor) -> torch.Tensor:

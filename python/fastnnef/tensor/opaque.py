@@ -19,6 +19,7 @@ from torch.utils._pytree import tree_map
 from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.quant import QTensor
+from fastnnef.tensor.traced import traced_torch_function
 
 
 class OpaqueTensorRef(torch.Tensor):
@@ -60,12 +61,7 @@ class OpaqueTensorRef(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if torch._C._get_tracing_state() is None:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
-        # Under jit.trace: hand the op the values, known to the trace as this parameter.
-        return func(*tree_map(_traced_values, args), **tree_map(_traced_values, kwargs))
+        return traced_torch_function(func, args, kwargs, OpaqueTensorRef, opaque_to_final_tensor)
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
@@ -128,21 +124,3 @@ def set_opaque_tensor_in_params_as_ref(model: nn.Module) -> None:
             plan.append((module, key, refs[id(param)]))
     for module, key, ref in plan:
         module._parameters[key] = ref
-
-
-def _traced_values(value: Any) -> Any:
-    if not isinstance(value, OpaqueTensorRef):
-        return value
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)  # loading or dequantizing is not part of the graph
-    try:
-        plain = opaque_to_final_tensor(value)
-    finally:
-        torch._C._set_tracing_state(state)
-    try:
-        traced = torch._C._get_value_trace(value)
-    except RuntimeError:
-        return plain  # not a module parameter: recorded as a constant, as any tensor
-    torch._C._set_value_trace(plain, traced)
-    return plain
-

@@ -21,6 +21,7 @@ from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
 )
+from fastnnef.tensor.traced import traced_torch_function
 from fastnnef.utils import torch_version
 
 # QTensor needs tensor subclasses with __torch_dispatch__ (torch >= 1.12); the names are
@@ -237,15 +238,9 @@ class QTensor(torch.Tensor):
     # --- torch integration ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if torch._C._get_tracing_state() is None:
-            # Eager: ops reach __torch_dispatch__, which dequantizes.
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
-        # Under jit.trace, some composite ops (convolutions) would run whole inside
-        # __torch_dispatch__ and be recorded as a constant. Instead, hand the op a plain
-        # dequantized tensor that the trace knows as this parameter's value (its GetAttr).
-        return func(*tree_map(_traced_plain, args), **tree_map(_traced_plain, kwargs))
+        # Under jit.trace, composite ops (convolutions) would otherwise run whole inside
+        # __torch_dispatch__ and be recorded as a constant.
+        return traced_torch_function(func, args, kwargs, QTensor, QTensor.decompress)
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
@@ -260,23 +255,6 @@ class QTensor(torch.Tensor):
             return a.decompress() if isinstance(a, QTensor) else a
 
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
-
-
-def _traced_plain(value: Any) -> Any:
-    if not isinstance(value, QTensor):
-        return value
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)  # dequantization is not part of the graph
-    try:
-        plain = value.decompress()
-    finally:
-        torch._C._set_tracing_state(state)
-    try:
-        traced = torch._C._get_value_trace(value)
-    except RuntimeError:
-        return plain  # not a module parameter: the trace records a constant, as for any tensor
-    torch._C._set_value_trace(plain, traced)
-    return plain
 
 
 def _copy_scheme_to(qscheme: QScheme, device: Any) -> QScheme:
