@@ -7,6 +7,7 @@ and an export with ``-nv`` runs in a process whose address space cannot hold the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -21,6 +22,7 @@ import transformers
 
 from fastnnef import _native
 from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.llm import dump_llm
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.load import load_checkpoint
@@ -167,3 +169,44 @@ def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path: 
     with torch.no_grad():
         expected = hf(torch.from_numpy(inputs[0])).logits[:, -1:]
     np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-3, atol=1e-3)
+
+
+def _with_extra(directory: Path, tmp_path: Path, extra: dict[str, torch.Tensor]) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    copy = Path(shutil.copytree(directory, tmp_path / "ckpt"))
+    weights = load_file(copy / "model.safetensors")
+    save_file({**weights, **extra}, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+def test_unused_checkpoint_weights_are_refused(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    directory = _with_extra(checkpoint("llama"), tmp_path, {"model.layers.7.mlp.up_proj.weight": torch.zeros(64, 32)})
+    out = tmp_path / "out"
+    with pytest.raises(T2NErrorInvalidArgument, match=r"ckpt holds weights its config\.json does not use: "
+                       r"model\.layers\.7\.mlp\.up_proj\.weight; the checkpoint belongs to another configuration"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists() and list(tmp_path.iterdir()) == [directory]
+
+
+def test_rotary_tables_of_old_checkpoints_are_recomputed(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """Old checkpoints saved rotary inv_freq per layer; as from_pretrained, fastnnef
+    ignores them and uses the values the model computes (here deliberately wrong ones
+    in the file, which would change every token if used)."""
+    directory = _with_extra(checkpoint("llama"), tmp_path, {
+        f"model.layers.{i}.self_attn.rotary_emb.inv_freq": torch.full((4,), 7.0) for i in range(2)})
+    loaded = load_checkpoint(directory, None, "eager", trust_remote_code=False)
+    assert loaded.streamed and float(loaded.model.model.rotary_emb.inv_freq[0]) == 1.0
+    report = dump_llm(tmp_path / "out", local_dir=directory)
+    generation = report.generation
+    assert generation is not None
+    expected = torch_generate(_hf_model(checkpoint("llama")), torch.tensor([generation.prompt]), 16)
+    assert generation.tract_tokens == expected
+
+
+def test_checkpoints_transformers_converts_are_loaded_in_memory(checkpoint: Callable[..., Path]) -> None:
+    """Mixtral's checkpoint stores one tensor per expert, which transformers stacks into
+    one parameter: not a single checkpoint tensor to stream, so from_pretrained loads it."""
+    loaded = load_checkpoint(checkpoint("mixtral"), None, "eager", trust_remote_code=False)
+    assert not loaded.streamed
+    assert not any(isinstance(p, OffloadedTensor) for p in loaded.model.parameters())

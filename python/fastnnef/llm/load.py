@@ -54,6 +54,7 @@ log = logging.getLogger("fastnnef.llm")
 
 CONFIG = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS_FILE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
@@ -223,12 +224,13 @@ def load_checkpoint(
 
 
 def _streamable(directory: Path, files: list[Path]) -> Optional[Path]:
-    """The file that opens the checkpoint for streaming (its index, or its one
-    ``.safetensors`` file), or None for checkpoints streaming does not read (``.bin``,
-    several ``.safetensors`` files without an index)."""
-    index = directory / SAFETENSORS_INDEX
-    if index.is_file():
-        return index
+    """The file that opens the checkpoint for streaming, the one ``from_pretrained``
+    reads (the index, else ``model.safetensors``, else the only ``.safetensors`` file),
+    or None for checkpoints streaming does not read (``.bin``, several ``.safetensors``
+    files without an index)."""
+    for name in (SAFETENSORS_INDEX, SAFETENSORS_FILE):
+        if (directory / name).is_file():
+            return directory / name
     return files[0] if len(files) == 1 else None
 
 
