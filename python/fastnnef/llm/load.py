@@ -3,8 +3,8 @@ weights.
 
 ``.safetensors`` checkpoints (one file, or shards listed by
 ``model.safetensors.index.json``) are *streamed*: the model is built with its parameters
-on the ``meta`` device (buffers computed at construction, such as rotary ``inv_freq``,
-are real), and each parameter is bound to an
+on the ``meta`` device (its buffers, such as rotary ``inv_freq``, computed by
+transformers' initialization as ``from_pretrained`` does), and each parameter is bound to an
 :class:`~fastnnef.tensor.offload.OffloadedTensor` of the checkpoint, in the model's
 dtype. No weight is read here; PyTorch runs read each one from a map of the file for
 the op that uses it, and the export streams each from the file into its ``.dat``
@@ -48,7 +48,6 @@ from fastnnef.tensor.offload import (
     load_offloaded_checkpoint,
     open_checkpoint,
 )
-from fastnnef.utils import init_empty_weights
 
 log = logging.getLogger("fastnnef.llm")
 
@@ -249,12 +248,19 @@ def _stream_weights(
             f"checkpoint shard {source} is corrupt or truncated ({err}): re-download or re-save it"
         ) from err
     model_dtype = dtype or _auto_dtype(config, ckpt)
-    # Parameters on meta (nothing allocated), buffers real: values computed at
-    # construction (rotary inv_freq, embedding scales) are not in checkpoints.
-    with init_empty_weights():
+    # Built on meta: nothing is allocated, not even transiently (a parameter created on
+    # the CPU then moved would still cost its size in address space).
+    with torch.device("meta"):
         model: Any = AutoModelForCausalLM.from_config(
             config, dtype=model_dtype, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code,
         )
+    # Buffers are not in checkpoints (rotary inv_freq, embedding scales): real storage,
+    # filled by transformers' own initialization, as from_pretrained fills them.
+    for module in model.modules():
+        for attr, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[attr] = torch.empty_like(buffer, device="cpu")
+    model.initialize_weights()
     names = _checkpoint_names(model, ckpt, source.parent)
     if names is None:
         log.info("%s stores weights that transformers converts at load: loading them in memory", source)
