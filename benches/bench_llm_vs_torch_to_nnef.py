@@ -10,6 +10,8 @@ torch_to_nnef_llm is not a dependency; install it apart, e.g.
     pip install --target /tmp/t2n --no-deps torch_to_nnef==0.24.12 torch_to_nnef_llm==0.24.12 \\
         nnef nnef-tools mako pyyaml six
     PYTHONPATH=python .venv/bin/python benches/bench_llm_vs_torch_to_nnef.py --reference /tmp/t2n
+fastnnef-llm alone, on a ~4 GB checkpoint (deleted afterwards):
+    PYTHONPATH=python .venv/bin/python benches/bench_llm_vs_torch_to_nnef.py --skip-reference --scale 4.5 --cleanup
 """
 
 from __future__ import annotations
@@ -35,11 +37,17 @@ LLAMA = dict(
 
 
 def build_checkpoint(directory: Path, scale: float) -> Path:
-    """A Llama checkpoint with a word-level tokenizer, saved once (reused when present).
-    The reference wants ``-d`` to hold one subdirectory with config.json."""
+    """A Llama checkpoint with a word-level tokenizer, saved once (reused when present),
+    by a separate process: a child forked from a process holding the model would
+    inherit its peak RSS (ru_maxrss survives exec). The reference wants ``-d`` to hold
+    one subdirectory with config.json."""
+    if not (directory / "llama" / "config.json").is_file():
+        subprocess.run([sys.executable, __file__, "--build", str(directory), "--scale", str(scale)], check=True)
+    return directory
+
+
+def _build(directory: Path, scale: float) -> None:
     checkpoint = directory / "llama"
-    if (checkpoint / "config.json").is_file():
-        return directory
     import torch
     import transformers
 
@@ -50,7 +58,6 @@ def build_checkpoint(directory: Path, scale: float) -> Path:
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(checkpoint)
     save_tokenizer(checkpoint)
-    return directory
 
 
 def stub_tract(folder: Path) -> Path:
@@ -90,11 +97,18 @@ def same_outputs(ours: Path, reference: Path, inputs: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", type=Path, required=True, help="where torch_to_nnef_llm is installed")
+    parser.add_argument("--reference", type=Path, help="where torch_to_nnef_llm is installed")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fastnnef-llm-bench"))
     parser.add_argument("--scale", type=float, default=1.0, help="layer count factor (1.0: ~1.1 GB)")
     parser.add_argument("--skip-reference", action="store_true", help="time fastnnef-llm only")
+    parser.add_argument("--cleanup", action="store_true", help="delete the checkpoint and the outputs at the end")
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the checkpoint-building child
     args = parser.parse_args()
+    if args.build:
+        _build(args.build, args.scale)
+        return
+    if args.reference is None and not args.skip_reference:
+        parser.error("--reference is required unless --skip-reference")
     args.workdir.mkdir(parents=True, exist_ok=True)
     source = build_checkpoint(args.workdir / "checkpoint", args.scale)
     size = sum(p.stat().st_size for p in (source / "llama").glob("*.safetensors"))
@@ -123,13 +137,16 @@ def main() -> None:
         worst = same_outputs(ours_out / "model" / "model.nnef.tgz", ref_out / "model" / "model.nnef.tgz",
                              ours_out / "tests" / "prompt_inputs.npz")
         print(f"both artefacts agree on the prompt bundle (max abs difference {worst:.2e})")
+    baseline = results["startup (imports only)"][1]
     for name, (wall, rss) in results.items():
-        print(f"{name:>26}: {wall:8.2f} s wall, peak RSS {rss:8.0f} MiB")
+        print(f"{name:>26}: {wall:8.2f} s wall, peak RSS {rss:8.0f} MiB ({rss - baseline:+.0f} MiB over the startup)")
     if "t2n_export_llm_to_tract" in results:
         (ours, ours_rss), (ref, ref_rss) = results["fastnnef-llm"], results["t2n_export_llm_to_tract"]
         startup = results["startup (imports only)"][0]
         print(f"speed-up {ref / ours:.1f}x ({(ref - startup) / (ours - startup):.1f}x beyond the shared startup), "
               f"peak RSS {ours_rss / ref_rss:.2f}x of the reference's")
+    if args.cleanup:
+        shutil.rmtree(args.workdir)
 
 
 if __name__ == "__main__":

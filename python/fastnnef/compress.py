@@ -49,7 +49,9 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
     A weight shared by several such modules is quantized once and stays shared; one also
     used by a module outside those classes is skipped with a warning; a shape Q4_0 cannot
     hold (rank not 2..4, or ``prod(shape[1:]) % 32``) is logged and skipped. An offloaded
-    weight stays on disk, as its Q4_0 blocks (:func:`offloaded_tensor_qtensor`).
+    weight stays on disk: min-max (``percentile`` 1) marks it to be quantized by the Rust
+    writer as it is streamed into the artefact (:meth:`OffloadedTensor.as_q4_0`); another
+    percentile writes its Q4_0 blocks to a file (:func:`offloaded_tensor_qtensor`).
     """
     classes = tuple(kwargs.pop("to_quantize_module_classes", (nn.Linear,)))
     percentile = float(kwargs.pop("percentile", 1.0))
@@ -79,12 +81,17 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
             )
             continue
         try:
-            # An offloaded weight stays on disk, as its Q4_0 blocks.
-            qweight = offloaded_tensor_qtensor(
-                functools.partial(fp_to_tract_q4_0_with_min_max_calibration, percentile=percentile),
-                weight.data,
-                "q40_min_max",
-            )
+            if isinstance(weight, OffloadedTensor) and percentile == 1.0:
+                # Min-max Q4_0 is what the Rust writer computes as it streams the weight
+                # from the checkpoint: nothing is read or written now.
+                qweight = weight.as_q4_0()
+            else:
+                # An offloaded weight stays on disk, as its Q4_0 blocks.
+                qweight = offloaded_tensor_qtensor(
+                    functools.partial(fp_to_tract_q4_0_with_min_max_calibration, percentile=percentile),
+                    weight.data,
+                    "q40_min_max",
+                )
         except T2NErrorImpossibleQuantization as err:
             log.info("not quantizing %s: %s", label, err)
             continue

@@ -1,5 +1,17 @@
 """Find a checkpoint on this machine, check it, and load it: the one place that reads
-weights (the bounded-memory checkpoint streaming will replace ``_load_weights``).
+weights.
+
+``.safetensors`` checkpoints (one file, or shards listed by
+``model.safetensors.index.json``) are *streamed*: the model is built with its parameters
+on the ``meta`` device (its buffers, such as rotary ``inv_freq``, computed by
+transformers' initialization as ``from_pretrained`` does), and each parameter is bound to an
+:class:`~fastnnef.tensor.offload.OffloadedTensor` of the checkpoint, in the model's
+dtype. No weight is read here; PyTorch runs read each one from a map of the file for
+the op that uses it, and the export streams each from the file into its ``.dat``
+member, converting the dtype or quantizing to Q4_0 on the way. Checkpoints that
+transformers converts at load (experts stored one tensor per expert, stacked into one
+parameter in the model) and ``.bin``/``.pt`` checkpoints are loaded in memory by
+``from_pretrained``.
 
 Sources: ``-d/--local-dir`` (a directory with ``config.json`` and the weights, or with
 exactly one such subdirectory, as the reference accepts) or ``-s/--model-slug``,
@@ -17,6 +29,7 @@ import copy
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -24,15 +37,23 @@ from typing import Any, Optional, Union
 import torch
 
 from fastnnef.exceptions import (
+    T2NErrorCheckpoint,
     T2NErrorInvalidArgument,
     T2NErrorNotFoundFile,
 )
 from fastnnef.llm.architectures import Architecture, architecture_of
+from fastnnef.tensor.offload import (
+    SAFETENSORS_DTYPES,
+    OffloadedTensor,
+    load_offloaded_checkpoint,
+    open_checkpoint,
+)
 
 log = logging.getLogger("fastnnef.llm")
 
 CONFIG = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS_FILE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
@@ -45,6 +66,7 @@ class Checkpoint:
     architecture: Architecture
     tokenizer: Optional[Any]  # None when the checkpoint ships none (random test models)
     name_or_path: str
+    streamed: bool  # weights are OffloadedTensors of the checkpoint's files, never loaded
 
 
 def hub_cache_dir() -> Path:
@@ -170,10 +192,7 @@ def check_weights(directory: Path, config: Any, trust_remote_code: bool) -> None
                 f"checkpoint shard {path} is corrupt or truncated ({err}): re-download or re-save it"
             ) from err
     if wrong:
-        more = f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""
-        raise T2NErrorInvalidArgument(
-            f"weights of {directory} do not fit its {CONFIG}: " + "; ".join(wrong[:5]) + more
-        )
+        raise T2NErrorInvalidArgument(f"weights of {directory} do not fit its {CONFIG}: {_listed(wrong, '; ')}")
 
 
 def load_checkpoint(
@@ -185,13 +204,156 @@ def load_checkpoint(
     """Check and load the checkpoint in ``directory`` (see the module docstring)."""
     config = read_config(directory, trust_remote_code)
     architecture = architecture_of(config)
-    check_weights(directory, config, trust_remote_code)
-    model = _load_weights(directory, config, dtype, attn_implementation, trust_remote_code)
+    files = _weight_files(directory)
+    model = None
+    source = _streamable(directory, files)
+    if source is not None:
+        model = _stream_weights(source, config, dtype, attn_implementation, trust_remote_code)
+    if model is None:
+        check_weights(directory, config, trust_remote_code)
+        model = _load_weights(directory, config, dtype, attn_implementation, trust_remote_code)
+    model.eval()
+    model.requires_grad_(False)
     return Checkpoint(
         directory=directory, model=model, architecture=architecture,
         tokenizer=load_tokenizer(directory, trust_remote_code),
         name_or_path=str(getattr(config, "_name_or_path", "") or directory),
+        streamed=any(isinstance(p, OffloadedTensor) for p in model.parameters()),
     )
+
+
+def _streamable(directory: Path, files: list[Path]) -> Optional[Path]:
+    """The file that opens the checkpoint for streaming, the one ``from_pretrained``
+    reads (the index, else ``model.safetensors``, else the only ``.safetensors`` file),
+    or None for checkpoints streaming does not read (``.bin``, several ``.safetensors``
+    files without an index)."""
+    for name in (SAFETENSORS_INDEX, SAFETENSORS_FILE):
+        if (directory / name).is_file():
+            return directory / name
+    return files[0] if len(files) == 1 else None
+
+
+def _stream_weights(
+    source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
+) -> Optional[Any]:
+    """The model with every parameter an OffloadedTensor of ``source``, or None when
+    transformers must convert some checkpoint tensors at load (see the module docstring).
+    Missing, unexpected and wrongly shaped weights raise before anything is bound."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        ckpt = open_checkpoint(source)
+    except T2NErrorCheckpoint as err:
+        raise T2NErrorInvalidArgument(
+            f"checkpoint shard {source} is corrupt or truncated ({err}): re-download or re-save it"
+        ) from err
+    model_dtype = dtype or _auto_dtype(config, ckpt)
+    # Built on meta: nothing is allocated, not even transiently (a parameter created on
+    # the CPU then moved would still cost its size in address space).
+    with torch.device("meta"):
+        model: Any = AutoModelForCausalLM.from_config(
+            config, dtype=model_dtype, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code,
+        )
+    # Buffers are not in checkpoints (rotary inv_freq, embedding scales): real storage,
+    # filled by transformers' own initialization, as from_pretrained fills them.
+    for module in model.modules():
+        for attr, buffer in module._buffers.items():
+            if buffer is not None and buffer.is_meta:
+                module._buffers[attr] = torch.empty_like(buffer, device="cpu")
+    model.initialize_weights()
+    names = _checkpoint_names(model, ckpt, source.parent)
+    if names is None:
+        log.info("%s stores weights that transformers converts at load: loading them in memory", source)
+        return None
+    load_offloaded_checkpoint(model, ckpt, strict=False, key_map=lambda name: names.get(name, name))
+    return model
+
+
+def _auto_dtype(config: Any, ckpt: Any) -> torch.dtype:
+    """``from_pretrained(dtype="auto")``'s choice: the config's dtype, else the dtype of
+    the checkpoint's first floating-point tensor."""
+    dtype = getattr(config, "dtype", None)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    for key in ckpt.keys():
+        found = SAFETENSORS_DTYPES.get(ckpt.info(key)[0])
+        if found is not None and found.is_floating_point:
+            return found
+    return torch.float32
+
+
+def _checkpoint_names(model: Any, ckpt: Any, directory: Path) -> Optional[dict[str, str]]:
+    """Model state name -> checkpoint key, renamed as ``from_pretrained`` renames them
+    (transformers' conversion mapping, base-model prefix), or None when a checkpoint
+    tensor needs a conversion beyond a rename. Raises on weights missing for the config,
+    of the wrong shape, or unused by the model."""
+    state = model.state_dict(keep_vars=True)
+    rename = _renamer(model, state)
+    names: dict[str, str] = {}
+    unexpected: list[str] = []
+    for key in ckpt.keys():
+        name, converted = rename(key)
+        if converted and name in state:
+            return None
+        if name in state:
+            names[name] = key
+        else:
+            unexpected.append(key)
+    # Tied weights: one tensor under several names, found under any of them.
+    groups: dict[int, list[str]] = {}
+    for name, tensor in state.items():
+        groups.setdefault(id(tensor), []).append(name)
+    _refuse_missing(directory, [group[0] for group in groups.values() if not any(n in names for n in group)])
+    wrong = []
+    for name, key in names.items():
+        _, shape, path = ckpt.info(key)
+        if tuple(shape) != tuple(state[name].shape):
+            wrong.append(f"{key} is {list(shape)} in {Path(path).name}, the config needs {list(state[name].shape)}")
+    if wrong:
+        raise T2NErrorInvalidArgument(f"weights of {directory} do not fit its {CONFIG}: {_listed(wrong, '; ')}")
+    unexpected = [k for k in unexpected if not _ignorable(model, k)]
+    if unexpected:
+        raise T2NErrorInvalidArgument(
+            f"{directory} holds weights its {CONFIG} does not use: {_listed(unexpected)}; the checkpoint belongs "
+            "to another configuration"
+        )
+    return names
+
+
+def _renamer(model: Any, state: dict[str, Any]) -> Any:
+    """``checkpoint key -> (model name, whether a converter beyond a rename applies)``,
+    as ``from_pretrained`` maps keys (transformers' conversion mapping, then the
+    base-model prefix); names unchanged when this transformers has no such mapping."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:
+        return lambda key: (key, False)
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    prefix = model.base_model_prefix
+
+    def rename(key: str) -> tuple[str, bool]:
+        name, pattern = rename_source_key(key, renamings, converters, prefix, state)
+        if name not in state and key in state:  # as from_pretrained: a key needing no rename
+            name, pattern = rename_source_key(key, [], [], prefix, state)
+        return name, pattern is not None
+
+    return rename
+
+
+def _ignorable(model: Any, key: str) -> bool:
+    """Checkpoint tensors ``from_pretrained`` ignores without a warning: those the model
+    declares ignorable, and buffers the model computes itself (old checkpoints saved
+    rotary ``inv_freq`` and ``position_ids``)."""
+    patterns = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    patterns += [r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"]
+    non_persistent = {f"{m}.{b}" if m else b for m, module in model.named_modules()
+                      for b in module._non_persistent_buffers_set}
+    return key in non_persistent or any(re.search(p, key) for p in patterns)
 
 
 def _load_weights(
@@ -211,16 +373,22 @@ def _load_weights(
         )
     except (OSError, RuntimeError, ValueError) as err:
         raise T2NErrorInvalidArgument(f"transformers cannot load the weights in {directory}: {err}") from err
-    missing = sorted(info.get("missing_keys") or ())
+    _refuse_missing(directory, sorted(info.get("missing_keys") or ()))
+    return model
+
+
+def _refuse_missing(directory: Path, missing: list[str]) -> None:
     if missing:
-        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise T2NErrorInvalidArgument(
-            f"weights missing from {directory} for its {CONFIG}: {', '.join(missing[:5])}{more}; they would be "
+            f"weights missing from {directory} for its {CONFIG}: {_listed(missing)}; they would be "
             "random: the checkpoint is incomplete or belongs to another configuration"
         )
-    model.eval()
-    model.requires_grad_(False)
-    return model
+
+
+def _listed(items: list[str], sep: str = ", ") -> str:
+    """The first five items, and how many more."""
+    more = f" (and {len(items) - 5} more)" if len(items) > 5 else ""
+    return sep.join(items[:5]) + more
 
 
 def load_tokenizer(directory: Path, trust_remote_code: bool) -> Optional[Any]:

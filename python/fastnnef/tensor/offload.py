@@ -257,11 +257,20 @@ class OffloadedTensor(torch.Tensor):
             with contextlib.suppress(OSError):
                 os.unlink(owned)
 
-    def _shallow(self, dtype: Optional[torch.dtype] = None) -> "OffloadedTensor":
+    def as_q4_0(self) -> "OffloadedTensor":
+        """The same checkpoint tensor, written as Q4_0 quantized on the way by the Rust
+        writer (min-max per block of 32); torch computes with its Q4_0 values. Nothing is
+        read or written now. Raises ``T2NErrorImpossibleQuantization`` for shapes Q4_0
+        cannot hold."""
+        if self.q4_0:
+            return self
+        return self._shallow(q4_0=True)
+
+    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "OffloadedTensor":
         if self.packed:
             new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, packed_shape=tuple(self.shape))
         else:
-            new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, self.q4_0)
+            new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, self.q4_0 if q4_0 is None else q4_0)
         new.nnef_name = self.nnef_name
         new._owned_file = self._owned_file
         if new._owned_file:

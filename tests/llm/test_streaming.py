@@ -1,0 +1,215 @@
+"""Safetensors checkpoints are streamed: the model is built on the meta device and every
+parameter is an OffloadedTensor of the checkpoint, so exports never hold the weights in
+memory. Tract's greedy tokens are compared with those of Hugging Face's own
+``from_pretrained`` model (not the streamed one, which would share a binding mistake),
+and an export with ``-nv`` runs in a process whose address space cannot hold the weights."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from fastnnef import _native
+from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.llm import dump_llm
+from fastnnef.llm.bundles import Bundle
+from fastnnef.llm.load import load_checkpoint
+from fastnnef.llm.verify import check_bundle, torch_generate
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
+from tests.llm.tiny import build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hf_model(directory: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, attn_implementation="eager").eval()
+
+
+def _sharded(name: str, directory: Path) -> Path:
+    """The tiny model saved in several shards with their index, as large checkpoints are."""
+    build(name).save_pretrained(directory, max_shard_size="40KB")
+    assert (directory / "model.safetensors.index.json").is_file()
+    assert len(list(directory.glob("model-*.safetensors"))) > 1
+    return directory
+
+
+@pytest.mark.parametrize("name, sharded", [("llama", False), ("llama", True), ("qwen2", True), ("gpt2", False),
+                                          ("gemma", False)])
+def test_streamed_export_generates_as_hugging_face(name: str, sharded: bool, checkpoint: Callable[..., Path],
+                                                   tmp_path: Path) -> None:
+    directory = _sharded(name, tmp_path / "ckpt") if sharded else checkpoint(name)
+    loaded = load_checkpoint(directory, None, "eager", trust_remote_code=False)
+    assert loaded.streamed
+    params = dict(loaded.model.named_parameters(remove_duplicate=False))
+    assert all(isinstance(p, OffloadedTensor) for p in params.values())
+    # Buffers absent from checkpoints are computed as Hugging Face computes them.
+    hf = _hf_model(directory)
+    for buffer_name, value in hf.named_buffers():
+        torch.testing.assert_close(dict(loaded.model.named_buffers())[buffer_name], value, rtol=0, atol=0)
+    del loaded
+
+    report = dump_llm(tmp_path / "out", local_dir=directory)
+    generation = report.generation
+    assert generation is not None and generation.first_divergence is None
+    expected = torch_generate(hf, torch.tensor([generation.prompt]), len(generation.tract_tokens))
+    assert generation.tract_tokens == expected
+
+
+def test_tied_embeddings_are_streamed_once(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """GPT-2 ties lm_head to the token embedding: the checkpoint holds it once, the model
+    shares one OffloadedTensor, and the artefact one variable."""
+    directory = checkpoint("gpt2")
+    model = load_checkpoint(directory, None, "eager", trust_remote_code=False).model
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert isinstance(model.lm_head.weight, OffloadedTensor) and model.lm_head.weight.key == "transformer.wte.weight"
+    report = dump_llm(tmp_path / "out", local_dir=directory, no_verify=True)
+    with tarfile.open(report.model_path) as tar:
+        members = [m.name for m in tar.getmembers() if m.name.endswith(".dat")]
+    assert sum("wte" in m or "lm_head" in m for m in members) == 1, members
+
+
+def test_streamed_q4_0_without_verification(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """-c min_max_q4_0 -nv: the linear weights are quantized by the Rust writer as they
+    are streamed; their blocks are those of fastnnef's in-memory Q4_0 of the checkpoint's
+    weights, and tract reproduces the test bundles PyTorch computed with them."""
+    directory = checkpoint("llama")
+    report = dump_llm(tmp_path / "out", local_dir=directory, compression_method="min_max_q4_0", no_verify=True)
+    assert not report.verified and report.generation is None
+    hf = _hf_model(directory)
+    with tarfile.open(report.model_path) as tar:
+        for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):
+            member = tar.extractfile(f"model.{name}.dat")
+            assert member is not None
+            dat = _native.dat_decode(member.read())
+            assert dat.encoding == "q4_0"
+            expected = fp_to_tract_q4_0_with_min_max_calibration(hf.get_parameter(name).detach()).decompress()
+            np.testing.assert_array_equal(dat.array(), expected.numpy())
+        embed = _native.dat_decode(tar.extractfile("model.model.embed_tokens.weight.dat").read())  # type: ignore[union-attr]
+        assert embed.encoding == "f32"  # not a Linear: stays float
+    artefact = TractArtefact.load(report.model_path)
+    for mode in report.modes:
+        bundle = Bundle(mode, *(dict(np.load(tmp_path / "out" / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
+                                for io in ("inputs", "outputs")))
+        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
+        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
+        assert check_bundle(artefact, bundle, "approximate").ok, mode
+
+
+CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    from fastnnef.llm import dump_llm
+
+    warmup, checkpoint, out, headroom = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    # The same export of a tiny checkpoint first: every module imported, torch's and
+    # Rust's threads started, before the address space is measured.
+    dump_llm(out + "-warmup", local_dir=warmup, no_verify=True)
+
+    def vm_bytes():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+
+    limit = vm_bytes() + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    report = dump_llm(out, local_dir=checkpoint, no_verify=True)
+    print("EXPORTED", report.model_path, flush=True)
+    # Control, after the export (a failed allocation may leave a malloc arena reserved):
+    # the weights do not fit in what this process may use.
+    try:
+        open(checkpoint + "/model.safetensors", "rb").read()
+        print("CONTROL: read the whole checkpoint", flush=True)
+    except MemoryError:
+        print("CONTROL: MemoryError", flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to measure the address space")
+def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path: Path) -> None:
+    """A Llama checkpoint of 300 MiB exported with -nv by a process whose address space
+    may grow by only 160 MiB once Python, torch, transformers and fastnnef are loaded
+    (RLIMIT_AS, which any Linux process may set on itself). The artefact then runs in
+    tract and gives Hugging Face's logits."""
+    headroom = 160 << 20
+    config = transformers.LlamaConfig(
+        num_hidden_layers=6, hidden_size=1024, intermediate_size=2048, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    big = tmp_path / "big"
+    transformers.LlamaForCausalLM(config).save_pretrained(big)
+    assert (big / "model.safetensors").stat().st_size > headroom * 1.8
+    tiny = tmp_path / "tiny"
+    build("llama").save_pretrained(tiny)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+           "MALLOC_ARENA_MAX": "2"}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(tiny), str(big), str(out), str(headroom)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "CONTROL: MemoryError" in proc.stdout, proc.stdout
+    assert f"EXPORTED {out / 'model' / 'model.nnef.tgz'}" in proc.stdout
+
+    artefact = TractArtefact.load(out / "model" / "model.nnef.tgz")
+    with np.load(out / "tests" / "prompt_inputs.npz") as npz:
+        inputs = [npz[name] for name in artefact.input_names]
+    logits = artefact.run(inputs)[0]
+    hf = _hf_model(big)
+    with torch.no_grad():
+        expected = hf(torch.from_numpy(inputs[0])).logits[:, -1:]
+    np.testing.assert_allclose(logits, expected.numpy(), rtol=1e-3, atol=1e-3)
+
+
+def _with_extra(directory: Path, tmp_path: Path, extra: dict[str, torch.Tensor]) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    copy = Path(shutil.copytree(directory, tmp_path / "ckpt"))
+    weights = load_file(copy / "model.safetensors")
+    save_file({**weights, **extra}, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+def test_unused_checkpoint_weights_are_refused(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    directory = _with_extra(checkpoint("llama"), tmp_path, {"model.layers.7.mlp.up_proj.weight": torch.zeros(64, 32)})
+    out = tmp_path / "out"
+    with pytest.raises(T2NErrorInvalidArgument, match=r"ckpt holds weights its config\.json does not use: "
+                       r"model\.layers\.7\.mlp\.up_proj\.weight; the checkpoint belongs to another configuration"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists() and list(tmp_path.iterdir()) == [directory]
+
+
+def test_rotary_tables_of_old_checkpoints_are_recomputed(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """Old checkpoints saved rotary inv_freq per layer; as from_pretrained, fastnnef
+    ignores them and uses the values the model computes (here deliberately wrong ones
+    in the file, which would change every token if used)."""
+    directory = _with_extra(checkpoint("llama"), tmp_path, {
+        f"model.layers.{i}.self_attn.rotary_emb.inv_freq": torch.full((4,), 7.0) for i in range(2)})
+    loaded = load_checkpoint(directory, None, "eager", trust_remote_code=False)
+    assert loaded.streamed and float(loaded.model.model.rotary_emb.inv_freq[0]) == 1.0
+    report = dump_llm(tmp_path / "out", local_dir=directory)
+    generation = report.generation
+    assert generation is not None
+    expected = torch_generate(_hf_model(checkpoint("llama")), torch.tensor([generation.prompt]), 16)
+    assert generation.tract_tokens == expected
+
+
+def test_checkpoints_transformers_converts_are_loaded_in_memory(checkpoint: Callable[..., Path]) -> None:
+    """Mixtral's checkpoint stores one tensor per expert, which transformers stacks into
+    one parameter: not a single checkpoint tensor to stream, so from_pretrained loads it."""
+    loaded = load_checkpoint(checkpoint("mixtral"), None, "eager", trust_remote_code=False)
+    assert not loaded.streamed
+    assert not any(isinstance(p, OffloadedTensor) for p in loaded.model.parameters())
