@@ -13,6 +13,9 @@ from fastnnef.op.aten._math import Calc, float_compute
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
+# Integer dtypes tract's pow has no kernel for (it has i32 and i64).
+_NARROW_INTS = frozenset({"i8", "i16", "u8"})
+
 
 def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
     if alpha == 1:
@@ -25,7 +28,9 @@ def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
 
 @handler("aten::add", args="x x f?")
 def add(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
-    """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor"""
+    """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor  (or on bools)"""
+    if ctx.out_dtype() == "bool":  # torch adds bools as a logical or; tract has no bool add
+        return ctx.emit("or", _bool_operands(ctx, a, b))
     return elementwise(ctx, "add", [a, _scaled(ctx, b, alpha if alpha is not None else 1)])
 
 
@@ -43,7 +48,9 @@ def rsub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTen
 
 @handler("aten::mul", "aten::multiply", args="x x")
 def mul(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::mul(Tensor self, Tensor other) -> Tensor"""
+    """aten::mul(Tensor self, Tensor other) -> Tensor  (and on bools)"""
+    if ctx.out_dtype() == "bool":  # torch multiplies bools as a logical and; tract has no bool mul
+        return ctx.emit("and", _bool_operands(ctx, a, b))
     return elementwise(ctx, "mul", [a, b])
 
 
@@ -109,6 +116,10 @@ def pow_(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             return elementwise(ctx, "sqrt", [a])
         if b == 1:
             return elementwise(ctx, "copy", [a])
+    out = ctx.out_dtype()
+    if out in _NARROW_INTS:  # tract's pow has no kernel for these: compute in i32, wrap back as torch does
+        wide = ctx.tmp("pow", operands(ctx, [a, b], "i32", len(ctx.out_shape())), suffix="i32")
+        return ctx.emit("tract_core_cast", [wide], {"to": out})
     return elementwise(ctx, "pow", [a, b])
 
 

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
-from fastnnef.nnef.shapes import is_static, plus, unknown
+from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
@@ -148,15 +148,15 @@ def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
     return ctx.emit("squeeze", [piece], {"axes": [axis]})
 
 
-@handler("aten::narrow", args="t i D i")
-def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: int) -> NTensor:
+@handler("aten::narrow", args="t i D D")
+def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
     b, _ = _index_bounds(ctx, x, axis, start[0])
-    e = plus(b, length)
+    e = add_dims(b, length[0])  # a length may be the size of a dynamic axis
     if b == 0 and e == x.shape[axis]:
         return ctx.emit("copy", [x], shape=x.shape)
-    return _slice(ctx, x, axis, b, e, 1, True, length)
+    return _slice(ctx, x, axis, b, e, 1, True, ctx.out_value().shape[axis])
 
 
 # --- gathers ----------------------------------------------------------------------------
