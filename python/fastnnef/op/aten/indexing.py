@@ -11,6 +11,7 @@ import torch
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
+from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
@@ -376,9 +377,9 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
 
 @handler("aten::scatter", args="t i t x s?")
 def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: Optional[str]) -> NTensor:
-    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value)"""
+    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""
     if reduce is not None:
-        raise ctx.unsupported(f"scatter with reduce={reduce!r}", "use scatter_reduce or a plain scatter")
+        return legacy_scatter(ctx, x, dim, _indices(ctx, index), src, reduce)
     axis = ctx.axis(dim, x.rank)
     dtype = ctx.out_dtype()
     index = _indices(ctx, index)
