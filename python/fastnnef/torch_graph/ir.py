@@ -807,8 +807,8 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
 
 def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
     """view/reshape with an explicit size list: each output dim is static or carries its
-    size's expression, and a -1 what is left of x's volume; with anything else unknown,
-    fall back to the window rule."""
+    size's expression, and a -1 what is left of x's volume where that is known; else the
+    window rule."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
     free = [d for d, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
     if len(free) == 1 and len(items) == out.rank:
@@ -816,32 +816,36 @@ def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
         known[free[0]] = Const("", 0)
         dyn = _size_list_dyn(ListValue("", known), out.rank)
         if dyn is not None:
-            rest = [d for d in dyn if d is not None]
-            marks = list(dyn)
-            marks[free[0]] = _remaining(x, [] if rest else [int(v.value) for v in known if isinstance(v, Const)])
-            return tuple(marks)
+            rest = _remaining(x, known)
+            if rest == UNKNOWN:  # where x's dims reach the output unchanged, the window rule knows it
+                rest = _window_dyn(x, out, args)[free[0]]
+            return dyn[: free[0]] + (rest,) + dyn[free[0] + 1 :]
     dyn = _size_list_dyn(args[0], out.rank) if args else None
     return _window_dyn(x, out, args) if dyn is None else dyn
 
 
-def _remaining(x: TensorValue, others: Sequence[int]) -> Optional[str]:
-    """The size of a reshape's -1: x's volume over the product of the ``others`` dims (an
-    empty list when those are not all static). Static when x is; the expression when x
-    has one dynamic dim and the division is exact; else unknown."""
-    if not x.is_dynamic():
+def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
+    """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
+    given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
+    are x's minus at most that one and the static parts divide; else unknown."""
+    x_syms = sorted(d for d in x.dyn if d is not None)
+    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt))
+    static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
+    static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
+    if UNKNOWN in x_syms or UNKNOWN in o_syms or static_o == 0 or static_x % static_o:
+        return UNKNOWN
+    left = list(x_syms)
+    for expr in o_syms:
+        if expr not in left:
+            return UNKNOWN
+        left.remove(expr)
+    factor = static_x // static_o
+    if not left:
         return None
-    dynamic = [d for d in range(x.rank) if x.dyn[d] is not None]
-    expr = x.dyn[dynamic[0]]
-    if len(dynamic) != 1 or expr == UNKNOWN or not others or 0 in others:
-        return UNKNOWN
-    static = math.prod(x.shape[d] for d in range(x.rank) if d != dynamic[0])
-    divisor = math.prod(others)
-    if static % divisor:
-        return UNKNOWN
-    size = symexpr.parse(expr)  # type: ignore[arg-type]
+    size = symexpr.parse(left[0]) if len(left) == 1 else None
     if size is None:
-        return UNKNOWN if static != divisor else expr
-    scaled = symexpr.render({k: v * (static // divisor) for k, v in size.items()})
+        return UNKNOWN if len(left) > 1 or factor != 1 else left[0]
+    scaled = symexpr.render({k: v * factor for k, v in size.items()})
     return None if isinstance(scaled, int) else scaled
 
 

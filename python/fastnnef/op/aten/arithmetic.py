@@ -128,6 +128,8 @@ for _aten, _nnef in (("maximum", "max"), ("minimum", "min"), ("fmax", "max"), ("
         @handler(f"aten::{_aten}", args="x x")
         def _minmax(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::maximum/minimum(Tensor self, Tensor other) -> Tensor"""
+            if ctx.out_dtype() == "bool":
+                return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b])
     _make(_nnef)
 
@@ -138,6 +140,8 @@ for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("l
         @handler(f"aten::{_aten}", args="x x")
         def _compare(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::eq/ne/lt/gt/le/ge(Tensor self, Tensor other) -> Tensor (bool)"""
+            if promote([a, b]) == "bool":
+                return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b], compute=promote([a, b]))
     _make_cmp(_nnef)
 
@@ -150,6 +154,31 @@ def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
             v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], suffix="nz")
         out.append(ctx.to_rank(v, rank) if isinstance(v, NTensor) else bool(v))
     return out
+
+
+def bool_logic(ctx: OpContext, kind: str, a: Operand, b: Operand) -> NTensor:
+    """A comparison, min or max of two bools in and/or/not (plain NNEF): tract compares
+    and orders numbers only (false < true, as in torch)."""
+    a, b = _bool_operands(ctx, a, b)
+
+    def neg(v: Operand) -> Operand:
+        return (not v) if isinstance(v, bool) else ctx.tmp("not", [v], suffix="not")
+
+    def both(x: Operand, y: Operand) -> NTensor:
+        return ctx.tmp("and", [x, y], suffix="and")
+
+    forms = {  # (final op, its two operands)
+        "eq": ("or", lambda: (both(a, b), both(neg(a), neg(b)))),
+        "ne": ("or", lambda: (both(a, neg(b)), both(neg(a), b))),
+        "lt": ("and", lambda: (neg(a), b)),
+        "gt": ("and", lambda: (a, neg(b))),
+        "le": ("or", lambda: (neg(a), b)),
+        "ge": ("or", lambda: (a, neg(b))),
+        "min": ("and", lambda: (a, b)),
+        "max": ("or", lambda: (a, b)),
+    }
+    op, args = forms[kind]
+    return ctx.emit(op, list(args()))
 
 
 @handler("aten::logical_and", "aten::__and__", "aten::bitwise_and", args="x x")
