@@ -741,7 +741,7 @@ def _cat_dyn(op: IROp) -> bool:
 
 
 # Ops whose input 0 is the output's size list (zeros(size), full(size, value)...).
-_FILLS = frozenset({"aten::zeros", "aten::ones", "aten::empty", "aten::full", "aten::rand", "aten::randn"})
+_FILLS = frozenset({"aten::zeros", "aten::ones", "aten::empty", "aten::full"})
 
 
 def _fill_dyn(op: IROp) -> bool:
