@@ -161,6 +161,8 @@ RULES = [
      (torch.randn(2, 6),), {0: {1: "S"}}, "aten::constant_pad_nd", (None, "S+4")),
     ("stft", lambda x: torch.stft(x, 8, 2, window=_HANN, return_complex=True).abs().reshape(2, -1),
      (torch.randn(2, 24),), {0: {1: "S"}}, "aten::stft", (None, None, "(S)/2+1")),
+    ("stft_default_hop_not_centred", lambda x: torch.stft(x, 8, window=_HANN, center=False, return_complex=True).abs(),
+     (torch.randn(26),), {0: {0: "S"}}, "aten::stft", (None, "(S-8)/2+1")),
 ]
 
 

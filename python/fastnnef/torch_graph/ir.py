@@ -1040,7 +1040,8 @@ def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     if out.rank != x.rank + 1 or x.dyn[-1] is None:
         return None
     n_fft = _ints(args[0])[0]
-    hop = _ints(args[1])[0] if _ints(args[1]) else n_fft // 4
+    hop_arg = args[1]
+    hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
     center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
     length: Optional[str] = x.dyn[-1]
     if center_overload and isinstance(args[4], Const) and args[4].value:
