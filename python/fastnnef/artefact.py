@@ -130,12 +130,16 @@ def quant_line(identifier: str, tensor: torch.Tensor) -> str:
     qscheme = tensor.qscheme()
     if qscheme in _PER_CHANNEL:
         raise T2NErrorNotImplemented(PER_CHANNEL_MESSAGE.format(name=identifier, qscheme=qscheme))
-    bits, signed = TORCH_QUANTIZED[tensor.dtype].bits, TORCH_QUANTIZED[tensor.dtype].signed
-    zero_point = int(tensor.q_zero_point())
-    scale = float(tensor.q_scale())
+    return quant_format_line(identifier, TORCH_QUANTIZED[tensor.dtype], float(tensor.q_scale()),
+                             int(tensor.q_zero_point()))
+
+
+def quant_format_line(identifier: str, qtype: QuantizedDtype, scale: float, zero_point: int) -> str:
+    """One ``graph.quant`` entry: the tensor named ``identifier`` holds ``qtype`` codes of
+    ``scale`` and ``zero_point``."""
     return (
         f'{format_string(identifier)}: zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, '
-        f"bits = {bits}, signed = {str(signed).lower()}, symmetric = {str(zero_point == 0).lower()});\n"
+        f"bits = {qtype.bits}, signed = {str(qtype.signed).lower()}, symmetric = {str(zero_point == 0).lower()});\n"
     )
 
 

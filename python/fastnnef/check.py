@@ -78,7 +78,8 @@ def _check_tolerance(tolerance: str) -> None:
 def to_numpy(value: ArrayLike, what: str, half_as_f32: bool = False) -> np.ndarray:
     """A numpy view of ``value`` (no copy), except bf16 which numpy lacks: widened to f32
     exactly; with ``half_as_f32`` f16 is widened too (tract's IO bundles hold f32). Complex
-    values become real arrays with a trailing (re, im) axis, as the exported graph holds them."""
+    values become real arrays with a trailing (re, im) axis, as the exported graph holds them;
+    torch-quantized ones their integer codes (a copy: quantized storage has no numpy view)."""
     if isinstance(value, np.ndarray):
         if np.iscomplexobj(value):
             return np.stack([value.real, value.imag], axis=-1)
@@ -90,6 +91,8 @@ def to_numpy(value: ArrayLike, what: str, half_as_f32: bool = False) -> np.ndarr
                 f"{what} is on device {value.device}; move it to the CPU first (tensor.cpu())"
             )
         tensor = value.detach()
+        if tensor.is_quantized:  # the integer codes, as tract holds a quantized tensor
+            return tensor.int_repr().numpy()
         if tensor.dtype == torch.bfloat16 or half_as_f32 and tensor.dtype == torch.float16:
             tensor = tensor.to(torch.float32)  # every bf16 (and f16) value is an f32 value
         tensor = tensor.resolve_conj().resolve_neg()

@@ -16,6 +16,7 @@ from fastnnef.exceptions import (
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.log import export_log_level, get_logger
 from fastnnef.nnef.graph import NNEFGraph
+from fastnnef.nnef.passes import run_passes
 from fastnnef.nnef.serialize import write_artefact
 from fastnnef.op.convert import Converter
 from fastnnef.op.custom_extractors import find_extractor
@@ -227,6 +228,7 @@ def convert_to_nnef(
     converter.reserve_outputs(ir, traced.output_names, in_names)
     converter.convert(ir)
     converter.finish_outputs(ir, traced.output_names)
+    run_passes(graph)  # e.g. ops whose results no output needs are not written
     extensions: list[str] = []
     target.post_trace(graph, extensions)
     graph.extensions = extensions + [e for e in custom_extensions if e not in extensions]

@@ -181,12 +181,7 @@ def test_cross_attention_key_padding_mask(reify: bool, batch_first: bool, mask_d
 
 
 @pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
-@pytest.mark.parametrize("memory_dynamic", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=True, reason="ir.py has no dynamic-dim rule for aten::select: the memory length "
-        "becomes an unknown expression at `kv_proj[0]`, so the mask's expand is refused")),
-], ids=["query-dynamic", "memory-dynamic"])
+@pytest.mark.parametrize("memory_dynamic", [False, True], ids=["query-dynamic", "memory-dynamic"])
 def test_cross_attention_key_padding_mask_dynamic(reify: bool, memory_dynamic: bool, tmp_path: Any) -> None:
     """A dynamic query length (and memory length): the mask is broadcast to symbolic sizes."""
     torch.manual_seed(0)

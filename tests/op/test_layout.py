@@ -132,14 +132,17 @@ def test_layout_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.T
         check(fn, make(), tmp_path, dyn)
 
 
-# The IR marks dynamic dims of these outputs position by position (no rule for the axis
-# move), so a later reshape reads the wrong axis as dynamic: torch_graph/ir.py needs
-# _DYN_RULES entries for them. Strict xfail, so the fix shows up.
-@pytest.mark.xfail(strict=True, reason="torch_graph/ir.py has no dynamic-axis rule for movedim/mT/unfold yet")
+# torch_graph/ir.py's rules move the dynamic marks with the axes, so a later reshape
+# (whose -1 must be the moved dynamic axis) reads them right.
 @pytest.mark.parametrize("fn", [
     pytest.param(lambda x: torch.movedim(x, 1, 0).reshape(-1, 10), id="movedim"),
     pytest.param(lambda x: x.mT.sum(1).reshape(-1), id="mT"),
     pytest.param(lambda x: x.unfold(1, 2, 1).reshape(2, -1, 10), id="unfold"),
+    pytest.param(lambda x: x.unfold(1, 2, 2).reshape(2, -1, 10), id="unfold_step"),
+    pytest.param(lambda x: torch.rot90(x, 1, (1, 2)).reshape(-1, 5), id="rot90"),
+    pytest.param(lambda x: torch.rot90(x, 2, (0, 1)).reshape(-1, 5), id="rot90_half_turn"),
+    pytest.param(lambda x: x[1].T.reshape(-1, 5), id="numpy_T"),
+    pytest.param(lambda x: x.mH.flatten(1), id="mH"),
 ])
 def test_layout_dyn_then_reshape(fn: Callable[..., Any], tmp_path: Any) -> None:
     check(fn, X3(), tmp_path, DYN1)

@@ -49,6 +49,13 @@ def rope_angles(x: torch.Tensor) -> torch.Tensor:
 
 # (id, fn, inputs factory, dynamic axes or None)
 CASES = [
+    ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), lambda: (randn(2, 3, 4), randn(2, 4, 5)), None),
+    ("einsum_implicit_output", lambda a, b: torch.einsum("ij,kj", a, b), lambda: (randn(3, 4), randn(5, 4)), None),
+    ("einsum_ellipsis_broadcast", lambda a, b: torch.einsum("...ij,...jk", a, b), lambda: (randn(2, 3, 4), randn(1, 4, 5)),
+     None),
+    ("einsum_ellipsis_middle", lambda a: torch.einsum("i...j->j...i", a), lambda: (randn(2, 3, 4, 5),), None),
+    ("einsum_ellipsis_f16_dyn", lambda a, b: torch.einsum("b...d,d->b...", a.half(), b.half()),
+     lambda: (randn(2, 3, 4), randn(4)), {0: {1: "S"}}),
     ("dot", torch.dot, V2, None),
     ("dot_int", torch.dot, lambda: (ints(7), ints(7)), None),
     ("dot_f16", lambda a, b: torch.dot(a.half(), b.half()), V2, None),

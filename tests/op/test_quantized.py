@@ -6,6 +6,7 @@ kernels; per-channel weights (x86's) are dequantized in the graph."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -169,10 +170,12 @@ def test_conv(engine: str, dims: int, relu: bool, kwargs: dict, tmp_path: Path) 
     model = quantize(ConvBody(dims, relu, **kwargs), make, engine, [["conv", "relu"]] if relu else [])
     path = export_and_compare(model, make(), tmp_path)
     quant = (path / "graph.quant").read_text() if (path / "graph.quant").exists() else ""
+    weight_entries = [line for line in quant.splitlines() if "weight" in line.split(":")[0]]
     if engine == PER_TENSOR:  # the weight as int codes with its scale; the conv in integers
-        assert "zero_point_linear_quantize(" in quant and "tract_core_qconv(" in (path / "graph.nnef").read_text()
+        assert len(weight_entries) == 1 and "tract_core_qconv(" in (path / "graph.nnef").read_text()
     else:  # graph.quant cannot hold per-channel scales: codes and scales as plain tensors
-        assert quant == ""
+        assert weight_entries == []
+    assert '"quant_quantize_per_tensor": zero_point_linear_quantize(' in quant  # every activation has its entry
 
 
 class ConvNet(nn.Module):
@@ -273,3 +276,59 @@ def test_quantized_tensor_into_float_op_refused(tmp_path: Path) -> None:
                        r"<root module> .*dequantize\(\) before it"):
         export_model_to_nnef(Relu(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest())
     assert list(tmp_path.iterdir()) == []
+
+
+# --- quantized outputs ----------------------------------------------------------------------
+def _quant_entries(path: Path) -> dict[str, str]:
+    quant = (path / "graph.quant").read_text()
+    return {name.strip('"'): entry for name, entry in (line.split(": ", 1) for line in quant.splitlines())}
+
+
+def test_quantized_outputs_are_codes_with_their_graph_quant(tmp_path: Path) -> None:
+    """A model returning torch-quantized tensors: the outputs keep their quantized types,
+    graph.quant names each output's scale and zero point, and tract's codes are torch's
+    int_repr(), at the traced batch and at another."""
+
+    class Quantize(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (torch.quantize_per_tensor(x * 3, 0.05, 128, torch.quint8),
+                    torch.quantize_per_tensor(x.transpose(0, 1), 0.25, -3, torch.qint8),
+                    torch.quantize_per_tensor(x, 0.001, 0, torch.qint32),
+                    torch.quantize_per_tensor(x, 0.1, 2, torch.quint8).dequantize())
+
+    model = Quantize()
+    target = TractNNEF(TractNNEF.latest_version(), dynamic_axes={"x": {0: "B"}})
+    path = export_model_to_nnef(model, (torch.randn(4, 7),), tmp_path / "m.nnef", target, input_names=["x"],
+                                output_names=["a", "b", "c", "d"], compression_level=None)
+    entries = _quant_entries(path)
+    assert entries["a"] == "zero_point_linear_quantize(scale = 0.05, zero_point = 128, bits = 8, signed = false, symmetric = false);"
+    assert entries["b"] == "zero_point_linear_quantize(scale = 0.25, zero_point = -3, bits = 8, signed = true, symmetric = false);"
+    assert entries["c"] == "zero_point_linear_quantize(scale = 0.001, zero_point = 0, bits = 32, signed = true, symmetric = true);"
+    assert "d" not in entries
+    artefact = TractArtefact.load(path)
+    for x in (torch.randn(4, 7) * 2, torch.randn(9, 7) * 2):
+        got = artefact.run([x])
+        expected = model(x)
+        for g, e in zip(got[:3], expected[:3]):
+            np.testing.assert_array_equal(g, e.int_repr().numpy())
+        np.testing.assert_array_equal(got[3], expected[3].numpy())
+
+
+def test_quantized_model_without_dequant_stub(engine: str, tmp_path: Path) -> None:
+    """A converted model whose output stays quantized (no DeQuantStub): tract's codes are
+    within one code of torch's (one output quantization step)."""
+    make = lambda: (torch.randn(3, 6),)  # noqa: E731
+    model = quantize(LinearBody(True), make, engine, [["fc", "relu"]])
+    model.dequant = nn.Identity()
+    x = make()[0]
+    path = export_model_to_nnef(model, (x,), tmp_path / "m.nnef", TractNNEF(
+        TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY), compression_level=None)
+    with torch.no_grad():
+        expected = model(x)
+    assert expected.is_quantized
+    (entry,) = [v for k, v in _quant_entries(path).items() if k.startswith("output")]
+    scale, zero_point = re.search(r"scale = ([0-9.e-]+), zero_point = (-?\d+),", entry).groups()  # type: ignore[union-attr]
+    assert np.float32(scale) == np.float32(expected.q_scale()) and int(zero_point) == expected.q_zero_point()
+    (got,) = TractArtefact.load(path).run([x])
+    assert got.dtype == np.uint8
+    assert np.abs(got.astype(np.int32) - expected.int_repr().numpy().astype(np.int32)).max() <= 1

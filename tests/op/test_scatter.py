@@ -53,6 +53,14 @@ REDUCTIONS = [
      lambda: (ints(3, 5), COLS(), ints(3, 3)), None),
     ("scatter_reduce_amin_exclude", lambda x, i, s: x.scatter_reduce(0, i, s, "amin", include_self=False),
      lambda: (randn(3, 5), ROWS(), randn(2, 5)), None),
+    ("scatter_legacy_add", lambda x, i, s: x.scatter(0, i, s, reduce="add"), lambda: (randn(3, 5), ROWS(), randn(2, 5)),
+     None),
+    ("scatter_legacy_multiply_int", lambda x, i, s: x.scatter(-1, i, s, reduce="multiply"),
+     lambda: (ints(3, 5), COLS(), ints(3, 3)), None),
+    ("scatter_legacy_add_value_f16", lambda x, i: x.half().scatter(0, i, 1.5, reduce="add"),
+     lambda: (randn(3, 5), ROWS()), None),
+    ("scatter_legacy_multiply_value_dyn", lambda x, i: x.scatter(1, i, -2.0, reduce="multiply"),
+     lambda: (randn(3, 5), COLS()), {0: {0: "B"}, 1: {0: "B"}}),
     ("index_add", lambda x, i, s: x.index_add(0, i, s), lambda: (randn(4, 3), idx(3, 0, 3), randn(3, 3)), None),
     ("index_add_alpha_dim1", lambda x, i, s: torch.index_add(x, -1, i, s, alpha=2), lambda: (randn(2, 5), idx(4, 4, 1), randn(2, 3)), None),
     ("index_add_dyn", lambda x, i, s: x.index_add(1, i, s), lambda: (randn(2, 5), idx(1, 1), randn(2, 2)),
@@ -86,8 +94,9 @@ WRITES = [
 ]
 
 
-# torch warns that index_reduce is in beta.
+# torch warns that index_reduce is in beta, and that scatter's reduce argument is deprecated.
 @pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in REDUCTIONS + WRITES])
 def test_scatter(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
     torch.manual_seed(0)
@@ -95,6 +104,7 @@ def test_scatter(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, 
 
 
 @pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 @pytest.mark.parametrize("fn, make", [pytest.param(*c[1:3], id=c[0]) for c in REDUCTIONS])
 def test_scatter_reduction_before_native(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], tmp_path: Any) -> None:
     """tract < 0.23.0 has no scatter reductions: the one-hot form gives the same values

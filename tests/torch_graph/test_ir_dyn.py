@@ -114,3 +114,66 @@ def test_size_arithmetic_stays_symbolic(fn, inputs, dyn, tmp_path):
     from tests.op._table import check
 
     check(fn, inputs, tmp_path, dyn=dyn)
+
+
+_HANN = torch.hann_window(8)
+
+# (id, fn, inputs, dynamic axes, op kind, the marks of its (last) output)
+RULES = [
+    ("select", lambda x: x[1].reshape(-1, 5), (torch.randn(2, 4, 5),), {0: {1: "S"}}, "aten::select", ("S", None)),
+    ("select_dynamic_axis_first", lambda x: x[:, 2] * 2, (torch.randn(4, 3),), {0: {0: "B"}}, "aten::select", ("B",)),
+    ("movedim", lambda x: torch.movedim(x, (0, 1), (2, 0)).reshape(5, -1), (torch.randn(2, 4, 5),), {0: {1: "S"}},
+     "aten::movedim", ("S", None, None)),
+    ("mT", lambda x: x.mT.reshape(-1, 5), (torch.randn(2, 4, 5),), {0: {1: "S"}}, "aten::mT", (None, None, "S")),
+    ("rot90", lambda x: torch.rot90(x, -1, (2, 1)) + 1, (torch.randn(2, 4, 5),), {0: {1: "S"}}, "aten::rot90",
+     (None, None, "S")),
+    ("unfold_step", lambda x: x.unfold(1, 4, 2).flatten(1), (torch.randn(2, 11),), {0: {1: "S"}}, "aten::unfold",
+     (None, "(S-4)/2+1", None)),
+    ("unfold_step1", lambda x: x.unfold(-1, 3, 1).sum(-1), (torch.randn(2, 7),), {0: {1: "S"}}, "aten::unfold",
+     (None, "S-2", None)),
+    ("diagonal_batch", lambda x: torch.diagonal(x, 1, 2, 1).reshape(-1), (torch.randn(3, 4, 4),), {0: {0: "B"}},
+     "aten::diagonal", ("B", None)),
+    ("slice_to_size_expression", lambda x: x[:, 1 : x.size(1) - 1] * 2, (torch.randn(2, 6),), {0: {1: "S"}},
+     "aten::slice", (None, "S-2")),
+    ("slice_last_n", lambda x: x[:, x.size(1) - 3 :].reshape(-1), (torch.randn(2, 6),), {0: {1: "S"}},
+     "aten::slice", (None, None)),
+    ("slice_negative_start", lambda x: x[:, -4:-1] + x[:, :3], (torch.randn(2, 6),), {0: {1: "S"}},
+     "aten::slice", (None, None)),
+    ("slice_step", lambda x: x[:, 1::2].reshape(-1), (torch.randn(2, 7),), {0: {1: "S"}},
+     "aten::slice", (None, "(S)/2")),
+    ("slice_of_other_input_size", lambda x, y: x[:, : y.size(1)] * y, (torch.randn(2, 9), torch.randn(2, 4)),
+     {1: {1: "T"}}, "aten::slice", (None, "T")),
+    ("narrow_to_size", lambda x, y: x.narrow(1, 2, y.size(1)) * y, (torch.randn(2, 9), torch.randn(2, 4)),
+     {1: {1: "T"}}, "aten::narrow", (None, "T")),
+    ("zeros_of_size", lambda x: torch.zeros(x.size(1), 3) + x[0, :, :3], (torch.randn(2, 4, 5),), {0: {1: "S"}},
+     "aten::zeros", ("S", None)),
+    ("full_of_size_expression", lambda x: torch.full((2, x.size(1) * 2), 1.5).reshape(2, -1, 2) * x[..., :2],
+     (torch.randn(2, 4, 5),), {0: {1: "S"}}, "aten::full", (None, "2*S")),
+    ("ones_int_of_size", lambda x: torch.ones(x.size(0), x.size(1) + 1, dtype=torch.int64).sum(1) * 2,
+     (torch.randn(3, 4),), {0: {0: "B", 1: "S"}}, "aten::ones", ("B", "S+1")),
+    ("new_zeros_of_size", lambda x: x.new_zeros(x.size(0), 4) + x[:, :4], (torch.randn(3, 5),), {0: {0: "B"}},
+     "aten::new_zeros", ("B", None)),
+    ("expand_to_size", lambda x, y: x[:, :1].expand(-1, y.size(1)) * y, (torch.randn(3, 5), torch.randn(3, 4)),
+     {0: {0: "B"}, 1: {0: "B", 1: "T"}}, "aten::expand", ("B", "T")),
+    ("pad", lambda x: F.pad(x, (1, 2, 0, 1)).reshape(-1), (torch.randn(2, 6),), {0: {1: "S"}},
+     "aten::pad", (None, "S+3")),
+    ("constant_pad_then_size", lambda x: torch.arange(torch.constant_pad_nd(x, (2, 2), 1.0).size(1)) * 1.0 + x.sum(),
+     (torch.randn(2, 6),), {0: {1: "S"}}, "aten::constant_pad_nd", (None, "S+4")),
+    ("stft", lambda x: torch.stft(x, 8, 2, window=_HANN, return_complex=True).abs().reshape(2, -1),
+     (torch.randn(2, 24),), {0: {1: "S"}}, "aten::stft", (None, None, "(S)/2+1")),
+    ("stft_default_hop_not_centred", lambda x: torch.stft(x, 8, window=_HANN, center=False, return_complex=True).abs(),
+     (torch.randn(26),), {0: {0: "S"}}, "aten::stft", (None, "(S-8)/2+1")),
+]
+
+
+@pytest.mark.parametrize("fn, inputs, dyn, kind, marks", [pytest.param(*c[1:], id=c[0]) for c in RULES])
+def test_rule_marks(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], dyn: dict[int, dict[int, str]],
+                    kind: str, marks: tuple[Any, ...], tmp_path: Path) -> None:
+    """Each rule's marks on the op's output, then the export checked at grown sizes."""
+    from tests.helpers import Fn
+    from tests.op._table import check
+
+    ir = build_ir(trace_model(Fn(fn), inputs, [f"in{k}" for k in range(len(inputs))], None), dyn)
+    out = [op.outputs[0] for op in ir.ops if op.kind == kind][-1]
+    assert isinstance(out, TensorValue) and out.dyn == marks, out
+    check(fn, inputs, tmp_path, dyn=dyn, atol=1e-3, rtol=1e-3)

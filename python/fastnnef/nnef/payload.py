@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, Union
 import numpy as np
 import torch
 
-from fastnnef.artefact import PER_CHANNEL_MESSAGE, PLAIN_ENCODINGS, TORCH_QUANTIZED, quant_line
+from fastnnef.artefact import PER_CHANNEL_MESSAGE, PLAIN_ENCODINGS, TORCH_QUANTIZED, quant_format_line, quant_line
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.opaque import export_form
@@ -48,6 +48,18 @@ def quantized_datum_type(dtype: torch.dtype, scale: float, zero_point: int) -> s
     # tract reads the scale as an f32 in positional notation: the f32's shortest digits.
     digits = np.format_float_positional(np.float32(scale), unique=True, trim="0")
     return f"{TORCH_QUANTIZED[dtype].tract_name}(Z:{int(zero_point)} S:{digits})"
+
+
+def quantized_type_line(identifier: str, datum_type: str) -> Optional[str]:
+    """The ``graph.quant`` entry of a tensor whose datum type is quantized (an activation
+    or a graph output computed by an op), ``None`` for any other type."""
+    params = quantized_params(datum_type)
+    if params is None:
+        return None
+    name = _QUANTIZED_TYPE.match(datum_type).group(1)  # type: ignore[union-attr]
+    qtype = next(q for q in TORCH_QUANTIZED.values() if q.tract_name == name)
+    _, zero_point, scale = params
+    return quant_format_line(identifier, qtype, scale, zero_point)
 
 
 def quantized_params(datum_type: str) -> Optional[tuple[str, int, float]]:

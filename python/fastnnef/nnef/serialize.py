@@ -14,9 +14,9 @@ from typing import Callable, Optional
 
 from fastnnef.artefact import Artefact
 from fastnnef.log import get_logger
-from fastnnef.nnef.graph import NNEFGraph
-from fastnnef.nnef.payload import OffloadedPayload
-from fastnnef.nnef.writer import graph_text, quant_text
+from fastnnef.nnef.graph import NAlias, NNEFGraph, NOp
+from fastnnef.nnef.payload import OffloadedPayload, quantized_type_line
+from fastnnef.nnef.writer import graph_text
 
 log = get_logger(__name__)
 
@@ -56,3 +56,14 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
     log.info("wrote %s (%d tensors, %.1f MiB) in %.2f s", artefact.path, len(labels),
              total / 2**20, time.perf_counter() - start)
     return Path(artefact.path or path)
+
+
+def quant_text(graph: NNEFGraph) -> str:
+    """``graph.quant``: one line per torch-quantized variable, then one per tensor of a
+    quantized type that an op computes, graph outputs included (as tract's own writer does,
+    so a reader sees every quantized tensor's scale and zero point); empty when none."""
+    entries = [v.payload.quant_entry(v.tensor.name) for v in graph.variables.values()]
+    for stmt in graph.body:
+        computed = stmt.outputs if isinstance(stmt, NOp) else (stmt.tensor,) if isinstance(stmt, NAlias) else ()
+        entries += [quantized_type_line(t.name, t.dtype) for t in computed]
+    return "".join(e for e in entries if e is not None)

@@ -133,9 +133,3 @@ def graph_text(graph: NNEFGraph) -> str:
     lines.extend("  " + _statement(graph, s) for s in graph.body)
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def quant_text(graph: NNEFGraph) -> str:
-    """``graph.quant``: one line per torch-quantized variable; empty when none."""
-    entries = (v.payload.quant_entry(v.tensor.name) for v in graph.variables.values())
-    return "".join(e for e in entries if e is not None)

@@ -41,7 +41,7 @@ _PERMUTES = """aten::transpose aten::swapaxes aten::swapdims aten::t aten::numpy
     aten::permute aten::movedim aten::moveaxis"""
 _RESHAPES = """aten::view aten::_reshape_alias aten::unflatten aten::view_as aten::squeeze
     aten::reshape aten::flatten aten::reshape_as"""
-_OPAQUE = """aten::expand aten::expand_as aten::broadcast_to aten::diagonal aten::as_strided
+_OPAQUE = """aten::expand aten::expand_as aten::broadcast_to aten::as_strided
     aten::unfold aten::real aten::imag aten::view_as_real aten::view_as_complex aten::mH aten::H
     aten::adjoint"""
 VIEWS: dict[str, str] = {
@@ -49,6 +49,7 @@ VIEWS: dict[str, str] = {
     "aten::select": "select",
     "aten::narrow": "narrow",
     "aten::unsqueeze": "unsqueeze",
+    "aten::diagonal": "diagonal",
     **dict.fromkeys(_PERMUTES.split(), "permute"),
     **dict.fromkeys(_RESHAPES.split(), "reshape"),
     **dict.fromkeys(_OPAQUE.split(), "opaque"),
@@ -98,7 +99,7 @@ class ViewStep:
     kind: str
     args: list[ir.IRValue]  # the op's inputs after the viewed tensor
     template: ir.TensorValue  # its traced output: dtype, shape, dynamic dims
-    how: str  # VIEWS' category: slice, select, narrow, permute, unsqueeze, reshape, opaque
+    how: str  # VIEWS' category: slice, select, narrow, diagonal, permute, unsqueeze, reshape, opaque
     site: Site
     thunk: Optional[Thunk]  # the op on constant inputs, for folding
 
@@ -231,6 +232,9 @@ class Storages:
         if step.how == "select":
             return self.emit("fastnnef::select_scatter", [parent, new, *step.args], out, site,
                              aten_thunk("aten::select_scatter"))
+        if step.how == "diagonal":  # x.diagonal(offset, dim1, dim2).fill_(v)
+            return self.emit("aten::diagonal_scatter", [parent, new, *step.args], out, site,
+                             aten_thunk("aten::diagonal_scatter"))
         if step.how == "permute":
             perm = permutation(step.kind, step.args, parent.rank)
             inverse = [perm.index(axis) for axis in range(parent.rank)]

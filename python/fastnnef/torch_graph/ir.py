@@ -620,13 +620,20 @@ def propagate_dyn(op: IROp) -> None:
         return
     if op.kind == "aten::cat" and _cat_dyn(op):
         return
+    if op.kind in _FILLS and _fill_dyn(op):
+        return
     rule = _DYN_RULES.get(op.kind)
     if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
         out = op.outputs[0]
-        if isinstance(out, TensorValue) and (any(t.is_dynamic() for t in _tensor_inputs(op)) or out.is_dynamic()):
-            out.dyn = rule(op.inputs[0], out, op.inputs[1:])
-            return
-        if isinstance(out, TensorValue) and not any(isinstance(v, SymInt) for v in _flat(op.inputs)):
+        sym_args = any(isinstance(v, SymInt) for v in _flat(op.inputs))
+        if isinstance(out, TensorValue) and (
+            any(t.is_dynamic() for t in _tensor_inputs(op)) or out.is_dynamic() or sym_args
+        ):
+            marks = rule(op.inputs[0], out, op.inputs[1:])
+            if marks is not None:
+                out.dyn = marks
+                return
+        elif isinstance(out, TensorValue):
             return
     tensors = _tensor_inputs(op)
     for v in op.inputs:
@@ -733,6 +740,40 @@ def _cat_dyn(op: IROp) -> bool:
     return True
 
 
+# Ops whose input 0 is the output's size list (zeros(size), full(size, value)...).
+_FILLS = frozenset({"aten::zeros", "aten::ones", "aten::empty", "aten::full"})
+
+
+def _fill_dyn(op: IROp) -> bool:
+    """zeros/ones/empty/full(size, ...): each output dim is static or carries its size's
+    expression (``torch.zeros(x.size(1), 4)``)."""
+    out = op.outputs[0]
+    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)):
+        return False
+    dyn = _size_list_dyn(op.inputs[0], out.rank)
+    if dyn is None:
+        return False
+    out.dyn = dyn
+    return True
+
+
+def _size_list_dyn(sizes: IRValue, rank: int) -> Optional[tuple[Optional[str], ...]]:
+    """The dims of a size list: ``None`` for a non-negative constant, the expression of a
+    dynamic size (``?`` when unknown); ``None`` for the whole list if anything else (-1)."""
+    items = sizes.items if isinstance(sizes, ListValue) else []
+    if len(items) != rank:
+        return None
+    dyn: list[Optional[str]] = []
+    for item in items:
+        if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
+            dyn.append(None)
+        elif isinstance(item, SymInt):
+            dyn.append(item.expr)
+        else:
+            return None
+    return tuple(dyn)
+
+
 def _flat(values: Sequence[IRValue]) -> list[IRValue]:
     out: list[IRValue] = []
     for v in values:
@@ -766,19 +807,81 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
 
 def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
     """view/reshape with an explicit size list: each output dim is static or carries its
-    size's expression; with a -1 or anything else unknown, fall back to the window rule."""
+    size's expression, and a -1 what is left of x's volume where that is known; else the
+    window rule."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
-    if len(items) != out.rank:
-        return _window_dyn(x, out, args)
+    free = [d for d, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
+    if len(free) == 1 and len(items) == out.rank:
+        known = list(items)
+        known[free[0]] = Const("", 0)
+        dyn = _size_list_dyn(ListValue("", known), out.rank)
+        if dyn is not None:
+            rest = _remaining(x, known)
+            if rest == UNKNOWN:  # where x's dims reach the output unchanged, the window rule knows it
+                rest = _window_dyn(x, out, args)[free[0]]
+            return dyn[: free[0]] + (rest,) + dyn[free[0] + 1 :]
+    dyn = _size_list_dyn(args[0], out.rank) if args else None
+    return _window_dyn(x, out, args) if dyn is None else dyn
+
+
+def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
+    """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
+    given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
+    are x's minus at most that one and the static parts divide; else unknown."""
+    x_syms = sorted(d for d in x.dyn if d is not None)
+    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt))
+    static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
+    static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
+    if UNKNOWN in x_syms or UNKNOWN in o_syms or static_o == 0 or static_x % static_o:
+        return UNKNOWN
+    left = list(x_syms)
+    for expr in o_syms:
+        if expr not in left:
+            return UNKNOWN
+        left.remove(expr)
+    factor = static_x // static_o
+    if not left:
+        return None
+    size = symexpr.parse(left[0]) if len(left) == 1 else None
+    if size is None:
+        return UNKNOWN if len(left) > 1 or factor != 1 else left[0]
+    scaled = symexpr.render({k: v * factor for k, v in size.items()})
+    return None if isinstance(scaled, int) else scaled
+
+
+def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
+    return _size_list_dyn(args[0], out.rank) if args else None
+
+
+def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
+    expression, a constant is static."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    if len(items) != out.rank or out.rank < x.rank:
+        return None
+    lead = out.rank - x.rank
     dyn: list[Optional[str]] = []
-    for item in items:
-        if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
-            dyn.append(None)
-        elif isinstance(item, SymInt):
+    for d, item in enumerate(items):
+        if isinstance(item, SymInt):
             dyn.append(item.expr)
+        elif isinstance(item, Const) and item.value == -1 and d >= lead:
+            dyn.append(x.dyn[d - lead])
+        elif isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
+            dyn.append(None)
         else:
-            return _window_dyn(x, out, args)
+            return None
     return tuple(dyn)
+
+
+def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
+    other = args[0] if args else None
+    if isinstance(other, TensorValue) and other.rank == out.rank:
+        return other.dyn
+    if isinstance(other, ListValue):
+        return _expand_dyn(x, out, args)
+    return None
 
 
 def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
@@ -794,6 +897,157 @@ def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     a, b = a % x.rank, b % x.rank
     dyn[a], dyn[b] = dyn[b], dyn[a]
     return tuple(dyn)
+
+
+def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """select(x, dim, index): x's dims without the selected one."""
+    a = _ints(args[0])[0] % x.rank
+    return x.dyn[:a] + x.dyn[a + 1 :]
+
+
+def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """movedim(x, source, destination): the moved dims land at their destinations, the
+    others fill the remaining places in order (torch's definition)."""
+    src = [s % x.rank for s in _ints(args[0])]
+    order: list[Optional[int]] = [None] * x.rank
+    for s, d in zip(src, _ints(args[1])):
+        order[d % x.rank] = s
+    rest = iter(a for a in range(x.rank) if a not in src)
+    return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
+
+
+def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """mT, mH, adjoint: the last two dims swapped."""
+    return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
+
+
+def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """numpy_T (x.T): every dim reversed."""
+    return x.dyn[::-1]
+
+
+def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
+    k, dims = _ints(args[0])[0], [d % x.rank for d in _ints(args[1])]
+    dyn = list(x.dyn)
+    if k % 2:
+        dyn[dims[0]], dyn[dims[1]] = dyn[dims[1]], dyn[dims[0]]
+    return tuple(dyn)
+
+
+def _windows(size: Optional[str], frame: int, step: int) -> Optional[str]:
+    """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
+    ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
+    if size is None or size == UNKNOWN:
+        return size
+    start = symexpr.add(size, frame, -1)
+    if start is None:
+        return UNKNOWN
+    count = symexpr.add(start, 1) if step == 1 else f"({start})/{step}+1"
+    return None if isinstance(count, int) else count
+
+
+def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
+    if x.rank == 0:
+        return (None,)
+    dim, size, step = (_ints(a)[0] for a in args[:3])
+    dyn = list(x.dyn)
+    a = dim % x.rank
+    dyn[a] = _windows(dyn[a], size, step)
+    return tuple(dyn) + (None,)
+
+
+def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
+    length follows a dynamic plane only when both its dims are the same expression."""
+    offset, d1, d2 = (_ints(a)[0] for a in args[:3])
+    a, b = d1 % x.rank, d2 % x.rank
+    rest = tuple(x.dyn[d] for d in range(x.rank) if d not in (a, b))
+    ea, eb = x.dyn[a], x.dyn[b]
+    if ea is None and eb is None:
+        return rest + (None,)
+    if ea == eb and ea != UNKNOWN:
+        length = symexpr.add(ea, abs(offset), -1)  # type: ignore[arg-type]
+        return rest + (UNKNOWN if length is None else None if isinstance(length, int) else length,)
+    return rest + (UNKNOWN,)
+
+
+def _position(v: IRValue, size: Union[str, int], default: Union[str, int]) -> Optional[Union[str, int]]:
+    """A slice bound as torch reads it: None -> ``default``, INT64_MAX -> the end,
+    negative -> from the end (clamped where the size is static), or a size expression."""
+    if isinstance(v, Const) and v.value is None:
+        return default
+    if isinstance(v, SymInt):
+        return None if v.expr == UNKNOWN else v.expr
+    if not (isinstance(v, Const) and isinstance(v.value, int)):
+        return None
+    k = v.value
+    if isinstance(size, int):
+        return min(max(k + size if k < 0 else k, 0), size)
+    if k >= 2**62:
+        return size
+    return symexpr.add(size, k) if k < 0 else k
+
+
+def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
+    with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
+    a = _ints(args[0])[0] % x.rank
+    step = _ints(args[3])[0] if len(args) > 3 and _ints(args[3]) else 1
+    size: Union[str, int] = x.shape[a] if x.dyn[a] is None else x.dyn[a]  # type: ignore[assignment]
+    if size == UNKNOWN:
+        return None
+    begin, end = _position(args[1], size, 0), _position(args[2], size, size)
+    length = None if begin is None or end is None else symexpr.add(end, begin, -1)
+    if length is None:
+        return None
+    if isinstance(length, int):  # a static piece (of a dynamic axis, bounds within the traced size)
+        mark: Optional[str] = None
+    elif step == 1:
+        mark = length
+    else:  # ceil(length / step)
+        mark = f"({symexpr.add(length, step - 1)})/{step}"
+    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
+
+
+def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """narrow(x, dim, start, length): the length, constant or a dynamic size."""
+    a = _ints(args[0])[0] % x.rank
+    length = args[2]
+    mark = length.expr if isinstance(length, SymInt) else None
+    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
+
+
+def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
+    ``before + after`` to its dim."""
+    pads = _ints(args[0])
+    if len(pads) % 2 or len(pads) // 2 > x.rank or out.rank != x.rank:
+        return None
+    dyn = list(x.dyn)
+    for k in range(len(pads) // 2):
+        d = x.rank - 1 - k
+        if dyn[d] is not None and dyn[d] != UNKNOWN:
+            grown = symexpr.add(dyn[d], pads[2 * k] + pads[2 * k + 1])  # type: ignore[arg-type]
+            dyn[d] = UNKNOWN if grown is None else None if isinstance(grown, int) else grown
+    return tuple(dyn)
+
+
+def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
+    dynamic L (padded by n_fft//2 each side when centred)."""
+    if out.rank != x.rank + 1 or x.dyn[-1] is None:
+        return None
+    n_fft = _ints(args[0])[0]
+    hop_arg = args[1]
+    hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
+    center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
+    length: Optional[str] = x.dyn[-1]
+    if center_overload and isinstance(args[4], Const) and args[4].value:
+        grown = symexpr.add(x.dyn[-1], 2 * (n_fft // 2))  # type: ignore[arg-type]
+        length = UNKNOWN if grown is None or isinstance(grown, int) else grown
+    return x.dyn[:-1] + (None, _windows(length, n_fft, hop))
 
 
 def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
@@ -844,7 +1098,9 @@ def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return q.dyn[:-1] + v.dyn[-1:]
 
 
-_DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[Optional[str], ...]]] = {
+DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[str], ...]]]
+# A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
+_DYN_RULES: dict[str, DynRule] = {
     "aten::view": _sizes_dyn,
     "aten::reshape": _sizes_dyn,
     "aten::flatten": _window_dyn,
@@ -860,7 +1116,34 @@ _DYN_RULES: dict[str, Callable[[TensorValue, TensorValue, Sequence[IRValue]], tu
     "aten::mm": _matmul_dyn,
     "aten::bmm": _matmul_dyn,
     "aten::index_select": _index_select_dyn,
+    "aten::select": _select_dyn,
+    "aten::movedim": _movedim_dyn,
+    "aten::moveaxis": _movedim_dyn,
+    "aten::mT": _matrix_transpose_dyn,
+    "aten::mH": _matrix_transpose_dyn,
+    "aten::adjoint": _matrix_transpose_dyn,
+    "aten::matrix_H": _matrix_transpose_dyn,
+    "aten::numpy_T": _reverse_dyn,
+    "aten::rot90": _rot90_dyn,
+    "aten::unfold": _unfold_dyn,
+    "aten::diagonal": _diagonal_dyn,
+    "aten::slice": _slice_dyn,
+    "aten::narrow": _narrow_dyn,
+    "aten::constant_pad_nd": _pad_dyn,
+    "aten::pad": _pad_dyn,
+    "aten::stft": _stft_dyn,
+    "aten::expand": _expand_dyn,
+    "aten::expand_as": _expand_as_dyn,
+    "aten::broadcast_to": _expand_as_dyn,
+    "aten::new_zeros": _new_fill_dyn,
+    "aten::new_ones": _new_fill_dyn,
+    "aten::new_empty": _new_fill_dyn,
+    "aten::new_full": _new_fill_dyn,
 }
+# torch.*_copy forms of views: the same dims as the view.
+_DYN_RULES.update({f"{kind}_copy": _DYN_RULES[kind] for kind in (
+    "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",
+    "aten::slice", "aten::select", "aten::narrow", "aten::unfold", "aten::diagonal")})
 
 
 def build_ir(traced: TracedModel, dynamic_axes: Optional[dict[int, dict[int, str]]] = None) -> IRGraph:

@@ -13,6 +13,9 @@ from fastnnef.op.aten._math import Calc, float_compute
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
+# Integer dtypes tract's pow has no kernel for (it has i32 and i64).
+_NARROW_INTS = frozenset({"i8", "i16", "u8"})
+
 
 def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
     if alpha == 1:
@@ -25,7 +28,9 @@ def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
 
 @handler("aten::add", args="x x f?")
 def add(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
-    """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor"""
+    """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor  (or on bools)"""
+    if ctx.out_dtype() == "bool":  # torch adds bools as a logical or; tract has no bool add
+        return ctx.emit("or", _bool_operands(ctx, a, b))
     return elementwise(ctx, "add", [a, _scaled(ctx, b, alpha if alpha is not None else 1)])
 
 
@@ -43,7 +48,9 @@ def rsub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTen
 
 @handler("aten::mul", "aten::multiply", args="x x")
 def mul(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::mul(Tensor self, Tensor other) -> Tensor"""
+    """aten::mul(Tensor self, Tensor other) -> Tensor  (and on bools)"""
+    if ctx.out_dtype() == "bool":  # torch multiplies bools as a logical and; tract has no bool mul
+        return ctx.emit("and", _bool_operands(ctx, a, b))
     return elementwise(ctx, "mul", [a, b])
 
 
@@ -109,6 +116,10 @@ def pow_(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             return elementwise(ctx, "sqrt", [a])
         if b == 1:
             return elementwise(ctx, "copy", [a])
+    out = ctx.out_dtype()
+    if out in _NARROW_INTS:  # tract's pow has no kernel for these: compute in i32, wrap back as torch does
+        wide = ctx.tmp("pow", operands(ctx, [a, b], "i32", len(ctx.out_shape())), suffix="i32")
+        return ctx.emit("tract_core_cast", [wide], {"to": out})
     return elementwise(ctx, "pow", [a, b])
 
 
@@ -117,6 +128,8 @@ for _aten, _nnef in (("maximum", "max"), ("minimum", "min"), ("fmax", "max"), ("
         @handler(f"aten::{_aten}", args="x x")
         def _minmax(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::maximum/minimum(Tensor self, Tensor other) -> Tensor"""
+            if ctx.out_dtype() == "bool":
+                return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b])
     _make(_nnef)
 
@@ -127,6 +140,8 @@ for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("l
         @handler(f"aten::{_aten}", args="x x")
         def _compare(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::eq/ne/lt/gt/le/ge(Tensor self, Tensor other) -> Tensor (bool)"""
+            if promote([a, b]) == "bool":
+                return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b], compute=promote([a, b]))
     _make_cmp(_nnef)
 
@@ -139,6 +154,31 @@ def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
             v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], suffix="nz")
         out.append(ctx.to_rank(v, rank) if isinstance(v, NTensor) else bool(v))
     return out
+
+
+def bool_logic(ctx: OpContext, kind: str, a: Operand, b: Operand) -> NTensor:
+    """A comparison, min or max of two bools in and/or/not (plain NNEF): tract compares
+    and orders numbers only (false < true, as in torch)."""
+    a, b = _bool_operands(ctx, a, b)
+
+    def neg(v: Operand) -> Operand:
+        return (not v) if isinstance(v, bool) else ctx.tmp("not", [v], suffix="not")
+
+    def both(x: Operand, y: Operand) -> NTensor:
+        return ctx.tmp("and", [x, y], suffix="and")
+
+    forms = {  # (final op, its two operands)
+        "eq": ("or", lambda: (both(a, b), both(neg(a), neg(b)))),
+        "ne": ("or", lambda: (both(a, neg(b)), both(neg(a), b))),
+        "lt": ("and", lambda: (neg(a), b)),
+        "gt": ("and", lambda: (a, neg(b))),
+        "le": ("or", lambda: (neg(a), b)),
+        "ge": ("or", lambda: (a, neg(b))),
+        "min": ("and", lambda: (a, b)),
+        "max": ("or", lambda: (a, b)),
+    }
+    op, args = forms[kind]
+    return ctx.emit(op, list(args()))
 
 
 @handler("aten::logical_and", "aten::__and__", "aten::bitwise_and", args="x x")

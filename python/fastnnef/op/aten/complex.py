@@ -464,8 +464,8 @@ def select(ctx: OpContext, z: NTensor, dim: int, index: list[Dim]) -> NTensor:
     return indexing.select(ctx, z, ctx.axis(dim, logical_rank(ctx)), index)
 
 
-@handler("aten::narrow", args="t i D i", complex=True)
-def narrow(ctx: OpContext, z: NTensor, dim: int, start: list[Dim], length: int) -> NTensor:
+@handler("aten::narrow", args="t i D D", complex=True)
+def narrow(ctx: OpContext, z: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)  (complex)"""
     return indexing.narrow(ctx, z, ctx.axis(dim, logical_rank(ctx)), start, length)
 

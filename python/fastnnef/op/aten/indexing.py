@@ -9,8 +9,9 @@ from typing import Any, Optional
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
-from fastnnef.nnef.shapes import is_static, plus, unknown
+from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
+from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
@@ -148,15 +149,15 @@ def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
     return ctx.emit("squeeze", [piece], {"axes": [axis]})
 
 
-@handler("aten::narrow", args="t i D i")
-def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: int) -> NTensor:
+@handler("aten::narrow", args="t i D D")
+def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
     b, _ = _index_bounds(ctx, x, axis, start[0])
-    e = plus(b, length)
+    e = add_dims(b, length[0])  # a length may be the size of a dynamic axis
     if b == 0 and e == x.shape[axis]:
         return ctx.emit("copy", [x], shape=x.shape)
-    return _slice(ctx, x, axis, b, e, 1, True, length)
+    return _slice(ctx, x, axis, b, e, 1, True, ctx.out_value().shape[axis])
 
 
 # --- gathers ----------------------------------------------------------------------------
@@ -376,9 +377,9 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
 
 @handler("aten::scatter", args="t i t x s?")
 def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: Optional[str]) -> NTensor:
-    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value)"""
+    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""
     if reduce is not None:
-        raise ctx.unsupported(f"scatter with reduce={reduce!r}", "use scatter_reduce or a plain scatter")
+        return legacy_scatter(ctx, x, dim, _indices(ctx, index), src, reduce)
     axis = ctx.axis(dim, x.rank)
     dtype = ctx.out_dtype()
     index = _indices(ctx, index)

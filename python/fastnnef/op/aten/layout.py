@@ -135,10 +135,9 @@ def movedim(ctx: OpContext, x: NTensor, source: list[int], destination: list[int
         perm[ctx.axis(d, x.rank)] = s
     rest = iter(a for a in range(x.rank) if a not in src)
     axes = [p if p is not None else next(rest) for p in perm]
-    shape = tuple(x.shape[a] for a in axes)  # the IR's dynamic marks don't follow the move
     if axes == list(range(x.rank)):
-        return ctx.emit("copy", [x], shape=shape)
-    return ctx.emit("transpose", [x], {"axes": axes}, shape=shape)
+        return ctx.emit("copy", [x])
+    return ctx.emit("transpose", [x], {"axes": axes})
 
 
 @handler("aten::ravel", args="t")

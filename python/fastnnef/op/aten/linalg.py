@@ -84,16 +84,33 @@ def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[
 @handler("aten::einsum", args="s L I?")
 def einsum(ctx: OpContext, equation: str, tensors: list[NTensor], _path: Optional[list[int]]) -> NTensor:
     """aten::einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor"""
-    if "..." in equation:
-        raise ctx.unsupported("einsum with '...'", "spell the batch axes out in the equation")
     dtype = ctx.out_dtype()
     expr = equation.replace(" ", "")
-    if "->" not in expr:  # implicit output: letters seen once, in alphabetical order
-        letters = expr.replace(",", "")
-        expr += "->" + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if "->" not in expr:  # implicit output: '...' first, then letters seen once, in alphabetical order
+        letters = expr.replace(",", "").replace(".", "")
+        expr += "->" + ("..." if "..." in expr else "") + "".join(
+            sorted(c for c in set(letters) if letters.count(c) == 1))
+    if "..." in expr:
+        expr = _spell_ellipsis(ctx, expr, tensors)
     inputs = [ctx.cast(t, dtype) for t in tensors]
     acc = accumulation_dtype(ctx, dtype)
     return finish(ctx, "tract_core_einsum", [inputs], acc, {"expr": expr, "acc": acc})
+
+
+def _spell_ellipsis(ctx: OpContext, expr: str, tensors: Sequence[NTensor]) -> str:
+    """``expr`` with each '...' replaced by letters of its own: the broadcast batch axes,
+    aligned on the right across operands as torch aligns them (tract's einsum has no '...')."""
+    inputs, output = expr.split("->")
+    terms = inputs.split(",")
+    if len(terms) != len(tensors):
+        raise ctx.unsupported(f"einsum equation {expr!r} for {len(tensors)} operands")
+    spans = [t.rank - len(term.replace("...", "")) if "..." in term else 0 for term, t in zip(terms, tensors)]
+    free = [c for c in _LETTERS + _LETTERS.upper() if c not in expr]
+    if max(spans) > len(free) or min(spans) < 0:
+        raise ctx.unsupported(f"einsum equation {expr!r} for operands of ranks {[t.rank for t in tensors]}")
+    batch = "".join(free[: max(spans)])
+    spelled = [term.replace("...", batch[len(batch) - span:] if span else "") for term, span in zip(terms, spans)]
+    return ",".join(spelled) + "->" + output.replace("...", batch)
 
 
 # --- products of vectors and tensors, norms, kron, cross, vander ---------------------------

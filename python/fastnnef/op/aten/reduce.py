@@ -11,6 +11,7 @@ from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import elementwise
+from fastnnef.op.aten.arithmetic import bool_logic
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const
@@ -86,11 +87,31 @@ def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: Optional[bool], _dtyp
     return _reduce(ctx, "tract_core_product_reduce", x, dim, keepdim)
 
 
+# tract orders numbers only: on bools, the largest is any and the smallest all.
+_BOOL_EXTREMES = {"max_reduce": "any_reduce", "min_reduce": "all_reduce"}
+
+
+def _ordered(ctx: OpContext, kind: str, x: NTensor) -> tuple[str, NTensor]:
+    """An order reduction and its operand: on bools, max/min as any/all and the indices
+    (max.dim's) over the bools as u8 (false < true, as in torch)."""
+    if x.dtype != "bool":
+        return kind, x
+    if kind in _BOOL_EXTREMES:
+        return _BOOL_EXTREMES[kind], x
+    return kind, ctx.cast(x, "u8")
+
+
+def _extreme(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
+             out: int = 0) -> NTensor:
+    kind, x = _ordered(ctx, kind, x)
+    return _finish(ctx, kind, x, axes, keepdim, dtype, out=out)
+
+
 @handler("aten::amax", "aten::amin", args="t I? b?")
 def amax(ctx: OpContext, x: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
     """aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor  (and aten::amin)"""
     kind = "max_reduce" if ctx.node.kind == "aten::amax" else "min_reduce"
-    return _finish(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), x.dtype)
+    return _extreme(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), x.dtype)
 
 
 @handler("aten::max", "aten::min", args="t x? b?")
@@ -98,16 +119,18 @@ def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Op
     """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""
     is_max = ctx.node.kind == "aten::max"
     if isinstance(dim, NTensor):  # max.other: elementwise
+        if ctx.out_dtype() == "bool":
+            return bool_logic(ctx, "max" if is_max else "min", x, dim)
         return elementwise(ctx, "max" if is_max else "min", [x, dim])
     if dim is None:
-        return _finish(ctx, "max_reduce" if is_max else "min_reduce", x, _axes(ctx, x, None), False, x.dtype)
+        return _extreme(ctx, "max_reduce" if is_max else "min_reduce", x, _axes(ctx, x, None), False, x.dtype)
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise ctx.unsupported(f"max/min with dim {dim!r}")
     if x.rank == 0:
         raise ctx.unsupported("max/min with dim on a 0-d tensor", "call it without dim")
     axes = [ctx.axis(dim, x.rank)]
-    values = _finish(ctx, "max_reduce" if is_max else "min_reduce", x, axes, bool(keepdim), x.dtype, out=0)
-    indices = _finish(ctx, "argmax_reduce" if is_max else "argmin_reduce", x, axes, bool(keepdim), "i64", out=1)
+    values = _extreme(ctx, "max_reduce" if is_max else "min_reduce", x, axes, bool(keepdim), x.dtype, out=0)
+    indices = _extreme(ctx, "argmax_reduce" if is_max else "argmin_reduce", x, axes, bool(keepdim), "i64", out=1)
     return [values, indices]
 
 
@@ -262,7 +285,7 @@ def logsumexp(ctx: OpContext, x: NTensor, dims: list[int], keepdim: bool) -> NTe
 def aminmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: bool) -> list[NTensor]:
     """aten::aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)"""
     axes = _axes(ctx, x, dim)
-    return [_finish(ctx, kind, x, axes, keepdim, x.dtype, out=k) for k, kind in enumerate(("min_reduce", "max_reduce"))]
+    return [_extreme(ctx, kind, x, axes, keepdim, x.dtype, out=k) for k, kind in enumerate(("min_reduce", "max_reduce"))]
 
 
 @handler("aten::count_nonzero", args="t I?")

@@ -1,5 +1,5 @@
-"""Scatters into a copy of ``self``: scatter_add, scatter_reduce, index_add, index_copy,
-index_reduce, select_scatter, slice_scatter.
+"""Scatters into a copy of ``self``: scatter_add, scatter_reduce (and the legacy
+``scatter(..., reduce=)``), index_add, index_copy, index_reduce, select_scatter, slice_scatter.
 
 Reductions (sum, prod, mean, amax, amin, with or without ``self``) use tract's
 ``tract_core_scatter_elements`` reductions from tract 0.23.0 (the ``scatter_reductions``
@@ -173,6 +173,22 @@ def _scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: N
     axis = ctx.axis(dim, x.rank)
     return _scatter(ctx, x, axis, index, _src_as_index(ctx, src, index), _reduction(ctx, reduce),
                     True if include_self is None else include_self, native)
+
+
+# The legacy reductions of aten::scatter(..., reduce=) -> their scatter_reduce names.
+_LEGACY = {"add": "sum", "multiply": "prod"}
+
+
+def legacy_scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Union[NTensor, int, float, bool],
+                   reduce: str) -> NTensor:
+    """aten::scatter.reduce / .value_reduce: ``src`` (or the number) accumulated into self
+    at ``index``, as scatter_reduce with include_self (the native reductions where the
+    target has them, else the one-hot form)."""
+    if reduce not in _LEGACY:
+        raise ctx.unsupported(f"scatter with reduce={reduce!r}", f"torch takes one of {sorted(_LEGACY)}")
+    if not isinstance(src, NTensor):
+        src = _like(ctx, src, index, ctx.out_dtype(), "src")
+    return _scatter_reduce(ctx, x, dim, index, src, _LEGACY[reduce], True, ctx.caps.supports("scatter_reductions"))
 
 
 def _index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,

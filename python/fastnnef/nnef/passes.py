@@ -1,0 +1,76 @@
+"""Rewrites of the finished NNEF graph before it is written: an ordered list of named
+passes, so the log can say what each one changed.
+
+- ``dead_ops``: drop the ops none of whose outputs reach a graph output (what tracing
+  left behind: a submodule called for nothing, a handler's unused intermediate), then the
+  variables that only they read, so their weights are not written either. Graph inputs
+  always stay (they are the artefact's interface, used or not).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from fastnnef.log import get_logger
+from fastnnef.nnef.graph import NAlias, NExternal, NNEFGraph, NOp, NTensor, NVariable, Statement, Tuple
+
+log = get_logger(__name__)
+
+
+def _tensors_in(value: Any) -> Iterator[NTensor]:
+    """The tensors an argument or attribute refers to (lists, tuples and dicts nest them)."""
+    if isinstance(value, NTensor):
+        yield value
+    elif isinstance(value, Tuple):
+        yield from _tensors_in(value.items)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors_in(item)
+
+
+def _reads(stmt: Statement) -> Iterator[NTensor]:
+    if isinstance(stmt, NOp):
+        yield from _tensors_in(stmt.args)
+        yield from _tensors_in(stmt.attrs)
+    elif isinstance(stmt, NAlias):
+        yield stmt.source
+
+
+def _writes(stmt: Statement) -> tuple[NTensor, ...]:
+    if isinstance(stmt, NOp):
+        return stmt.outputs
+    if isinstance(stmt, (NAlias, NVariable, NExternal)):
+        return (stmt.tensor,)
+    raise TypeError(f"unknown statement {stmt!r}")
+
+
+def eliminate_dead_ops(graph: NNEFGraph) -> int:
+    """Drop every statement whose results no graph output depends on (inputs excepted);
+    return how many were dropped. One backward walk: the body is in dependency order."""
+    live = {t.name for t in graph.outputs}
+    kept: list[Statement] = []
+    for stmt in reversed(graph.body):
+        if not isinstance(stmt, NExternal) and not any(t.name in live for t in _writes(stmt)):
+            continue
+        kept.append(stmt)
+        live.update(t.name for t in _reads(stmt))
+    dropped = len(graph.body) - len(kept)
+    graph.body = kept[::-1]
+    graph.variables = {label: v for label, v in graph.variables.items() if v.tensor.name in live}
+    return dropped
+
+
+PASSES: tuple[tuple[str, Callable[[NNEFGraph], int]], ...] = (
+    ("dead_ops", eliminate_dead_ops),
+)
+
+
+def run_passes(graph: NNEFGraph) -> None:
+    """Apply ``PASSES`` in order."""
+    for name, rewrite in PASSES:
+        changed = rewrite(graph)
+        if changed:
+            log.debug("graph pass %s: %d statements removed", name, changed)
