@@ -3,11 +3,15 @@ exit code 2. (Named apart from tests/test_cli.py: pytest needs unique basenames.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
+import fastnnef
 from fastnnef.llm.cli import UNSUPPORTED_FLAGS, build_parser, main
 
 
@@ -86,3 +90,18 @@ def test_dynamic_logits_to_keep_is_explained(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["-s", "a/b", "-e", "out", "--num-logits-to-keep", "dynamic"])
     assert "'dynamic' (logits_to_keep as a runtime input) is not supported yet" in capsys.readouterr().err
+
+
+def test_a_real_process_on_a_pipe_is_quiet(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """As a user runs it: in its own process (no test harness owning the root logger),
+    stderr a pipe, no -v: nothing but the result on stdout; with -v, the steps are logged."""
+    source, env = checkpoint("llama"), {**os.environ, "PYTHONPATH": str(Path(fastnnef.__file__).parents[1])}
+    quiet = subprocess.run([sys.executable, "-m", "fastnnef.llm", "-d", str(source), "-e", str(tmp_path / "a"), "-nv"],
+                           capture_output=True, text=True, env=env, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""
+    assert f"to {tmp_path / 'a'}" in quiet.stdout
+    verbose = subprocess.run([sys.executable, "-m", "fastnnef.llm", "-d", str(source), "-e", str(tmp_path / "b"),
+                              "-nv", "-v"], capture_output=True, text=True, env=env, timeout=600)
+    assert verbose.returncode == 0, verbose.stderr
+    assert "INFO" in verbose.stderr

@@ -193,7 +193,7 @@ def dump_llm(
             export_model_to_nnef(
                 wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
-                log_level=logging.getLogger("fastnnef").level,  # leave the caller's logging as it is
+                log_level=logging.getLogger("fastnnef").getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
         example = Bundle("export", example_inputs, dict(zip(output_names, inference_target.traced_outputs)))
