@@ -133,7 +133,8 @@ class IRGraph:
 # Ops that are identities for export: output = input 0.
 NOOP_KINDS = frozenset(
     """aten::detach aten::detach_ aten::contiguous aten::clone aten::dropout aten::dropout_
-    aten::feature_dropout aten::alpha_dropout aten::lift_fresh aten::alias prim::NumToTensor
+    aten::feature_dropout aten::feature_dropout_ aten::alpha_dropout aten::alpha_dropout_
+    aten::feature_alpha_dropout aten::feature_alpha_dropout_ aten::lift_fresh aten::alias prim::NumToTensor
     aten::Int aten::IntImplicit aten::ScalarImplicit aten::Float aten::FloatImplicit
     aten::Bool prim::data aten::resolve_conj aten::resolve_neg aten::lift_fresh_copy""".split()
 )
