@@ -138,6 +138,30 @@ def test_f32_checkpoint_into_an_f16_model_converts_on_the_way(tmp_path):
     np.testing.assert_array_equal(dat.array(), state["up.weight"].half().numpy())
 
 
+def test_f32_checkpoint_into_a_bf16_model_is_written_as_torch_rounds_it(tmp_path):
+    """tract has no bf16: the weights go out as f32, but with the values the bf16 model
+    computes with (rounded to bf16), not the checkpoint's wider ones."""
+    torch.manual_seed(3)
+    state = state_of(TinyLM())
+    save_file(state, tmp_path / "m.safetensors")
+    with init_empty_weights():
+        model = TinyLM().to(torch.bfloat16).eval()
+    load_offloaded_checkpoint(model, tmp_path / "m.safetensors")
+    assert model.up.weight.dtype == torch.bfloat16 and model.up.weight.stored_dtype == torch.float32
+    # check_io off: torch computes in bf16, tract in f32; compared below with f32 arithmetic.
+    target = TractNNEF(TractNNEF.latest().version, check_io=False)
+    out = export_model_to_nnef(model, IDS, tmp_path / "b.nnef", target, compression_level=None)
+    (got,) = TractArtefact.load(out).run([IDS])
+    f32_of_rounded = reference_model({k: v.to(torch.bfloat16) for k, v in state.items()})
+    np.testing.assert_allclose(got, f32_of_rounded(IDS).detach().numpy(), rtol=1e-5, atol=1e-5)
+    for name in ("up.weight", "up.bias", "down.weight"):
+        dat = _native.dat_decode((out / f"{name}.dat").read_bytes())
+        assert dat.encoding == "f32"
+        rounded = state[name].to(torch.bfloat16).float().numpy()
+        assert not np.array_equal(rounded, state[name].numpy())  # the rounding is visible
+        np.testing.assert_array_equal(dat.array(), rounded)
+
+
 def test_mismatch_is_refused_before_anything_changes(tmp_path):
     state = state_of(TinyLM())
     bad = dict(state)

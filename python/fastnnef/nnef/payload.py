@@ -178,7 +178,18 @@ class OffloadedPayload:
         """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
         self.tensor.checkpoint.check(label, self.tensor.key, self.encoding)
 
+    @property
+    def rounds_to_bf16(self) -> bool:
+        """The model computes with this weight rounded to bf16 but the checkpoint holds wider
+        floats: the Rust stream converts dtypes, it does not round through bf16."""
+        t = self.tensor
+        return t.dtype == torch.bfloat16 and not t.packed and t.stored_dtype != torch.bfloat16 and self.has_generic
+
     def write(self, artefact: "Artefact", label: str) -> None:
+        if self.rounds_to_bf16:
+            # One tensor materialized at a time (bounded memory), exactly as torch rounds it.
+            artefact.add_tensor(label, self.tensor.to_base_tensor())
+            return
         artefact.add_offloaded(label, self.tensor, self.encoding)
 
 
