@@ -286,16 +286,11 @@ impl Checkpoint {
         })
     }
 
-    /// Map `len` bytes of `key`'s data starting `start` bytes in (private, read-only).
-    pub fn map(&self, key: &str, start: u64, len: u64) -> Result<TensorMap> {
-        let entry = self.entry(key)?;
-        assert!(start + len <= entry.len, "map range inside the tensor");
-        if len == 0 {
-            return Ok(TensorMap { map: None });
-        }
+    /// The shard of `entry`, checked to still hold all of it: the file may have changed
+    /// since it was opened, and touching mapped pages past its end would kill the process
+    /// (SIGBUS).
+    fn shard_still_holding(&self, key: &str, entry: &TensorEntry) -> Result<&ShardFile> {
         let shard = &self.shards[entry.file];
-        // The file may have changed since it was opened: touching pages past its end
-        // would kill the process (SIGBUS), so check the length again first.
         let size = shard.file.metadata().map_err(|e| Error::io("cannot stat", &shard.path, e))?.len();
         if entry.offset + entry.len > size {
             return Err(corrupt(
@@ -303,6 +298,17 @@ impl Checkpoint {
                 format!("tensor '{key}' ends at byte {} but the file now has {size} bytes (truncated while in use?)", entry.offset + entry.len),
             ));
         }
+        Ok(shard)
+    }
+
+    /// Map `len` bytes of `key`'s data starting `start` bytes in (private, read-only).
+    pub fn map(&self, key: &str, start: u64, len: u64) -> Result<TensorMap> {
+        let entry = self.entry(key)?;
+        assert!(start + len <= entry.len, "map range inside the tensor");
+        if len == 0 {
+            return Ok(TensorMap { map: None });
+        }
+        let shard = self.shard_still_holding(key, entry)?;
         // SAFETY: the map is private and read-only, so nothing we do writes the file. As with
         // any file map, another process truncating the file while it is mapped would make
         // reads fault; the length check above catches files that were already cut.
@@ -357,14 +363,7 @@ impl Checkpoint {
         if entry.len == 0 {
             return Ok(None);
         }
-        let shard = &self.shards[entry.file];
-        let size = shard.file.metadata().map_err(|e| Error::io("cannot stat", &shard.path, e))?.len();
-        if entry.offset + entry.len > size {
-            return Err(corrupt(
-                &shard.path,
-                format!("tensor '{key}' ends at byte {} but the file now has {size} bytes (truncated while in use?)", entry.offset + entry.len),
-            ));
-        }
+        let shard = self.shard_still_holding(key, entry)?;
         // SAFETY: a private (copy-on-write) map never writes the file; see `map`.
         let map = unsafe { MmapOptions::new().offset(entry.offset).len(entry.len as usize).map_copy(&shard.file) }
             .map_err(|e| Error::io(&format!("cannot map tensor '{key}' of"), &shard.path, e))?;
