@@ -31,6 +31,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 
 use rayon::prelude::*;
 
@@ -105,16 +106,26 @@ pub fn validate_member_name(name: &str) -> Result<()> {
 // ------------------------------------------------------------------------------------
 // Parallel single-member gzip
 
+/// The deflated chunks of one batch with their CRCs, and the batch's input buffer (for reuse).
+type Compressed = (io::Result<Vec<(Vec<u8>, crc32fast::Hasher)>>, Vec<u8>);
+
 /// A [`Write`] adapter producing one gzip member, compressed in parallel on the current
-/// rayon pool. Holds at most `threads` chunks of input at a time.
+/// rayon pool. Input is gathered into batches of one 1 MiB chunk per thread; a full batch
+/// is compressed in the background while the next one fills, so encoding tensors, copying
+/// and writing the compressed bytes overlap with deflate. Holds at most three batches.
 pub struct ParallelGz<W: Write> {
     inner: W,
     encoder: Encoder,
     pending: Vec<u8>,
     batch_bytes: usize,
+    /// The last 32 KiB of the stream before `pending`.
     dict: Vec<u8>,
     crc: crc32fast::Hasher,
     total: u64,
+    /// The batch being compressed, if any.
+    in_flight: Option<mpsc::Receiver<Compressed>>,
+    /// An emptied batch buffer, reused to save the page faults of a fresh one.
+    spare: Option<Vec<u8>>,
 }
 
 impl<W: Write> ParallelGz<W> {
@@ -146,56 +157,107 @@ impl<W: Write> ParallelGz<W> {
             dict: Vec::new(),
             crc: crc32fast::Hasher::new(),
             total: 0,
+            in_flight: None,
+            spare: None,
         })
     }
 
-    /// Compress what is pending; with `last`, end the deflate stream.
+    /// Start compressing what is pending (with `last`, up to the end of the deflate
+    /// stream), then write out the batch before it.
     fn compress_pending(&mut self, last: bool) -> io::Result<()> {
-        let mut pieces: Vec<&[u8]> = self.pending.chunks(GZ_CHUNK).collect();
-        if last && self.pending.len().is_multiple_of(GZ_CHUNK) {
-            // The final block needs a chunk of its own when the data ends on a boundary.
-            pieces.push(&[]);
-        }
-        let n = pieces.len();
-        let dict = &self.dict;
+        // The next batch's dictionary: the last 32 KiB of the stream including this batch.
+        let tail = &self.pending[self.pending.len().saturating_sub(WINDOW)..];
+        let mut next_dict = Vec::with_capacity(WINDOW);
+        next_dict.extend_from_slice(&self.dict[self.dict.len().saturating_sub(WINDOW - tail.len())..]);
+        next_dict.extend_from_slice(tail);
+        let dict = std::mem::replace(&mut self.dict, next_dict);
+        self.total += self.pending.len() as u64;
+        let fresh = self.spare.take().unwrap_or_else(|| Vec::with_capacity(self.batch_bytes));
+        let data = std::mem::replace(&mut self.pending, fresh);
         let encoder = self.encoder;
-        let results: Vec<io::Result<(Vec<u8>, crc32fast::Hasher)>> = (0..n)
-            .into_par_iter()
-            .map(|i| {
-                let prev: &[u8] = if i == 0 { dict } else { pieces[i - 1] };
-                let prev = &prev[prev.len().saturating_sub(WINDOW)..];
-                let mut crc = crc32fast::Hasher::new();
-                crc.update(pieces[i]);
-                Ok((deflate::deflate_chunk(encoder, prev, pieces[i], last && i == n - 1)?, crc))
-            })
-            .collect();
-        for r in results {
-            let (bytes, crc) = r?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        rayon::spawn(move || {
+            // A panic must reach the writer as an error, not abort the process.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compress_batch(encoder, &dict, &data, last)
+            }))
+            .unwrap_or_else(|_| Err(io::Error::other("gzip compression panicked")));
+            let mut data = data;
+            data.clear();
+            // The writer may be gone (dropped after an error): nothing to deliver then.
+            let _ = tx.send((result, data));
+        });
+        self.write_in_flight()?;
+        self.in_flight = Some(rx);
+        Ok(())
+    }
+
+    /// Wait for the batch in flight, if any, and write its compressed bytes.
+    fn write_in_flight(&mut self) -> io::Result<()> {
+        let Some(rx) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (result, buffer) = wait_for(&rx)?;
+        self.spare = Some(buffer);
+        for (bytes, crc) in result? {
             self.inner.write_all(&bytes)?;
             self.crc.combine(&crc);
         }
-        self.total += self.pending.len() as u64;
-        // The dictionary of the next chunk: the last 32 KiB of the stream so far.
-        let tail = &self.pending[self.pending.len().saturating_sub(WINDOW)..];
-        if tail.len() == WINDOW {
-            self.dict.clear();
-        } else {
-            let keep = WINDOW - tail.len();
-            self.dict.drain(..self.dict.len().saturating_sub(keep));
-        }
-        self.dict.extend_from_slice(tail);
-        self.pending.clear();
         Ok(())
     }
 
     /// End the member (final block, CRC32, length) and return the inner writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.compress_pending(true)?;
+        self.write_in_flight()?;
         let crc = self.crc.clone().finalize();
         self.inner.write_all(&crc.to_le_bytes())?;
         self.inner.write_all(&(self.total as u32).to_le_bytes())?;
         self.inner.flush()?;
         Ok(self.inner)
+    }
+}
+
+/// Deflate `data` (one batch) in 1 MiB chunks in parallel, the first primed with `dict`,
+/// each next one with the tail of the chunk before it; with `last`, the final block ends
+/// the last chunk.
+fn compress_batch(encoder: Encoder, dict: &[u8], data: &[u8], last: bool) -> io::Result<Vec<(Vec<u8>, crc32fast::Hasher)>> {
+    let mut pieces: Vec<&[u8]> = data.chunks(GZ_CHUNK).collect();
+    if last && data.len().is_multiple_of(GZ_CHUNK) {
+        // The final block needs a chunk of its own when the data ends on a boundary.
+        pieces.push(&[]);
+    }
+    let n = pieces.len();
+    (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let prev: &[u8] = if i == 0 { dict } else { pieces[i - 1] };
+            let prev = &prev[prev.len().saturating_sub(WINDOW)..];
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(pieces[i]);
+            Ok((deflate::deflate_chunk(encoder, prev, pieces[i], last && i == n - 1)?, crc))
+        })
+        .collect()
+}
+
+/// The result of a batch sent from the pool. A thread of the pool itself (a writer used
+/// inside `ThreadPool::install`) must not block: the batch may need it, so it runs pool
+/// work while it waits.
+fn wait_for(rx: &mpsc::Receiver<Compressed>) -> io::Result<Compressed> {
+    let lost = || io::Error::other("gzip compression task ended without a result");
+    if rayon::current_thread_index().is_none() {
+        return rx.recv().map_err(|_| lost());
+    }
+    loop {
+        match rx.try_recv() {
+            Ok(done) => return Ok(done),
+            Err(mpsc::TryRecvError::Disconnected) => return Err(lost()),
+            Err(mpsc::TryRecvError::Empty) => {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::yield_now();
+                }
+            }
+        }
     }
 }
 
