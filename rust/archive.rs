@@ -31,9 +31,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
-use rayon::prelude::*;
 
 use crate::checkpoint::Checkpoint;
 use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
@@ -106,13 +105,21 @@ pub fn validate_member_name(name: &str) -> Result<()> {
 // ------------------------------------------------------------------------------------
 // Parallel single-member gzip
 
-/// The deflated chunks of one batch with their CRCs, and the batch's input buffer (for reuse).
-type Compressed = (io::Result<Vec<(Vec<u8>, crc32fast::Hasher)>>, Vec<u8>);
+/// One deflated chunk and the CRC of its input.
+type Compressed = io::Result<(Vec<u8>, crc32fast::Hasher)>;
+
+/// A batch being compressed: one pool job per chunk, each sending `(index, result)`.
+struct InFlight {
+    rx: mpsc::Receiver<(usize, Compressed)>,
+    chunks: usize,
+    data: Arc<Vec<u8>>,
+}
 
 /// A [`Write`] adapter producing one gzip member, compressed in parallel on the current
 /// rayon pool. Input is gathered into batches of one 1 MiB chunk per thread; a full batch
-/// is compressed in the background while the next one fills, so encoding tensors, copying
-/// and writing the compressed bytes overlap with deflate. Holds at most three batches.
+/// is compressed in the background, one pool job per chunk, while the next one fills, so
+/// encoding tensors, copying and writing the compressed bytes overlap with deflate. Holds
+/// at most three batches.
 pub struct ParallelGz<W: Write> {
     inner: W,
     encoder: Encoder,
@@ -122,8 +129,7 @@ pub struct ParallelGz<W: Write> {
     dict: Vec<u8>,
     crc: crc32fast::Hasher,
     total: u64,
-    /// The batch being compressed, if any.
-    in_flight: Option<mpsc::Receiver<Compressed>>,
+    in_flight: Option<InFlight>,
     /// An emptied batch buffer, reused to save the page faults of a fresh one.
     spare: Option<Vec<u8>>,
 }
@@ -170,36 +176,50 @@ impl<W: Write> ParallelGz<W> {
         let mut next_dict = Vec::with_capacity(WINDOW);
         next_dict.extend_from_slice(&self.dict[self.dict.len().saturating_sub(WINDOW - tail.len())..]);
         next_dict.extend_from_slice(tail);
-        let dict = std::mem::replace(&mut self.dict, next_dict);
+        let dict = Arc::new(std::mem::replace(&mut self.dict, next_dict));
         self.total += self.pending.len() as u64;
         let fresh = self.spare.take().unwrap_or_else(|| Vec::with_capacity(self.batch_bytes));
-        let data = std::mem::replace(&mut self.pending, fresh);
+        let data = Arc::new(std::mem::replace(&mut self.pending, fresh));
+        // The final block needs a chunk of its own when the data ends on a boundary.
+        let chunks = data.len().div_ceil(GZ_CHUNK) + usize::from(last && data.len().is_multiple_of(GZ_CHUNK));
         let encoder = self.encoder;
-        let (tx, rx) = mpsc::sync_channel(1);
-        rayon::spawn(move || {
-            // A panic must reach the writer as an error, not abort the process.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                compress_batch(encoder, &dict, &data, last)
-            }))
-            .unwrap_or_else(|_| Err(io::Error::other("gzip compression panicked")));
-            let mut data = data;
-            data.clear();
-            // The writer may be gone (dropped after an error): nothing to deliver then.
-            let _ = tx.send((result, data));
-        });
+        let (tx, rx) = mpsc::channel();
+        // One job per chunk, so that each wakes a thread of the pool on its own.
+        for i in 0..chunks {
+            let (data, dict, tx) = (Arc::clone(&data), Arc::clone(&dict), tx.clone());
+            rayon::spawn(move || {
+                // A panic must reach the writer as an error, not abort the process.
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    compress_chunk(encoder, &dict, &data, i, last && i == chunks - 1)
+                }))
+                .unwrap_or_else(|_| Err(io::Error::other("gzip compression panicked")));
+                // Release the batch before reporting, so the writer can reuse its buffer.
+                drop(data);
+                // The writer may be gone (dropped after an error): nothing to deliver then.
+                let _ = tx.send((i, result));
+            });
+        }
         self.write_in_flight()?;
-        self.in_flight = Some(rx);
+        self.in_flight = Some(InFlight { rx, chunks, data });
         Ok(())
     }
 
-    /// Wait for the batch in flight, if any, and write its compressed bytes.
+    /// Wait for the batch in flight, if any, and write its compressed chunks in order.
     fn write_in_flight(&mut self) -> io::Result<()> {
-        let Some(rx) = self.in_flight.take() else {
+        let Some(batch) = self.in_flight.take() else {
             return Ok(());
         };
-        let (result, buffer) = wait_for(&rx)?;
-        self.spare = Some(buffer);
-        for (bytes, crc) in result? {
+        let mut results: Vec<Option<Compressed>> = (0..batch.chunks).map(|_| None).collect();
+        for _ in 0..batch.chunks {
+            let (i, result) = wait_for(&batch.rx)?;
+            results[i] = Some(result);
+        }
+        if let Ok(mut buffer) = Arc::try_unwrap(batch.data) {
+            buffer.clear();
+            self.spare = Some(buffer);
+        }
+        for result in results.into_iter().flatten() {
+            let (bytes, crc) = result?;
             self.inner.write_all(&bytes)?;
             self.crc.combine(&crc);
         }
@@ -218,32 +238,22 @@ impl<W: Write> ParallelGz<W> {
     }
 }
 
-/// Deflate `data` (one batch) in 1 MiB chunks in parallel, the first primed with `dict`,
-/// each next one with the tail of the chunk before it; with `last`, the final block ends
-/// the last chunk.
-fn compress_batch(encoder: Encoder, dict: &[u8], data: &[u8], last: bool) -> io::Result<Vec<(Vec<u8>, crc32fast::Hasher)>> {
-    let mut pieces: Vec<&[u8]> = data.chunks(GZ_CHUNK).collect();
-    if last && data.len().is_multiple_of(GZ_CHUNK) {
-        // The final block needs a chunk of its own when the data ends on a boundary.
-        pieces.push(&[]);
-    }
-    let n = pieces.len();
-    (0..n)
-        .into_par_iter()
-        .map(|i| {
-            let prev: &[u8] = if i == 0 { dict } else { pieces[i - 1] };
-            let prev = &prev[prev.len().saturating_sub(WINDOW)..];
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(pieces[i]);
-            Ok((deflate::deflate_chunk(encoder, prev, pieces[i], last && i == n - 1)?, crc))
-        })
-        .collect()
+/// Deflate chunk `i` (1 MiB) of batch `data`, primed with the tail of the chunk before it
+/// (for the first, `dict`: the end of the previous batch); `last` ends the stream.
+fn compress_chunk(encoder: Encoder, dict: &[u8], data: &[u8], i: usize, last: bool) -> Compressed {
+    let start = (i * GZ_CHUNK).min(data.len());
+    let piece = &data[start..((i + 1) * GZ_CHUNK).min(data.len())];
+    let prev = if i == 0 { dict } else { &data[start - GZ_CHUNK..start] };
+    let prev = &prev[prev.len().saturating_sub(WINDOW)..];
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(piece);
+    Ok((deflate::deflate_chunk(encoder, prev, piece, last)?, crc))
 }
 
-/// The result of a batch sent from the pool. A thread of the pool itself (a writer used
-/// inside `ThreadPool::install`) must not block: the batch may need it, so it runs pool
-/// work while it waits.
-fn wait_for(rx: &mpsc::Receiver<Compressed>) -> io::Result<Compressed> {
+/// A message from the pool. A thread of the pool itself (a writer used inside
+/// `ThreadPool::install`) must not block: the chunks may need it, so it runs pool work
+/// while it waits.
+fn wait_for<T>(rx: &mpsc::Receiver<T>) -> io::Result<T> {
     let lost = || io::Error::other("gzip compression task ended without a result");
     if rayon::current_thread_index().is_none() {
         return rx.recv().map_err(|_| lost());
