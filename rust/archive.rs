@@ -33,7 +33,6 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
-
 use crate::checkpoint::Checkpoint;
 use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
 use crate::deflate::{self, Encoder};
