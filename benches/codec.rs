@@ -5,14 +5,17 @@
 //!
 //!     cargo bench --bench codec                       # all
 //!     FASTNNEF_BENCH_MB=256 cargo bench --bench codec -- tgz
-//!     cargo bench --bench codec -- deflate             # level-1 encoder candidates
+//!     cargo bench --bench codec -- deflate             # deflate encoder candidates
+//!     cargo bench --bench codec -- tgz                 # .tgz: ISA-L vs the zlib-rs baseline
 
 use std::hint::black_box;
+use std::io::Write;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use fastnnef::archive::{ArtefactWriter, Format};
+use fastnnef::archive::{ArtefactWriter, Format, ParallelGz};
 use fastnnef::dat::{self, EncodeOptions, Encoding, SrcDtype, TensorView};
+use fastnnef::deflate::{self, Encoder};
 use fastnnef::quant::{self, FloatKind, NibbleOrder};
 
 fn workload_bytes() -> usize {
@@ -103,7 +106,7 @@ fn archive_benches(c: &mut Criterion) {
     };
     group.bench_function("dir", |b| b.iter(|| write(Format::Dir, 0)));
     group.bench_function("tar", |b| b.iter(|| write(Format::Tar, 0)));
-    for level in [1, 6] {
+    for level in [1, 3, 6] {
         for threads in [1, 0] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             let name = format!("tgz_level{level}_{}", if threads == 1 { "1thread" } else { "all_threads" });
@@ -113,30 +116,32 @@ fn archive_benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// The deflate strategies compared when choosing the level-1 encoder (benches/README.md,
-/// "gzip encoders"): 1 MiB chunks of weight-like f32, each a complete raw deflate stream.
+/// The deflate encoders compared when choosing each level's (benches/README.md, "gzip
+/// encoders"): 1 MiB chunks of weight-like f32, each primed with the previous 32 KiB and
+/// sync-flushed, exactly as the `.tgz` sink calls them, on one thread.
 fn deflate_benches(c: &mut Criterion) {
-    use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Method, Strategy};
+    use zlib_rs::Strategy;
     let data = weights(workload_bytes() / 4);
     let mut group = c.benchmark_group("deflate");
     group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(data.len() as u64));
-    let mut out = vec![0u8; zlib_rs::compress_bound(1 << 20) + 64];
-    for (name, level, strategy) in [
-        ("zlib_rs_level1_quick", 1, Strategy::Default),
-        ("zlib_rs_level1_rle", 1, Strategy::Rle),
-        ("zlib_rs_level1_huffman_only", 1, Strategy::HuffmanOnly),
-        ("zlib_rs_level2", 2, Strategy::Default),
-        ("zlib_rs_level6", 6, Strategy::Default),
+    for (name, encoder) in [
+        ("zlib_rs_level1_quick", Encoder::Zlib(1, Strategy::Default)),
+        ("zlib_rs_level1_rle", Encoder::Zlib(1, Strategy::Rle)),
+        ("zlib_rs_level1_huffman_only", Encoder::Zlib(1, Strategy::HuffmanOnly)),
+        ("zlib_rs_level2", Encoder::Zlib(2, Strategy::Default)),
+        ("zlib_rs_level6", Encoder::Zlib(6, Strategy::Default)),
+        ("isal_level1", Encoder::Isal(1)),
+        ("isal_level2", Encoder::Isal(2)),
+        ("isal_level3", Encoder::Isal(3)),
     ] {
-        let config = DeflateConfig { level, method: Method::Deflated, window_bits: -15, mem_level: 8, strategy };
         let mut size = 0;
         group.bench_function(name, |b| {
             b.iter(|| {
                 size = 0;
+                let mut dict: &[u8] = &[];
                 for chunk in data.chunks(1 << 20) {
-                    let mut d = Deflate::new_with_config(config);
-                    d.compress(chunk, &mut out, DeflateFlush::Finish).unwrap();
-                    size += d.total_out();
+                    size += deflate::deflate_chunk(encoder, dict, chunk, false).unwrap().len();
+                    dict = &chunk[chunk.len() - (32 << 10)..];
                 }
                 black_box(size)
             })
@@ -146,9 +151,35 @@ fn deflate_benches(c: &mut Criterion) {
     group.finish();
 }
 
+/// The parallel gzip writer alone (no tar framing, no file) with today's level-1 encoder
+/// and the previous one, zlib-rs' run-length strategy, as a same-run baseline.
+fn tgz_stream_benches(c: &mut Criterion) {
+    let data = weights(workload_bytes() / 4);
+    let mut group = c.benchmark_group("tgz_stream");
+    group.sample_size(10).measurement_time(Duration::from_secs(5)).throughput(Throughput::Bytes(data.len() as u64));
+    for (name, encoder) in
+        [("level1_isal", Encoder::for_level(1)), ("level1_zlib_rs_rle_baseline", Encoder::Zlib(1, zlib_rs::Strategy::Rle))]
+    {
+        for threads in [1, 0] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let id = format!("{name}_{}", if threads == 1 { "1thread" } else { "all_threads" });
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    pool.install(|| {
+                        let mut gz = ParallelGz::with_encoder(std::io::sink(), 1, encoder).unwrap();
+                        gz.write_all(&data).unwrap();
+                        gz.finish().unwrap()
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default();
-    targets = encode_benches, archive_benches, deflate_benches
+    targets = encode_benches, archive_benches, deflate_benches, tgz_stream_benches
 }
 criterion_main!(benches);

@@ -22,10 +22,8 @@
 //! - A chunk whose deflate output would be larger than the chunk itself is written as
 //!   stored blocks instead, so a `.tgz` is never larger than the `.tar` plus 5 bytes per
 //!   64 KiB and the gzip header and trailer, at any level.
-//! - The deflate encoder is zlib-rs (chosen by measurement, see benches/README.md). Level 1
-//!   uses its run-length strategy with dynamic Huffman trees: on float weights LZ77 matches
-//!   are rare, so this is both faster and smaller than zlib's level-1 matcher (zlib-rs'
-//!   own level 1 codes with the static tree, which inflates floats by ~6%).
+//! - The deflate encoder of each level is chosen in one place, [`crate::deflate`]: ISA-L for
+//!   levels 1–3, zlib-rs for 4–9 (figures in benches/README.md).
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -33,12 +31,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use zlib_rs::{Deflate, DeflateConfig, DeflateFlush, Method, Status, Strategy};
-use rayon::prelude::*;
+use std::sync::{Arc, mpsc};
 
 use crate::checkpoint::Checkpoint;
 use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
+use crate::deflate::{self, Encoder};
 use crate::error::{Error, Result};
 
 /// Modification time of every archive member: 1980-01-01, as tract's deterministic mode.
@@ -47,8 +44,6 @@ pub const MTIME: u64 = 315_532_800;
 pub const GZ_CHUNK: usize = 1 << 20;
 /// Deflate window: each chunk is primed with this many preceding bytes.
 const WINDOW: usize = 32 << 10;
-/// Largest payload of one stored deflate block.
-const STORED_BLOCK: usize = 65_535;
 const TAR_BLOCK: usize = 512;
 
 /// The three artefact layouts.
@@ -109,25 +104,49 @@ pub fn validate_member_name(name: &str) -> Result<()> {
 // ------------------------------------------------------------------------------------
 // Parallel single-member gzip
 
+/// One deflated chunk and the CRC of its input.
+type Compressed = io::Result<(Vec<u8>, crc32fast::Hasher)>;
+
+/// A batch being compressed: one pool job per chunk, each sending `(index, result)`.
+struct InFlight {
+    rx: mpsc::Receiver<(usize, Compressed)>,
+    chunks: usize,
+    data: Arc<Vec<u8>>,
+}
+
 /// A [`Write`] adapter producing one gzip member, compressed in parallel on the current
-/// rayon pool. Holds at most `threads` chunks of input at a time.
+/// rayon pool. Input is gathered into batches of one 1 MiB chunk per thread; a full batch
+/// is compressed in the background, one pool job per chunk, while the next one fills, so
+/// encoding tensors, copying and writing the compressed bytes overlap with deflate. Holds
+/// at most three batches.
 pub struct ParallelGz<W: Write> {
     inner: W,
-    level: u32,
+    encoder: Encoder,
     pending: Vec<u8>,
     batch_bytes: usize,
+    /// The last 32 KiB of the stream before `pending`.
     dict: Vec<u8>,
     crc: crc32fast::Hasher,
     total: u64,
+    in_flight: Option<InFlight>,
+    /// An emptied batch buffer, reused to save the page faults of a fresh one.
+    spare: Option<Vec<u8>>,
 }
 
 impl<W: Write> ParallelGz<W> {
-    /// Start a gzip member at `level` (0 = stored blocks, 1..=9); writes the 10-byte header
-    /// (mtime 0, no file name, OS byte 255 "unknown").
-    pub fn new(mut inner: W, level: u32) -> io::Result<Self> {
+    /// Start a gzip member at `level` (0 = stored blocks, 1..=9) with that level's encoder
+    /// ([`Encoder::for_level`]); writes the 10-byte header (mtime 0, no file name, OS byte
+    /// 255 "unknown").
+    pub fn new(inner: W, level: u32) -> io::Result<Self> {
         if level > 9 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("gzip level {level} is not in 0..=9")));
         }
+        Self::with_encoder(inner, level, Encoder::for_level(level))
+    }
+
+    /// Like [`ParallelGz::new`] with another encoder than the level's own (the benches
+    /// compare encoders through the whole parallel writer this way).
+    pub fn with_encoder(mut inner: W, level: u32, encoder: Encoder) -> io::Result<Self> {
         let xfl = match level {
             9 => 2,
             1 => 4,
@@ -137,62 +156,117 @@ impl<W: Write> ParallelGz<W> {
         let batch_bytes = rayon::current_num_threads().max(1) * GZ_CHUNK;
         Ok(ParallelGz {
             inner,
-            level,
+            encoder,
             pending: Vec::with_capacity(batch_bytes),
             batch_bytes,
             dict: Vec::new(),
             crc: crc32fast::Hasher::new(),
             total: 0,
+            in_flight: None,
+            spare: None,
         })
     }
 
-    /// Compress what is pending; with `last`, end the deflate stream.
+    /// Start compressing what is pending (with `last`, up to the end of the deflate
+    /// stream), then write out the batch before it.
     fn compress_pending(&mut self, last: bool) -> io::Result<()> {
-        let mut pieces: Vec<&[u8]> = self.pending.chunks(GZ_CHUNK).collect();
-        if last && self.pending.len().is_multiple_of(GZ_CHUNK) {
-            // The final block needs a chunk of its own when the data ends on a boundary.
-            pieces.push(&[]);
+        // The next batch's dictionary: the last 32 KiB of the stream including this batch.
+        let tail = &self.pending[self.pending.len().saturating_sub(WINDOW)..];
+        let mut next_dict = Vec::with_capacity(WINDOW);
+        next_dict.extend_from_slice(&self.dict[self.dict.len().saturating_sub(WINDOW - tail.len())..]);
+        next_dict.extend_from_slice(tail);
+        let dict = Arc::new(std::mem::replace(&mut self.dict, next_dict));
+        self.total += self.pending.len() as u64;
+        let fresh = self.spare.take().unwrap_or_else(|| Vec::with_capacity(self.batch_bytes));
+        let data = Arc::new(std::mem::replace(&mut self.pending, fresh));
+        // The final block needs a chunk of its own when the data ends on a boundary.
+        let chunks = data.len().div_ceil(GZ_CHUNK) + usize::from(last && data.len().is_multiple_of(GZ_CHUNK));
+        let encoder = self.encoder;
+        let (tx, rx) = mpsc::channel();
+        // One job per chunk, so that each wakes a thread of the pool on its own.
+        for i in 0..chunks {
+            let (data, dict, tx) = (Arc::clone(&data), Arc::clone(&dict), tx.clone());
+            rayon::spawn(move || {
+                // A panic must reach the writer as an error, not abort the process.
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    compress_chunk(encoder, &dict, &data, i, last && i == chunks - 1)
+                }))
+                .unwrap_or_else(|_| Err(io::Error::other("gzip compression panicked")));
+                // Release the batch before reporting, so the writer can reuse its buffer.
+                drop(data);
+                // The writer may be gone (dropped after an error): nothing to deliver then.
+                let _ = tx.send((i, result));
+            });
         }
-        let n = pieces.len();
-        let dict = &self.dict;
-        let level = self.level;
-        let results: Vec<io::Result<(Vec<u8>, crc32fast::Hasher)>> = (0..n)
-            .into_par_iter()
-            .map(|i| {
-                let prev: &[u8] = if i == 0 { dict } else { pieces[i - 1] };
-                let prev = &prev[prev.len().saturating_sub(WINDOW)..];
-                let mut crc = crc32fast::Hasher::new();
-                crc.update(pieces[i]);
-                Ok((deflate_chunk(level, prev, pieces[i], last && i == n - 1)?, crc))
-            })
-            .collect();
-        for r in results {
-            let (bytes, crc) = r?;
+        self.write_in_flight()?;
+        self.in_flight = Some(InFlight { rx, chunks, data });
+        Ok(())
+    }
+
+    /// Wait for the batch in flight, if any, and write its compressed chunks in order.
+    fn write_in_flight(&mut self) -> io::Result<()> {
+        let Some(batch) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let mut results: Vec<Option<Compressed>> = (0..batch.chunks).map(|_| None).collect();
+        for _ in 0..batch.chunks {
+            let (i, result) = wait_for(&batch.rx)?;
+            results[i] = Some(result);
+        }
+        if let Ok(mut buffer) = Arc::try_unwrap(batch.data) {
+            buffer.clear();
+            self.spare = Some(buffer);
+        }
+        for result in results.into_iter().flatten() {
+            let (bytes, crc) = result?;
             self.inner.write_all(&bytes)?;
             self.crc.combine(&crc);
         }
-        self.total += self.pending.len() as u64;
-        // The dictionary of the next chunk: the last 32 KiB of the stream so far.
-        let tail = &self.pending[self.pending.len().saturating_sub(WINDOW)..];
-        if tail.len() == WINDOW {
-            self.dict.clear();
-        } else {
-            let keep = WINDOW - tail.len();
-            self.dict.drain(..self.dict.len().saturating_sub(keep));
-        }
-        self.dict.extend_from_slice(tail);
-        self.pending.clear();
         Ok(())
     }
 
     /// End the member (final block, CRC32, length) and return the inner writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.compress_pending(true)?;
+        self.write_in_flight()?;
         let crc = self.crc.clone().finalize();
         self.inner.write_all(&crc.to_le_bytes())?;
         self.inner.write_all(&(self.total as u32).to_le_bytes())?;
         self.inner.flush()?;
         Ok(self.inner)
+    }
+}
+
+/// Deflate chunk `i` (1 MiB) of batch `data`, primed with the tail of the chunk before it
+/// (for the first, `dict`: the end of the previous batch); `last` ends the stream.
+fn compress_chunk(encoder: Encoder, dict: &[u8], data: &[u8], i: usize, last: bool) -> Compressed {
+    let start = (i * GZ_CHUNK).min(data.len());
+    let piece = &data[start..((i + 1) * GZ_CHUNK).min(data.len())];
+    let prev = if i == 0 { dict } else { &data[start - GZ_CHUNK..start] };
+    let prev = &prev[prev.len().saturating_sub(WINDOW)..];
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(piece);
+    Ok((deflate::deflate_chunk(encoder, prev, piece, last)?, crc))
+}
+
+/// A message from the pool. A thread of the pool itself (a writer used inside
+/// `ThreadPool::install`) must not block: the chunks may need it, so it runs pool work
+/// while it waits.
+fn wait_for<T>(rx: &mpsc::Receiver<T>) -> io::Result<T> {
+    let lost = || io::Error::other("gzip compression task ended without a result");
+    if rayon::current_thread_index().is_none() {
+        return rx.recv().map_err(|_| lost());
+    }
+    loop {
+        match rx.try_recv() {
+            Ok(done) => return Ok(done),
+            Err(mpsc::TryRecvError::Disconnected) => return Err(lost()),
+            Err(mpsc::TryRecvError::Empty) => {
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::yield_now();
+                }
+            }
+        }
     }
 }
 
@@ -210,72 +284,6 @@ impl<W: Write> Write for ParallelGz<W> {
         // Flushing mid-stream would change chunk boundaries; only `finish` ends chunks.
         Ok(())
     }
-}
-
-/// Raw-deflate `data` primed with `dict`, ending with a sync flush or, if `last`, the
-/// final block; stored blocks when compressing would not make it smaller.
-fn deflate_chunk(level: u32, dict: &[u8], data: &[u8], last: bool) -> io::Result<Vec<u8>> {
-    if level == 0 {
-        return Ok(stored_blocks(data, last));
-    }
-    // Level 1: run-length matches only (distance 1) with dynamic trees; the matcher of the
-    // other strategies finds almost nothing in float weights and costs most of the time.
-    let strategy = if level == 1 { Strategy::Rle } else { Strategy::Default };
-    let config = DeflateConfig { level: level as i32, method: Method::Deflated, window_bits: -15, mem_level: 8, strategy };
-    let mut c = Deflate::new_with_config(config);
-    if !dict.is_empty() && strategy == Strategy::Default {
-        c.set_dictionary(dict).map_err(|e| io::Error::other(format!("deflate dictionary: {e:?}")))?;
-    }
-    let flush = if last { DeflateFlush::Finish } else { DeflateFlush::SyncFlush };
-    // Enough room for incompressible data in one call (zlib's bound plus the flush marker);
-    // the loop only guards against a bound that is ever too tight.
-    let mut out = vec![0u8; zlib_rs::compress_bound(data.len()) + 64];
-    loop {
-        let consumed = c.total_in() as usize;
-        let produced = c.total_out() as usize;
-        let status = c
-            .compress(&data[consumed..], &mut out[produced..], flush)
-            .map_err(|e| io::Error::other(format!("deflate: {e:?}")))?;
-        let room_left = (c.total_out() as usize) < out.len();
-        match status {
-            Status::StreamEnd => break,
-            _ if !last && c.total_in() as usize == data.len() && room_left => break,
-            _ => {}
-        }
-        if !room_left {
-            out.resize(out.len() * 2, 0);
-        }
-    }
-    out.truncate(c.total_out() as usize);
-    if out.len() >= stored_len(data.len()) {
-        return Ok(stored_blocks(data, last));
-    }
-    Ok(out)
-}
-
-/// Bytes taken by `len` bytes in stored blocks (5 header bytes per block of up to 64 KiB;
-/// an empty input still takes one block).
-fn stored_len(len: usize) -> usize {
-    len + 5 * len.div_ceil(STORED_BLOCK).max(1)
-}
-
-/// `data` as byte-aligned stored deflate blocks (the previous chunk ended on a byte
-/// boundary); with `last`, the final block carries BFINAL.
-fn stored_blocks(data: &[u8], last: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(stored_len(data.len()));
-    let mut pieces: Vec<&[u8]> = data.chunks(STORED_BLOCK).collect();
-    if pieces.is_empty() {
-        pieces.push(&[]);
-    }
-    let n = pieces.len();
-    for (i, piece) in pieces.into_iter().enumerate() {
-        let len = piece.len() as u16;
-        out.push(u8::from(last && i == n - 1)); // BFINAL, BTYPE 00, then padding to the byte
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(!len).to_le_bytes());
-        out.extend_from_slice(piece);
-    }
-    out
 }
 
 // ------------------------------------------------------------------------------------
@@ -827,7 +835,7 @@ mod tests {
     fn gzip_round_trips_and_is_deterministic_across_threads() {
         for &len in &[0, 1, GZ_CHUNK, 3 * GZ_CHUNK + 12345] {
             let data = pseudo_random(len);
-            for level in [0, 1, 6, 9] {
+            for level in [0, 1, 2, 3, 4, 6, 9] {
                 let one = gz(&data, level, 1, 7777);
                 let three = gz(&data, level, 3, 1 << 20);
                 assert_eq!(one, three, "len {len} level {level}");
@@ -951,7 +959,7 @@ mod tests {
             .collect();
         for level in 0..=9 {
             let out = gz(&noise, level, 2, 1 << 16);
-            let blocks = 2 * GZ_CHUNK.div_ceil(STORED_BLOCK) + 1;
+            let blocks = 2 * GZ_CHUNK.div_ceil(deflate::STORED_BLOCK) + 1;
             assert!(out.len() <= noise.len() + 5 * blocks + 18, "level {level}: {} bytes", out.len());
             assert_eq!(gunzip(&out), noise);
         }

@@ -8,6 +8,7 @@
 //! | `dat`         | `.dat` header + payload encoding/decoding for every dtype          |
 //! | `quant`       | Q4_0 quantization / dequantization, parallel over blocks           |
 //! | `archive`     | single-pass sink: directory, `.tar`, `.tgz` (parallel gzip)        |
+//! | `deflate`     | the deflate encoder of each gzip level (ISA-L, zlib-rs, stored)    |
 //! | `checkpoint`  | `.safetensors` files and sharded indexes, tensors mapped on demand |
 //! | `tract_check` | load/run artefacts with the linked tract, tract's `--approx` rule  |
 #![deny(missing_docs)]
@@ -15,6 +16,7 @@
 pub mod archive;
 pub mod checkpoint;
 pub mod dat;
+pub mod deflate;
 pub mod error;
 pub mod quant;
 pub mod tract_check;

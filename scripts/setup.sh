@@ -5,6 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ISA-L, the .tgz encoder of gzip levels 1-3, is compiled from source by the isal-sys
+# crate with make, nasm and autotools: install them where missing (Debian/Ubuntu apt-get).
+missing=()
+for pair in make:make nasm:nasm autoconf:autoconf automake:automake libtoolize:libtool; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup.sh: please install ${missing[*]} (needed to build ISA-L)" >&2
+    exit 1
+  fi
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  apt_install() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; }
+  # A fresh machine may have no package lists yet: update only when the install needs it.
+  apt_install || { "${sudo[@]}" apt-get update -qq >/dev/null && apt_install; }
+fi
+
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv

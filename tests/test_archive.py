@@ -45,7 +45,7 @@ def member_bytes(path: str) -> dict[str, bytes]:
         return {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
 
 
-@pytest.mark.parametrize(("fmt", "level"), [("tar", 0), ("tgz", 0), ("tgz", 1), ("tgz", 9)])
+@pytest.mark.parametrize(("fmt", "level"), [("tar", 0), ("tgz", 0), ("tgz", 1), ("tgz", 3), ("tgz", 9)])
 def test_archives_are_reproducible_and_readable(tmp_path, fmt, level):
     first = write_sample(tmp_path / f"a.{fmt}", fmt, level, big=True)
     second = write_sample(tmp_path / f"b.{fmt}", fmt, level, big=True)
@@ -60,11 +60,13 @@ def test_archives_are_reproducible_and_readable(tmp_path, fmt, level):
             assert m.isfile()
 
 
-def test_tgz_is_one_gzip_member_with_fixed_header(tmp_path):
-    path = write_sample(tmp_path / "m.nnef.tgz", "tgz", 6, big=True)
+# Level 1: ISA-L (XFL 4, "fastest"); 2: ISA-L; 6: zlib-rs (XFL 0).
+@pytest.mark.parametrize(("level", "xfl"), [(1, 4), (2, 0), (6, 0)])
+def test_tgz_is_one_gzip_member_with_fixed_header(tmp_path, level, xfl):
+    path = write_sample(tmp_path / "m.nnef.tgz", "tgz", level, big=True)
     raw = Path(path).read_bytes()
-    # magic, deflate, no flags (so no FNAME), mtime 0, XFL 0 for level 6, OS 255.
-    assert raw[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    # magic, deflate, no flags (so no FNAME), mtime 0, XFL, OS 255.
+    assert raw[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + bytes([xfl, 255])
     d = zlib.decompressobj(wbits=31)
     out = d.decompress(raw) + d.flush()
     assert d.eof and d.unused_data == b""
@@ -77,11 +79,12 @@ def test_tgz_is_one_gzip_member_with_fixed_header(tmp_path):
     assert (extract / "enc" / "w.dat").read_bytes() == member_bytes(path)["enc/w.dat"]
 
 
-def test_same_bytes_whatever_the_thread_count(tmp_path):
+@pytest.mark.parametrize("level", [1, 3, 6])
+def test_same_bytes_whatever_the_thread_count(tmp_path, level):
     script = (
         "import sys; sys.path.insert(0, sys.argv[2]);"
         "from tests.test_archive import write_sample; from pathlib import Path;"
-        "write_sample(Path(sys.argv[1]), 'tgz', 6, big=True)"
+        f"write_sample(Path(sys.argv[1]), 'tgz', {level}, big=True)"
     )
     root = Path(__file__).resolve().parent.parent
     outputs = []
@@ -214,19 +217,21 @@ def test_tgz_is_never_larger_than_the_tar_plus_block_headers(tmp_path, level):
     assert tarfile.open(tmp_path / "n.tgz").extractfile("noise.dat").read()[128:] == noise.numpy().tobytes()
 
 
-def test_level_1_on_float_weights_is_no_larger_than_python_zlib_level_1(tmp_path):
-    """What torch_to_nnef writes at level 1 (Python tarfile over zlib), on weight-like floats."""
+@pytest.mark.parametrize("level", [1, 2, 3, 6])
+def test_float_weights_are_no_larger_than_python_zlib_at_the_same_level(tmp_path, level):
+    """What torch_to_nnef writes (Python tarfile over zlib), on weight-like floats: ISA-L
+    for levels 1-3, zlib-rs above."""
     weights = torch.from_numpy(np.random.default_rng(3).standard_normal(1_500_000).astype(np.float32) * 0.02)
-    with Artefact(tmp_path / "w.tgz", "tgz", 1) as art:
+    with Artefact(tmp_path / "w.tgz", "tgz", level) as art:
         art.add_file("graph.nnef", GRAPH)
         art.add_tensor("w", weights)
     with Artefact(tmp_path / "w.tar", "tar", 0) as art:
         art.add_file("graph.nnef", GRAPH)
         art.add_tensor("w", weights)
-    reference = zlib.compressobj(1, zlib.DEFLATED, -15)
+    reference = zlib.compressobj(level, zlib.DEFLATED, -15)
     tar_bytes = (tmp_path / "w.tar").read_bytes()
-    python_level_1 = len(reference.compress(tar_bytes) + reference.flush()) + 18
-    assert (tmp_path / "w.tgz").stat().st_size <= python_level_1
+    python_size = len(reference.compress(tar_bytes) + reference.flush()) + 18
+    assert (tmp_path / "w.tgz").stat().st_size <= python_size
 
 
 # --- failures leave nothing behind ---------------------------------------------------------
