@@ -27,7 +27,7 @@ from fastnnef.llm import dump_llm
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.load import load_checkpoint
 from fastnnef.llm.verify import check_bundle, torch_generate
-from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
 from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
 from tests.llm.tiny import build
 
@@ -47,7 +47,8 @@ def _sharded(name: str, directory: Path) -> Path:
 
 
 @pytest.mark.parametrize("name, sharded", [("llama", False), ("llama", True), ("qwen2", True), ("gpt2", False),
-                                          ("gemma", False)])
+                                          ("gemma", False), ("mixtral", False), ("mixtral", True),
+                                          ("qwen2_moe", True)])
 def test_streamed_export_generates_as_hugging_face(name: str, sharded: bool, checkpoint: Callable[..., Path],
                                                    tmp_path: Path) -> None:
     directory = _sharded(name, tmp_path / "ckpt") if sharded else checkpoint(name)
@@ -55,6 +56,10 @@ def test_streamed_export_generates_as_hugging_face(name: str, sharded: bool, che
     assert loaded.streamed
     params = dict(loaded.model.named_parameters(remove_duplicate=False))
     assert all(isinstance(p, OffloadedTensor) for p in params.values())
+    # Experts stored one tensor each are composed (stacked when read), not loaded.
+    experts = [n for n in params if ".experts." in n]
+    assert all(isinstance(params[n], ComposedOffloadedTensor) for n in experts)
+    assert bool(experts) == (name in ("mixtral", "qwen2_moe"))
     # Buffers absent from checkpoints are computed as Hugging Face computes them.
     hf = _hf_model(directory)
     for buffer_name, value in hf.named_buffers():
