@@ -143,23 +143,35 @@ CHILD = textwrap.dedent(
 )
 
 
+BIG_CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(
+        num_hidden_layers=6, hidden_size=1024, intermediate_size=2048, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
+    ),
+    # 8 experts stored one tensor each: the largest parameter (a layer's stacked gate_up,
+    # 32 MiB) is composed when read, never the model's experts at once.
+    "mixtral": lambda: transformers.MixtralConfig(
+        num_hidden_layers=6, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
+        num_local_experts=8, num_experts_per_tok=2,
+    ),
+}
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to measure the address space")
-def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path: Path) -> None:
-    """A Llama checkpoint of 300 MiB exported with -nv by a process whose address space
+@pytest.mark.parametrize("name", sorted(BIG_CONFIGS))
+def test_export_of_weights_larger_than_the_memory_the_process_may_use(name: str, tmp_path: Path) -> None:
+    """A checkpoint of about 300 MiB exported with -nv by a process whose address space
     may grow by only 160 MiB once Python, torch, transformers and fastnnef are loaded
     (RLIMIT_AS, which any Linux process may set on itself). The artefact then runs in
     tract and gives Hugging Face's logits."""
     headroom = 160 << 20
-    config = transformers.LlamaConfig(
-        num_hidden_layers=6, hidden_size=1024, intermediate_size=2048, num_attention_heads=8,
-        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
-    )
     torch.manual_seed(0)
     big = tmp_path / "big"
-    transformers.LlamaForCausalLM(config).save_pretrained(big)
+    transformers.AutoModelForCausalLM.from_config(BIG_CONFIGS[name]()).save_pretrained(big)
     assert (big / "model.safetensors").stat().st_size > headroom * 1.8
     tiny = tmp_path / "tiny"
-    build("llama").save_pretrained(tiny)
+    build(name).save_pretrained(tiny)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
            "MALLOC_ARENA_MAX": "2"}
     out = tmp_path / "out"

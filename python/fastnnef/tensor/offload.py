@@ -323,6 +323,7 @@ class ComposedOffloadedTensor(OffloadedTensor):
     groups: Tuple[Tuple[OffloadedTensor, ...], ...]
     stack_dim: int
     cat_dim: Optional[int]
+    _widths: Tuple[int, ...]  # each group's extent along cat_dim
 
     @staticmethod
     def __new__(cls, *args: Any, **kwargs: Any) -> "ComposedOffloadedTensor":
@@ -359,6 +360,7 @@ class ComposedOffloadedTensor(OffloadedTensor):
         self.groups = groups
         self.stack_dim = stack_dim
         self.cat_dim = cat_dim
+        self._widths = tuple(s.shape[cat_dim] for s in stacked) if cat_dim is not None else ()
         self.checkpoint = pieces[0].checkpoint
         # Names the data (residency pools and shares_data_with compare it).
         stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
@@ -371,9 +373,17 @@ class ComposedOffloadedTensor(OffloadedTensor):
         return self
 
     def composed_values(self) -> torch.Tensor:
-        """The composed value before any Q4_0 rounding (what the export writes)."""
-        stacked = [torch.stack([p._materialize() for p in g], self.stack_dim) for g in self.groups]
-        return stacked[0] if self.cat_dim is None else torch.cat(stacked, self.cat_dim)
+        """The composed value before any Q4_0 rounding (what the export writes). Each piece
+        is copied into its place in the result, so the memory needed is the result and one
+        piece (not the pieces, their stacks and the result, as torch.stack/cat would)."""
+        out = torch.empty(self.shape, dtype=self.dtype)
+        offset = 0
+        for i, group in enumerate(self.groups):
+            region = out if self.cat_dim is None else out.narrow(self.cat_dim, offset, self._widths[i])
+            offset += self._widths[i] if self.cat_dim is not None else 0
+            for j, piece in enumerate(group):
+                region.select(self.stack_dim, j).copy_(piece._materialize())
+        return out
 
     def _materialize(self) -> torch.Tensor:
         values = self.composed_values()
