@@ -27,7 +27,7 @@ from fastnnef.llm import dump_llm
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.load import load_checkpoint
 from fastnnef.llm.verify import check_bundle, torch_generate
-from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor, open_checkpoint
 from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
 from tests.llm.tiny import build
 
@@ -224,9 +224,69 @@ def test_rotary_tables_of_old_checkpoints_are_recomputed(checkpoint: Callable[..
     assert generation.tract_tokens == expected
 
 
-def test_checkpoints_transformers_converts_are_loaded_in_memory(checkpoint: Callable[..., Path]) -> None:
-    """Mixtral's checkpoint stores one tensor per expert, which transformers stacks into
-    one parameter: not a single checkpoint tensor to stream, so from_pretrained loads it."""
-    loaded = load_checkpoint(checkpoint("mixtral"), None, "eager", trust_remote_code=False)
-    assert not loaded.streamed
-    assert not any(isinstance(p, OffloadedTensor) for p in loaded.model.parameters())
+def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """-c min_max_q4_0 -nv on mixtral: the linear weights (router included) are quantized
+    on the way, the stacked experts (not Linear modules) are written in float as
+    transformers stacks them, and tract reproduces the test bundles PyTorch computed."""
+    directory = checkpoint("mixtral")
+    report = dump_llm(tmp_path / "out", local_dir=directory, compression_method="min_max_q4_0", no_verify=True)
+    hf = _hf_model(directory)
+    with tarfile.open(report.model_path) as tar:
+        def dat(name: str) -> Any:
+            member = tar.extractfile(f"model.{name}.dat")
+            assert member is not None
+            return _native.dat_decode(member.read())
+
+        assert dat("model.layers.0.self_attn.q_proj.weight").encoding == "q4_0"
+        for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+            assert dat(name).encoding == "f32"
+            np.testing.assert_array_equal(dat(name).array(), hf.get_parameter(name).detach().numpy())
+    artefact = TractArtefact.load(report.model_path)
+    for mode in report.modes:
+        bundle = Bundle(mode, *(dict(np.load(tmp_path / "out" / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
+                                for io in ("inputs", "outputs")))
+        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
+        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
+        assert check_bundle(artefact, bundle, "approximate").ok, mode
+
+
+def test_a_missing_expert_is_refused(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    directory = Path(shutil.copytree(checkpoint("mixtral"), tmp_path / "ckpt"))
+    weights = load_file(directory / "model.safetensors")
+    del weights["model.layers.1.block_sparse_moe.experts.2.w3.weight"]
+    save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    with pytest.raises(T2NErrorInvalidArgument, match=r"ckpt do not fit its config\.json: model\.layers\.1\.mlp\."
+                       r"experts\.gate_up_proj is made of one tensor per expert and projection, but the checkpoint "
+                       r"holds 4 for '\.experts\.\*\.w1\.weight', 3 for '\.experts\.\*\.w3\.weight'"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists()
+    # An expert missing from every projection: the stacked parameters are too small.
+    weights = {k: v for k, v in weights.items() if ".experts.3." not in k}
+    weights["model.layers.1.block_sparse_moe.experts.2.w3.weight"] = torch.zeros(64, 32)
+    save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(T2NErrorInvalidArgument, match=r"experts\.gate_up_proj composed of cat\(\[stack\(\[.*\], 0\)\], 1\) "
+                       r"is \[3, 128, 32\], the config needs \[4, 128, 32\]"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists()
+
+
+def test_conversions_other_than_stacking_are_loaded_in_memory(caplog: pytest.LogCaptureFixture,
+                                                              checkpoint: Callable[..., Path]) -> None:
+    """A transformers conversion that is not a stack (then a concatenation) of checkpoint
+    tensors is left to from_pretrained, with a debug log saying why."""
+    from transformers.core_model_loading import MergeModulelist, Transpose, WeightConverter
+
+    from fastnnef.llm.load import _composed
+
+    directory = checkpoint("mixtral")
+    converter = WeightConverter(".experts.*.w2.weight", ".experts.down_proj",
+                                operations=[MergeModulelist(dim=0), Transpose(1, 2)])
+    keys = [f"model.layers.0.block_sparse_moe.experts.{e}.w2.weight" for e in range(4)]
+    with caplog.at_level("DEBUG", logger="fastnnef.llm"):
+        got = _composed(open_checkpoint(directory), "model.layers.0.mlp.experts.down_proj", converter, {".experts.*.w2.weight": keys}, torch.float32,
+                        directory)
+    assert got is None
+    assert "not a stack (and concatenation) of tensors" in caplog.text and "Transpose" in caplog.text

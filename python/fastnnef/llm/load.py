@@ -311,7 +311,7 @@ def _checkpoint_names(
             converted.setdefault(name, (converter, {}))[1].setdefault(pattern, []).append(key)
     composed: dict[str, ComposedOffloadedTensor] = {}
     for name, (converter, sources) in converted.items():
-        made = _composed(ckpt, converter, sources, state[name].dtype, directory)
+        made = _composed(ckpt, name, converter, sources, state[name].dtype, directory)
         if made is None:
             return None
         composed[name] = made
@@ -342,9 +342,9 @@ def _checkpoint_names(
 
 
 def _composed(
-    ckpt: Any, converter: Any, sources: dict[str, list[str]], dtype: torch.dtype, directory: Path
+    ckpt: Any, name: str, converter: Any, sources: dict[str, list[str]], dtype: torch.dtype, directory: Path
 ) -> Optional[ComposedOffloadedTensor]:
-    """The parameter ``converter`` makes of the checkpoint tensors ``sources`` (by source
+    """The parameter ``name`` that ``converter`` makes of the checkpoint tensors ``sources`` (by source
     pattern), read only when used, or None for conversions not supported here (logged).
     Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
     in transformers' key order) optionally followed by ``Concatenate`` of the stacks, in
@@ -362,8 +362,15 @@ def _composed(
     if len(ops) == 1 and len(sources) != 1:
         log.debug("not streaming %s: several patterns merged without a concatenation", converter.target_patterns)
         return None
+    counts = {p: len(sources.get(p, ())) for p in converter.source_patterns}
+    if len(set(counts.values())) > 1:
+        found = ", ".join(f"{n} for {p!r}" for p, n in counts.items())
+        raise T2NErrorInvalidArgument(
+            f"weights of {directory} do not fit its {CONFIG}: {name} is made of one tensor per expert and "
+            f"projection, but the checkpoint holds {found}: some are missing"
+        )
     # As Concatenate: the converter's pattern order; as from_pretrained: keys in natural order.
-    groups = [sorted(sources[p], key=dot_natural_key) for p in converter.source_patterns if p in sources]
+    groups = [sorted(sources[p], key=dot_natural_key) for p in converter.source_patterns]
     try:
         pieces = [[OffloadedTensor(ckpt, key, dtype) for key in group] for group in groups]
         return ComposedOffloadedTensor.compose(
