@@ -8,10 +8,12 @@ transformers' initialization as ``from_pretrained`` does), and each parameter is
 :class:`~fastnnef.tensor.offload.OffloadedTensor` of the checkpoint, in the model's
 dtype. No weight is read here; PyTorch runs read each one from a map of the file for
 the op that uses it, and the export streams each from the file into its ``.dat``
-member, converting the dtype or quantizing to Q4_0 on the way. Checkpoints that
-transformers converts at load (experts stored one tensor per expert, stacked into one
-parameter in the model) and ``.bin``/``.pt`` checkpoints are loaded in memory by
-``from_pretrained``.
+member, converting the dtype or quantizing to Q4_0 on the way. Experts stored one tensor
+per expert, which transformers stacks (and concatenates) into one parameter at load, are
+bound to a :class:`~fastnnef.tensor.offload.ComposedOffloadedTensor` of those tensors,
+composed as transformers' conversion mapping says when an op reads it or the export writes
+it. Checkpoints that transformers converts otherwise, and ``.bin``/``.pt`` checkpoints,
+are loaded in memory by ``from_pretrained``.
 
 Sources: ``-d/--local-dir`` (a directory with ``config.json`` and the weights, or with
 exactly one such subdirectory, as the reference accepts) or ``-s/--model-slug``,
@@ -238,7 +240,8 @@ def _stream_weights(
     source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
 ) -> Optional[Any]:
     """The model with every parameter an OffloadedTensor of ``source``, or None when
-    transformers must convert some checkpoint tensors at load (see the module docstring).
+    transformers must convert some checkpoint tensors at load in a way not supported here
+    (see the module docstring).
     Missing, unexpected and wrongly shaped weights raise before anything is bound."""
     from transformers import AutoModelForCausalLM
 

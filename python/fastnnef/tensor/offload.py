@@ -17,6 +17,10 @@ and the dtype the model sees:
   or quantizing to Q4_0 on the way; a tensor offloaded from a Q4_0 ``QTensor`` is its
   packed blocks, written as they are.
 
+A :class:`ComposedOffloadedTensor` is one made of several checkpoint tensors, as
+transformers stacks experts stored one tensor each into one parameter: ops get the
+composed value, and the export writes that value (one parameter in memory at a time).
+
 Typical use (documented in the README, with the memory bound)::
 
     with init_empty_weights():               # parameters on the meta device
