@@ -347,9 +347,9 @@ def _checkpoint_names(
 def _composed(
     ckpt: Any, name: str, converter: Any, sources: dict[str, list[str]], dtype: torch.dtype, directory: Path
 ) -> Optional[ComposedOffloadedTensor]:
-    """The parameter ``name`` that ``converter`` makes of the checkpoint tensors ``sources`` (by source
-    pattern), read only when used, or None for conversions not supported here (logged).
-    Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
+    """The parameter ``name`` that ``converter`` makes of the checkpoint tensors
+    ``sources`` (by source pattern), read only when used, or None for conversions not
+    supported here (logged). Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
     in transformers' key order) optionally followed by ``Concatenate`` of the stacks, in
     the converter's pattern order (mixtral's and qwen2_moe's experts)."""
     from transformers.core_model_loading import Concatenate, MergeModulelist, dot_natural_key

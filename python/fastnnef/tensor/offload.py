@@ -314,7 +314,6 @@ class OffloadedTensor(torch.Tensor):
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
 
 
-
 class ComposedOffloadedTensor(OffloadedTensor):
     """A parameter made of several checkpoint tensors, as transformers composes them at
     load (experts stored one tensor each, stacked into one parameter): the pieces of each
@@ -351,9 +350,9 @@ class ComposedOffloadedTensor(OffloadedTensor):
         if any(p.packed or p.q4_0 or p.checkpoint is not pieces[0].checkpoint for p in pieces):
             raise T2NErrorInvalidArgument("composed tensors are made of plain pieces of one checkpoint")
         dtype = dtype or pieces[0].dtype
-        groups = tuple(tuple(p if p.dtype == dtype else p._shallow(dtype) for p in g) for g in groups)
+        seen = tuple(tuple(p if p.dtype == dtype else p._shallow(dtype) for p in g) for g in groups)
         try:  # the shape torch would give, from meta stand-ins of the pieces
-            stacked = [torch.stack([torch.empty(p.shape, device="meta") for p in g], stack_dim) for g in groups]
+            stacked = [torch.stack([torch.empty(p.shape, device="meta") for p in g], stack_dim) for g in seen]
             shape = tuple((stacked[0] if cat_dim is None else torch.cat(stacked, cat_dim)).shape)
         except (RuntimeError, IndexError) as err:
             keys = ", ".join(f"{p.key} {list(p.shape)}" for p in pieces[:4])
@@ -361,10 +360,10 @@ class ComposedOffloadedTensor(OffloadedTensor):
         if q4_0:
             check_q4_0_shape(shape)
         self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
-        self.groups = groups
+        self.groups = seen
         self.stack_dim = stack_dim
         self.cat_dim = cat_dim
-        self._widths = tuple(s.shape[cat_dim] for s in stacked) if cat_dim is not None else ()
+        self._widths = tuple(g.shape[cat_dim] for g in stacked) if cat_dim is not None else ()
         self.checkpoint = pieces[0].checkpoint
         # Names the data (residency pools and shares_data_with compare it).
         stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
