@@ -27,7 +27,7 @@ from fastnnef.llm import dump_llm
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.load import load_checkpoint
 from fastnnef.llm.verify import check_bundle, torch_generate
-from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor, open_checkpoint
 from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
 from tests.llm.tiny import build
 
@@ -47,7 +47,8 @@ def _sharded(name: str, directory: Path) -> Path:
 
 
 @pytest.mark.parametrize("name, sharded", [("llama", False), ("llama", True), ("qwen2", True), ("gpt2", False),
-                                          ("gemma", False)])
+                                          ("gemma", False), ("mixtral", False), ("mixtral", True),
+                                          ("qwen2_moe", True)])
 def test_streamed_export_generates_as_hugging_face(name: str, sharded: bool, checkpoint: Callable[..., Path],
                                                    tmp_path: Path) -> None:
     directory = _sharded(name, tmp_path / "ckpt") if sharded else checkpoint(name)
@@ -55,6 +56,10 @@ def test_streamed_export_generates_as_hugging_face(name: str, sharded: bool, che
     assert loaded.streamed
     params = dict(loaded.model.named_parameters(remove_duplicate=False))
     assert all(isinstance(p, OffloadedTensor) for p in params.values())
+    # Experts stored one tensor each are composed (stacked when read), not loaded.
+    experts = [n for n in params if ".experts." in n]
+    assert all(isinstance(params[n], ComposedOffloadedTensor) for n in experts)
+    assert bool(experts) == (name in ("mixtral", "qwen2_moe"))
     # Buffers absent from checkpoints are computed as Hugging Face computes them.
     hf = _hf_model(directory)
     for buffer_name, value in hf.named_buffers():
@@ -138,23 +143,35 @@ CHILD = textwrap.dedent(
 )
 
 
+BIG_CONFIGS = {
+    "llama": lambda: transformers.LlamaConfig(
+        num_hidden_layers=6, hidden_size=1024, intermediate_size=2048, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
+    ),
+    # 8 experts stored one tensor each: the largest parameter (a layer's stacked gate_up,
+    # 32 MiB) is composed when read, never the model's experts at once.
+    "mixtral": lambda: transformers.MixtralConfig(
+        num_hidden_layers=6, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
+        num_local_experts=8, num_experts_per_tok=2,
+    ),
+}
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to measure the address space")
-def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path: Path) -> None:
-    """A Llama checkpoint of 300 MiB exported with -nv by a process whose address space
+@pytest.mark.parametrize("name", sorted(BIG_CONFIGS))
+def test_export_of_weights_larger_than_the_memory_the_process_may_use(name: str, tmp_path: Path) -> None:
+    """A checkpoint of about 300 MiB exported with -nv by a process whose address space
     may grow by only 160 MiB once Python, torch, transformers and fastnnef are loaded
     (RLIMIT_AS, which any Linux process may set on itself). The artefact then runs in
     tract and gives Hugging Face's logits."""
     headroom = 160 << 20
-    config = transformers.LlamaConfig(
-        num_hidden_layers=6, hidden_size=1024, intermediate_size=2048, num_attention_heads=8,
-        num_key_value_heads=8, vocab_size=8192, max_position_embeddings=64, tie_word_embeddings=False,
-    )
     torch.manual_seed(0)
     big = tmp_path / "big"
-    transformers.LlamaForCausalLM(config).save_pretrained(big)
+    transformers.AutoModelForCausalLM.from_config(BIG_CONFIGS[name]()).save_pretrained(big)
     assert (big / "model.safetensors").stat().st_size > headroom * 1.8
     tiny = tmp_path / "tiny"
-    build("llama").save_pretrained(tiny)
+    build(name).save_pretrained(tiny)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
            "MALLOC_ARENA_MAX": "2"}
     out = tmp_path / "out"
@@ -207,9 +224,69 @@ def test_rotary_tables_of_old_checkpoints_are_recomputed(checkpoint: Callable[..
     assert generation.tract_tokens == expected
 
 
-def test_checkpoints_transformers_converts_are_loaded_in_memory(checkpoint: Callable[..., Path]) -> None:
-    """Mixtral's checkpoint stores one tensor per expert, which transformers stacks into
-    one parameter: not a single checkpoint tensor to stream, so from_pretrained loads it."""
-    loaded = load_checkpoint(checkpoint("mixtral"), None, "eager", trust_remote_code=False)
-    assert not loaded.streamed
-    assert not any(isinstance(p, OffloadedTensor) for p in loaded.model.parameters())
+def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """-c min_max_q4_0 -nv on mixtral: the linear weights (router included) are quantized
+    on the way, the stacked experts (not Linear modules) are written in float as
+    transformers stacks them, and tract reproduces the test bundles PyTorch computed."""
+    directory = checkpoint("mixtral")
+    report = dump_llm(tmp_path / "out", local_dir=directory, compression_method="min_max_q4_0", no_verify=True)
+    hf = _hf_model(directory)
+    with tarfile.open(report.model_path) as tar:
+        def dat(name: str) -> Any:
+            member = tar.extractfile(f"model.{name}.dat")
+            assert member is not None
+            return _native.dat_decode(member.read())
+
+        assert dat("model.layers.0.self_attn.q_proj.weight").encoding == "q4_0"
+        for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+            assert dat(name).encoding == "f32"
+            np.testing.assert_array_equal(dat(name).array(), hf.get_parameter(name).detach().numpy())
+    artefact = TractArtefact.load(report.model_path)
+    for mode in report.modes:
+        bundle = Bundle(mode, *(dict(np.load(tmp_path / "out" / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
+                                for io in ("inputs", "outputs")))
+        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
+        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
+        assert check_bundle(artefact, bundle, "approximate").ok, mode
+
+
+def test_a_missing_expert_is_refused(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    directory = Path(shutil.copytree(checkpoint("mixtral"), tmp_path / "ckpt"))
+    weights = load_file(directory / "model.safetensors")
+    del weights["model.layers.1.block_sparse_moe.experts.2.w3.weight"]
+    save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    with pytest.raises(T2NErrorInvalidArgument, match=r"ckpt do not fit its config\.json: model\.layers\.1\.mlp\."
+                       r"experts\.gate_up_proj is made of one tensor per expert and projection, but the checkpoint "
+                       r"holds 4 for '\.experts\.\*\.w1\.weight', 3 for '\.experts\.\*\.w3\.weight'"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists()
+    # An expert missing from every projection: the stacked parameters are too small.
+    weights = {k: v for k, v in weights.items() if ".experts.3." not in k}
+    weights["model.layers.1.block_sparse_moe.experts.2.w3.weight"] = torch.zeros(64, 32)
+    save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(T2NErrorInvalidArgument, match=r"experts\.gate_up_proj composed of cat\(\[stack\(\[.*\], 0\)\], 1\) "
+                       r"is \[3, 128, 32\], the config needs \[4, 128, 32\]"):
+        dump_llm(out, local_dir=directory)
+    assert not out.exists()
+
+
+def test_conversions_other_than_stacking_are_loaded_in_memory(caplog: pytest.LogCaptureFixture,
+                                                              checkpoint: Callable[..., Path]) -> None:
+    """A transformers conversion that is not a stack (then a concatenation) of checkpoint
+    tensors is left to from_pretrained, with a debug log saying why."""
+    from transformers.core_model_loading import MergeModulelist, Transpose, WeightConverter
+
+    from fastnnef.llm.load import _composed
+
+    directory = checkpoint("mixtral")
+    converter = WeightConverter(".experts.*.w2.weight", ".experts.down_proj",
+                                operations=[MergeModulelist(dim=0), Transpose(1, 2)])
+    keys = [f"model.layers.0.block_sparse_moe.experts.{e}.w2.weight" for e in range(4)]
+    with caplog.at_level("DEBUG", logger="fastnnef.llm"):
+        got = _composed(open_checkpoint(directory), "model.layers.0.mlp.experts.down_proj", converter, {".experts.*.w2.weight": keys}, torch.float32,
+                        directory)
+    assert got is None
+    assert "not a stack (and concatenation) of tensors" in caplog.text and "Transpose" in caplog.text

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from fastnnef.exceptions import T2NErrorCheckpoint, T2NErrorInvalidArgument, T2N
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.tensor.offload import (
+    ComposedOffloadedTensor,
     OffloadedTensor,
     ctx_maybe_load_from_disk_as_offloaded,
     load_offloaded_checkpoint,
@@ -181,6 +183,104 @@ def test_mismatch_is_refused_before_anything_changes(tmp_path):
     save_file({**state, "up.bias": torch.zeros(128, dtype=torch.int32)}, tmp_path / "i.safetensors")
     with pytest.raises(T2NErrorCheckpoint, match=r"'up.bias' in .*i\.safetensors is I32 but the model expects torch.float32"):
         load_offloaded_checkpoint(empty_model(), tmp_path / "i.safetensors")
+
+
+class Experts(nn.Module):
+    """Experts held as stacked parameters, as transformers 5 holds mixtral's: ``gate_up``
+    [experts, 2 * hidden, dim] and ``down`` [experts, dim, hidden], each expert summed."""
+
+    def __init__(self, experts: int = 3, dim: int = 32, hidden: int = 64):
+        super().__init__()
+        self.gate_up = nn.Parameter(torch.empty(experts, 2 * hidden, dim))
+        self.down = nn.Parameter(torch.empty(experts, dim, hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for e in range(self.gate_up.shape[0]):
+            gate, up = (x @ self.gate_up[e].t()).chunk(2, dim=-1)
+            out = out + (torch.relu(gate) * up) @ self.down[e].t()
+        return out
+
+
+def _expert_checkpoint(tmp_path: Path, experts: int = 3) -> tuple[Any, dict[str, torch.Tensor]]:
+    """One tensor per expert and projection (the checkpoint layout), and the stacked
+    parameters transformers would build from them."""
+    torch.manual_seed(4)
+    state = {}
+    for e in range(experts):
+        state[f"e.{e}.w1"], state[f"e.{e}.w3"] = torch.randn(64, 32), torch.randn(64, 32)
+        state[f"e.{e}.w2"] = torch.randn(32, 64) / 8
+    save_file(state, tmp_path / "experts.safetensors")
+    stacked = {
+        "gate_up": torch.cat([torch.stack([state[f"e.{e}.w{i}"] for e in range(experts)]) for i in (1, 3)], 1),
+        "down": torch.stack([state[f"e.{e}.w2"] for e in range(experts)]),
+    }
+    return open_checkpoint(tmp_path / "experts.safetensors"), stacked
+
+
+def _composed_experts(ckpt: Any, dtype: torch.dtype = torch.float32, experts: int = 3) -> dict[str, ComposedOffloadedTensor]:
+    def pieces(i: int) -> list[OffloadedTensor]:
+        return [OffloadedTensor(ckpt, f"e.{e}.w{i}", dtype) for e in range(experts)]
+
+    return {
+        "gate_up": ComposedOffloadedTensor.compose([pieces(1), pieces(3)], stack_dim=0, cat_dim=1),
+        "down": ComposedOffloadedTensor.compose([pieces(2)], stack_dim=0, cat_dim=None),
+    }
+
+
+def test_composed_checkpoint_tensors_are_stacked_when_read(tmp_path):
+    ckpt, stacked = _expert_checkpoint(tmp_path)
+    with init_empty_weights():
+        model = Experts().eval()
+    load_offloaded_checkpoint(model, ckpt, composed=_composed_experts(ckpt))
+    assert isinstance(model.gate_up, ComposedOffloadedTensor) and model.gate_up.shape == (3, 128, 32)
+    for name, value in stacked.items():
+        torch.testing.assert_close(model.get_parameter(name).to_base_tensor(), value, rtol=0, atol=0)
+    x = torch.randn(5, 32)
+    path = export_and_check(model, x, tmp_path, compression_level=None)
+    for name, value in stacked.items():  # written as the stacked values
+        np.testing.assert_array_equal(_native.dat_decode((path / f"{name}.dat").read_bytes()).array(), value.numpy())
+    reference = Experts().eval()
+    reference.load_state_dict(stacked)
+    (got,) = TractArtefact.load(path).run([x])
+    np.testing.assert_allclose(got, reference(x).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_composed_tensors_convert_and_quantize_as_one_tensor(tmp_path):
+    ckpt, stacked = _expert_checkpoint(tmp_path)
+    composed = _composed_experts(ckpt, torch.float16)
+    assert composed["gate_up"].dtype == torch.float16
+    torch.testing.assert_close(composed["gate_up"].to_base_tensor(), stacked["gate_up"].half(), rtol=0, atol=0)
+    # Q4_0 of a composed tensor: torch computes with, and the export writes, the blocks
+    # of the composed value (a 2-D one here: rank-3 Q4_0 weights do not load in tract).
+    rows = {f"r.{i}": torch.randn(32) for i in range(128)}
+    save_file(rows, tmp_path / "rows.safetensors")
+    rows_ckpt = open_checkpoint(tmp_path / "rows.safetensors")
+    halves = [[OffloadedTensor(rows_ckpt, f"r.{i}") for i in range(h * 64, (h + 1) * 64)] for h in (0, 1)]
+    weight = ComposedOffloadedTensor.compose(halves, stack_dim=0, cat_dim=0).as_q4_0()
+    assert isinstance(weight, ComposedOffloadedTensor) and weight.q4_0 and weight.shape == (128, 32)
+    value = torch.stack(list(rows.values()))
+    expected = _native.q4_0_dequantize(_native.q4_0_quantize(value.numpy()), [128, 32])
+    np.testing.assert_array_equal(weight.to_base_tensor().numpy(), expected)
+    linear = nn.Linear(32, 128, bias=False).eval()
+    linear._parameters["weight"] = nn.Parameter(weight, requires_grad=False)
+    path = export_and_check(linear, torch.randn(5, 32), tmp_path, compression_level=None, atol=1e-3, rtol=1e-3)
+    dat = _native.dat_decode((path / "weight.dat").read_bytes())
+    assert dat.encoding == "q4_0"
+    np.testing.assert_array_equal(dat.array(), expected)
+
+
+def test_composed_tensors_that_do_not_compose_are_refused(tmp_path):
+    ckpt, _ = _expert_checkpoint(tmp_path)
+    gate = [OffloadedTensor(ckpt, f"e.{e}.w1") for e in range(3)]
+    down = [OffloadedTensor(ckpt, f"e.{e}.w2") for e in range(3)]
+    with pytest.raises(T2NErrorCheckpoint, match=r"e\.0\.w1 \[64, 32\].*do not compose"):
+        ComposedOffloadedTensor.compose([gate[:2] + down[:1]], stack_dim=0, cat_dim=None)
+    with init_empty_weights():
+        model = Experts(experts=2).eval()
+    with pytest.raises(T2NErrorCheckpoint, match=r"shape: .*is \(3, 128, 32\), the model has \(2, 128, 32\)"):
+        load_offloaded_checkpoint(model, ckpt, composed=_composed_experts(ckpt))
+    assert all(p.is_meta for p in model.parameters())  # nothing was touched
 
 
 def test_truncated_checkpoint_names_the_file_and_the_tensor(tmp_path):

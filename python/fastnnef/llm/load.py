@@ -8,10 +8,12 @@ transformers' initialization as ``from_pretrained`` does), and each parameter is
 :class:`~fastnnef.tensor.offload.OffloadedTensor` of the checkpoint, in the model's
 dtype. No weight is read here; PyTorch runs read each one from a map of the file for
 the op that uses it, and the export streams each from the file into its ``.dat``
-member, converting the dtype or quantizing to Q4_0 on the way. Checkpoints that
-transformers converts at load (experts stored one tensor per expert, stacked into one
-parameter in the model) and ``.bin``/``.pt`` checkpoints are loaded in memory by
-``from_pretrained``.
+member, converting the dtype or quantizing to Q4_0 on the way. Experts stored one tensor
+per expert, which transformers stacks (and concatenates) into one parameter at load, are
+bound to a :class:`~fastnnef.tensor.offload.ComposedOffloadedTensor` of those tensors,
+composed as transformers' conversion mapping says when an op reads it or the export writes
+it. Checkpoints that transformers converts otherwise, and ``.bin``/``.pt`` checkpoints,
+are loaded in memory by ``from_pretrained``.
 
 Sources: ``-d/--local-dir`` (a directory with ``config.json`` and the weights, or with
 exactly one such subdirectory, as the reference accepts) or ``-s/--model-slug``,
@@ -44,6 +46,7 @@ from fastnnef.exceptions import (
 from fastnnef.llm.architectures import Architecture, architecture_of
 from fastnnef.tensor.offload import (
     SAFETENSORS_DTYPES,
+    ComposedOffloadedTensor,
     OffloadedTensor,
     load_offloaded_checkpoint,
     open_checkpoint,
@@ -237,7 +240,8 @@ def _stream_weights(
     source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
 ) -> Optional[Any]:
     """The model with every parameter an OffloadedTensor of ``source``, or None when
-    transformers must convert some checkpoint tensors at load (see the module docstring).
+    transformers must convert some checkpoint tensors at load in a way not supported here
+    (see the module docstring).
     Missing, unexpected and wrongly shaped weights raise before anything is bound."""
     from transformers import AutoModelForCausalLM
 
@@ -261,11 +265,12 @@ def _stream_weights(
             if buffer is not None and buffer.is_meta:
                 module._buffers[attr] = torch.empty_like(buffer, device="cpu")
     model.initialize_weights()
-    names = _checkpoint_names(model, ckpt, source.parent)
-    if names is None:
+    found = _checkpoint_names(model, ckpt, source.parent)
+    if found is None:
         log.info("%s stores weights that transformers converts at load: loading them in memory", source)
         return None
-    load_offloaded_checkpoint(model, ckpt, strict=False, key_map=lambda name: names.get(name, name))
+    names, composed = found
+    load_offloaded_checkpoint(model, ckpt, strict=False, key_map=lambda name: names.get(name, name), composed=composed)
     return model
 
 
@@ -284,33 +289,50 @@ def _auto_dtype(config: Any, ckpt: Any) -> torch.dtype:
     return torch.float32
 
 
-def _checkpoint_names(model: Any, ckpt: Any, directory: Path) -> Optional[dict[str, str]]:
+def _checkpoint_names(
+    model: Any, ckpt: Any, directory: Path
+) -> Optional[tuple[dict[str, str], dict[str, ComposedOffloadedTensor]]]:
     """Model state name -> checkpoint key, renamed as ``from_pretrained`` renames them
-    (transformers' conversion mapping, base-model prefix), or None when a checkpoint
-    tensor needs a conversion beyond a rename. Raises on weights missing for the config,
-    of the wrong shape, or unused by the model."""
+    (transformers' conversion mapping, base-model prefix), and the parameters composed of
+    several checkpoint tensors (see :func:`_composed`); None when a checkpoint tensor
+    needs a conversion not supported here. Raises on weights missing for the config, of
+    the wrong shape, or unused by the model."""
     state = model.state_dict(keep_vars=True)
     rename = _renamer(model, state)
     names: dict[str, str] = {}
+    # model name -> (converter, {source pattern: checkpoint keys})
+    converted: dict[str, tuple[Any, dict[str, list[str]]]] = {}
     unexpected: list[str] = []
     for key in ckpt.keys():
-        name, converted = rename(key)
-        if converted and name in state:
-            return None
-        if name in state:
+        name, conversion = rename(key)
+        if name not in state:
+            unexpected.append(key)
+        elif conversion is None:
             names[name] = key
         else:
-            unexpected.append(key)
+            converter, pattern = conversion
+            converted.setdefault(name, (converter, {}))[1].setdefault(pattern, []).append(key)
+    composed: dict[str, ComposedOffloadedTensor] = {}
+    for name, (converter, sources) in converted.items():
+        made = _composed(ckpt, name, converter, sources, state[name].dtype, directory)
+        if made is None:
+            return None
+        composed[name] = made
     # Tied weights: one tensor under several names, found under any of them.
     groups: dict[int, list[str]] = {}
     for name, tensor in state.items():
         groups.setdefault(id(tensor), []).append(name)
-    _refuse_missing(directory, [group[0] for group in groups.values() if not any(n in names for n in group)])
+    found = names.keys() | composed.keys()
+    _refuse_missing(directory, [group[0] for group in groups.values() if not any(n in found for n in group)])
     wrong = []
     for name, key in names.items():
         _, shape, path = ckpt.info(key)
         if tuple(shape) != tuple(state[name].shape):
             wrong.append(f"{key} is {list(shape)} in {Path(path).name}, the config needs {list(state[name].shape)}")
+    for name, tensor in composed.items():
+        if tuple(tensor.shape) != tuple(state[name].shape):
+            wrong.append(f"{name} composed of {tensor.key} is {list(tensor.shape)}, the config needs "
+                         f"{list(state[name].shape)}")
     if wrong:
         raise T2NErrorInvalidArgument(f"weights of {directory} do not fit its {CONFIG}: {_listed(wrong, '; ')}")
     unexpected = [k for k in unexpected if not _ignorable(model, k)]
@@ -319,28 +341,69 @@ def _checkpoint_names(model: Any, ckpt: Any, directory: Path) -> Optional[dict[s
             f"{directory} holds weights its {CONFIG} does not use: {_listed(unexpected)}; the checkpoint belongs "
             "to another configuration"
         )
-    return names
+    return names, composed
+
+
+def _composed(
+    ckpt: Any, name: str, converter: Any, sources: dict[str, list[str]], dtype: torch.dtype, directory: Path
+) -> Optional[ComposedOffloadedTensor]:
+    """The parameter ``name`` that ``converter`` makes of the checkpoint tensors
+    ``sources`` (by source pattern), read only when used, or None for conversions not
+    supported here (logged). Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
+    in transformers' key order) optionally followed by ``Concatenate`` of the stacks, in
+    the converter's pattern order (mixtral's and qwen2_moe's experts)."""
+    from transformers.core_model_loading import Concatenate, MergeModulelist, dot_natural_key
+
+    ops = list(converter.operations)
+    kinds = [type(op) for op in ops]
+    if kinds not in ([MergeModulelist], [MergeModulelist, Concatenate]) or (
+        getattr(converter, "quantization_operation", None) is not None
+    ):
+        log.debug("not streaming %s: conversion %s is not a stack (and concatenation) of tensors",
+                  converter.target_patterns, [k.__name__ for k in kinds])
+        return None
+    if len(ops) == 1 and len(sources) != 1:
+        log.debug("not streaming %s: several patterns merged without a concatenation", converter.target_patterns)
+        return None
+    counts = {p: len(sources.get(p, ())) for p in converter.source_patterns}
+    if len(set(counts.values())) > 1:
+        found = ", ".join(f"{n} for {p!r}" for p, n in counts.items())
+        raise T2NErrorInvalidArgument(
+            f"weights of {directory} do not fit its {CONFIG}: {name} is made of one tensor per expert and "
+            f"projection, but the checkpoint holds {found}: some are missing"
+        )
+    # As Concatenate: the converter's pattern order; as from_pretrained: keys in natural order.
+    groups = [sorted(sources[p], key=dot_natural_key) for p in converter.source_patterns]
+    try:
+        pieces = [[OffloadedTensor(ckpt, key, dtype) for key in group] for group in groups]
+        return ComposedOffloadedTensor.compose(
+            pieces, ops[0].dim, ops[1].dim if len(ops) == 2 else None, dtype
+        )
+    except T2NErrorCheckpoint as err:
+        raise T2NErrorInvalidArgument(f"weights of {directory} do not fit its {CONFIG}: {err}") from err
 
 
 def _renamer(model: Any, state: dict[str, Any]) -> Any:
-    """``checkpoint key -> (model name, whether a converter beyond a rename applies)``,
-    as ``from_pretrained`` maps keys (transformers' conversion mapping, then the
+    """``checkpoint key -> (model name, the converter beyond a rename that applies, or
+    None)``, as ``from_pretrained`` maps keys (transformers' conversion mapping, then the
     base-model prefix); names unchanged when this transformers has no such mapping."""
     try:
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
     except ImportError:
-        return lambda key: (key, False)
+        return lambda key: (key, None)
     transforms = get_model_conversion_mapping(model)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     prefix = model.base_model_prefix
 
-    def rename(key: str) -> tuple[str, bool]:
+    def rename(key: str) -> tuple[str, Optional[tuple[Any, str]]]:
         name, pattern = rename_source_key(key, renamings, converters, prefix, state)
         if name not in state and key in state:  # as from_pretrained: a key needing no rename
             name, pattern = rename_source_key(key, [], [], prefix, state)
-        return name, pattern is not None
+        if pattern is None:
+            return name, None
+        return name, (next(c for c in converters if pattern in c.source_patterns), pattern)
 
     return rename
 

@@ -17,6 +17,10 @@ and the dtype the model sees:
   or quantizing to Q4_0 on the way; a tensor offloaded from a Q4_0 ``QTensor`` is its
   packed blocks, written as they are.
 
+A :class:`ComposedOffloadedTensor` is one made of several checkpoint tensors, as
+transformers stacks experts stored one tensor each into one parameter: ops get the
+composed value, and the export writes that value (one parameter in memory at a time).
+
 Typical use (documented in the README, with the memory bound)::
 
     with init_empty_weights():               # parameters on the meta device
@@ -310,6 +314,100 @@ class OffloadedTensor(torch.Tensor):
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
 
 
+class ComposedOffloadedTensor(OffloadedTensor):
+    """A parameter made of several checkpoint tensors, as transformers composes them at
+    load (experts stored one tensor each, stacked into one parameter): the pieces of each
+    group stacked along ``stack_dim``, then the groups concatenated along ``cat_dim``
+    (``None``: one group). Nothing is read until an op needs the value, which is then
+    composed from the pieces' maps: memory for one parameter at a time, never for the
+    model. The export writes that value, one parameter at a time (``q4_0``: quantized by
+    Rust as it goes out, as a plain tensor would be)."""
+
+    groups: Tuple[Tuple[OffloadedTensor, ...], ...]
+    stack_dim: int
+    cat_dim: Optional[int]
+    _widths: Tuple[int, ...]  # each group's extent along cat_dim
+
+    @staticmethod
+    def __new__(cls, *args: Any, **kwargs: Any) -> "ComposedOffloadedTensor":
+        raise T2NErrorInvalidArgument("build a ComposedOffloadedTensor with ComposedOffloadedTensor.compose()")
+
+    @classmethod
+    def compose(
+        cls,
+        groups: Sequence[Sequence[OffloadedTensor]],
+        stack_dim: int,
+        cat_dim: Optional[int],
+        dtype: Optional[torch.dtype] = None,
+        q4_0: bool = False,
+    ) -> "ComposedOffloadedTensor":
+        """``cat([stack(g, stack_dim) for g in groups], cat_dim)`` of pieces of one
+        checkpoint, seen as ``dtype`` (the pieces' when None). Pieces whose shapes do not
+        compose raise ``T2NErrorCheckpoint``."""
+        pieces = [p for g in groups for p in g]
+        if not pieces or any(not g for g in groups) or (cat_dim is None and len(groups) != 1):
+            raise T2NErrorInvalidArgument("a composed tensor needs one non-empty group, or several with a cat_dim")
+        if any(p.packed or p.q4_0 or p.checkpoint is not pieces[0].checkpoint for p in pieces):
+            raise T2NErrorInvalidArgument("composed tensors are made of plain pieces of one checkpoint")
+        dtype = dtype or pieces[0].dtype
+        seen = tuple(tuple(p if p.dtype == dtype else p._shallow(dtype) for p in g) for g in groups)
+        try:  # the shape torch would give, from meta stand-ins of the pieces
+            stacked = [torch.stack([torch.empty(p.shape, device="meta") for p in g], stack_dim) for g in seen]
+            shape = tuple((stacked[0] if cat_dim is None else torch.cat(stacked, cat_dim)).shape)
+        except (RuntimeError, IndexError) as err:
+            keys = ", ".join(f"{p.key} {list(p.shape)}" for p in pieces[:4])
+            raise T2NErrorCheckpoint(f"checkpoint tensors {keys} ... do not compose into one tensor: {err}") from err
+        if q4_0:
+            check_q4_0_shape(shape)
+        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        self.groups = seen
+        self.stack_dim = stack_dim
+        self.cat_dim = cat_dim
+        self._widths = tuple(g.shape[cat_dim] for g in stacked) if cat_dim is not None else ()
+        self.checkpoint = pieces[0].checkpoint
+        # Names the data (residency pools and shares_data_with compare it).
+        stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
+        self.key = stacks if cat_dim is None else f"cat([{stacks}], {cat_dim})"
+        self.stored_dtype = dtype
+        self.q4_0 = q4_0
+        self.packed = False
+        self.nnef_name = None
+        self._owned_file = None
+        return self
+
+    def composed_values(self) -> torch.Tensor:
+        """The composed value before any Q4_0 rounding (what the export writes). Each piece
+        is copied into its place in the result, so the memory needed is the result and one
+        piece (not the pieces, their stacks and the result, as torch.stack/cat would)."""
+        out = torch.empty(self.shape, dtype=self.dtype)
+        offset = 0
+        for i, group in enumerate(self.groups):
+            region = out if self.cat_dim is None else out.narrow(self.cat_dim, offset, self._widths[i])
+            offset += self._widths[i] if self.cat_dim is not None else 0
+            for j, piece in enumerate(group):
+                region.select(self.stack_dim, j).copy_(piece._materialize())
+        return out
+
+    def _materialize(self) -> torch.Tensor:
+        values = self.composed_values()
+        return _q4_0_round_trip(values) if self.q4_0 else values
+
+    def check(self, label: str, encoding: str) -> None:
+        """Refuse, before anything is written, what ``.dat`` cannot hold as ``encoding``
+        (the pieces' dtypes were checked when they were made)."""
+        _native.dat_payload_size(label, list(self.shape), encoding)
+
+    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "ComposedOffloadedTensor":
+        new = ComposedOffloadedTensor.compose(
+            self.groups, self.stack_dim, self.cat_dim, dtype or self.dtype, self.q4_0 if q4_0 is None else q4_0
+        )
+        new.nnef_name = self.nnef_name
+        return new
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+        return f"ComposedOffloadedTensor({self.key}, shape={tuple(self.shape)}, dtype={self.dtype}, q4_0={self.q4_0})"
+
+
 # Number of OffloadedTensor objects sharing a file written by from_original_tensor.
 _FILE_USERS: Dict[str, int] = {}
 
@@ -403,6 +501,7 @@ def load_offloaded_checkpoint(
     strict: bool = True,
     q4_0_module_classes: Iterable[type] = (),
     key_map: Optional[Callable[[str], str]] = None,
+    composed: Optional[Dict[str, ComposedOffloadedTensor]] = None,
 ) -> nn.Module:
     """Point every parameter (and persistent buffer) of ``model`` at its tensor in
     ``checkpoint`` as an :class:`OffloadedTensor`; nothing is read but the headers.
@@ -415,8 +514,9 @@ def load_offloaded_checkpoint(
     and float32 convert into each other on the way). Weights of modules of
     ``q4_0_module_classes`` (e.g. ``(nn.Linear,)``) are written as Q4_0, quantized on the
     way, and torch computes with the Q4_0 values. ``key_map`` maps a model name to its
-    checkpoint name. Tied weights stay tied. Returns ``model`` (modified in place, as
-    ``load_state_dict``).
+    checkpoint name; ``composed`` gives the weights (by model name) made of several
+    checkpoint tensors, bound as they are. Tied weights stay tied. Returns ``model``
+    (modified in place, as ``load_state_dict``).
     """
     ckpt = checkpoint if isinstance(checkpoint, _native.Checkpoint) else open_checkpoint(checkpoint)
     classes = tuple(q4_0_module_classes)
@@ -424,7 +524,19 @@ def load_offloaded_checkpoint(
     plan: list[Tuple[OffloadedTensor, list[Tuple[nn.Module, str, str, bool]]]] = []
     problems: list[str] = []
     used: set[str] = set()
+    composed = composed or {}
     for tensor, users in _module_slots(model).values():
+        given = next((composed[qual] for _, _, qual, _ in users if qual in composed), None)
+        if given is not None:
+            used.update(p.key for g in given.groups for p in g)
+            if tuple(given.shape) != tuple(tensor.shape):
+                problems.append(f"shape: {given.key} is {tuple(given.shape)}, the model has {tuple(tensor.shape)}")
+                continue
+            if given.dtype != tensor.dtype:
+                given = given._shallow(tensor.dtype)
+            given.nnef_name = users[0][2]
+            plan.append((given, users))
+            continue
         names = [mapping(qual) for _, _, qual, _ in users]
         key = next((n for n in names if n in ckpt), None)
         if key is None:
