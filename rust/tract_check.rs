@@ -137,6 +137,23 @@ fn describe_source(path: Option<&Path>) -> String {
     }
 }
 
+/// Run `f`, turning a panic inside tract into an error: some unsupported graphs make tract
+/// assert instead of returning an error, and a panic must not escape to the caller (in
+/// Python it would not be an exception of fastnnef's hierarchy).
+fn guard_panics<T>(what: &str, source: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        Err(Error::Tract(format!(
+            "tract panicked while trying to {what} {source}: {message} (a graph tract cannot handle: \
+             please report it with the artefact)"
+        )))
+    })
+}
+
 fn tract_error(what: &str, source: &str, err: anyhow::Error) -> Error {
     // `{:?}` on an anyhow error prints the whole "Caused by:" chain.
     Error::Tract(format!("tract failed to {what} {source}: {err:?}"))
@@ -163,17 +180,21 @@ impl TractModel {
                 "tract failed to load {source}: no such file or directory"
             )));
         }
-        let model = loader().model_for_path(path).map_err(|e| tract_error("load", &source, e))?;
-        Self::prepare(model, source, optimize)
+        guard_panics("load", &source.clone(), || {
+            let model = loader().model_for_path(path).map_err(|e| tract_error("load", &source, e))?;
+            Self::prepare(model, source, optimize)
+        })
     }
 
     /// Load a `.tar` or `.tgz` held in memory.
     pub fn load_bytes(data: &[u8], optimize: bool) -> Result<TractModel> {
         let source = describe_source(None);
-        let model = loader()
-            .model_for_read(&mut Cursor::new(data))
-            .map_err(|e| tract_error("load", &source, e))?;
-        Self::prepare(model, source, optimize)
+        guard_panics("load", &source.clone(), || {
+            let model = loader()
+                .model_for_read(&mut Cursor::new(data))
+                .map_err(|e| tract_error("load", &source, e))?;
+            Self::prepare(model, source, optimize)
+        })
     }
 
     fn prepare(model: TypedModel, source: String, optimize: bool) -> Result<TractModel> {
@@ -292,11 +313,13 @@ impl TractModel {
                 t.into_tvalue()
             })
             .collect();
-        let outputs = self.plan.run(inputs).map_err(|e| tract_error("run", &self.source, e))?;
-        outputs
-            .into_iter()
-            .map(|v| plain_tensor(v.into_tensor()).map_err(|e| tract_error("read output of", &self.source, e)))
-            .collect()
+        guard_panics("run", &self.source, || {
+            let outputs = self.plan.run(inputs).map_err(|e| tract_error("run", &self.source, e))?;
+            outputs
+                .into_iter()
+                .map(|v| plain_tensor(v.into_tensor()).map_err(|e| tract_error("read output of", &self.source, e)))
+                .collect()
+        })
     }
 }
 

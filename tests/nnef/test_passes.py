@@ -3,17 +3,25 @@ read all are, and the artefact still runs in tract and matches."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
+from fastnnef import _native
 from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NErrorTract
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import TractNNEF
+from fastnnef.nnef import passes
 from fastnnef.nnef.graph import NNEFGraph, NTensor
 from fastnnef.nnef.passes import eliminate_dead_ops
 from fastnnef.nnef.payload import PlainPayload
 from fastnnef.nnef.serialize import write_artefact
+from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
 from tests.helpers import export_and_check
 
 
@@ -72,3 +80,51 @@ def test_unused_submodule_is_not_exported(tmp_path: Path) -> None:
     path = export_and_check(UnusedBranch().eval(), (torch.randn(2, 4),), tmp_path, compression_level=None)
     assert sorted(p.name for p in path.iterdir()) == ["graph.nnef", "used.bias.dat", "used.weight.dat"]
     assert "unused" not in (path / "graph.nnef").read_text()
+
+
+class StackedQ4_0(nn.Module):
+    """A rank-3 weight (stacked experts) read by matmul, select or reshape, beside a Conv1d
+    whose rank-3 filter tract runs as Q4_0."""
+
+    def __init__(self, use: str):
+        super().__init__()
+        self.use = use
+        self.w = nn.Parameter(torch.randn(4, 12, 64), requires_grad=False)
+        self.conv = nn.Conv1d(8, 6, 4)  # filter 6x8x4: 32 values per output channel
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.use == "matmul":
+            y = torch.matmul(x, self.w.transpose(1, 2)).sum(0)
+        elif self.use == "select":
+            y = x[0] @ self.w[1].t()
+        else:
+            y = x[0] @ self.w.reshape(48, 64)[:12].t()
+        return y, self.conv(s)
+
+
+@pytest.mark.parametrize("use", ["matmul", "select", "reshape"])
+def test_rank3_q4_0_outside_convolutions_is_written_dequantized(use: str, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """tract fails to load or optimize such a graph with the blocks packed (the pass off, it
+    did); written as floats, it runs and matches torch, and the Conv1d filter stays Q4_0."""
+    model = StackedQ4_0(use).eval()
+    model.w = nn.Parameter(fp_to_tract_q4_0_with_min_max_calibration(model.w.data), requires_grad=False)
+    model.conv.weight = nn.Parameter(fp_to_tract_q4_0_with_min_max_calibration(model.conv.weight.data),
+                                     requires_grad=False)
+    args = (torch.randn(4, 5, 64), torch.randn(1, 8, 10))
+    with caplog.at_level(logging.WARNING, logger="fastnnef"):
+        path = export_and_check(model, args, tmp_path, compression_level=None, log_level=logging.WARNING)
+    assert "'w' (Q4_0, rank 3) is read by" in caplog.text
+    assert _native.dat_decode((path / "w.dat").read_bytes()).encoding == "f32"
+    assert _native.dat_decode((path / "conv.weight.dat").read_bytes()).encoding.startswith("q4_0")
+
+
+def test_a_tract_panic_is_a_fastnnef_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the pass, tract panics loading the select case (instead of returning an
+    error); the panic must come back as T2NErrorTract, not escape as PanicException."""
+    monkeypatch.setattr(passes, "PASSES", tuple(p for p in passes.PASSES if p[0] != "unpack_q4_0"))
+    model = StackedQ4_0("select").eval()
+    model.w = nn.Parameter(fp_to_tract_q4_0_with_min_max_calibration(model.w.data), requires_grad=False)
+    args = (torch.randn(4, 5, 64), torch.randn(1, 8, 10))
+    with pytest.raises(T2NErrorTract, match="tract panicked while trying to load"):
+        export_model_to_nnef(model, args, tmp_path / "m.nnef", TractNNEF.latest(), compression_level=None)
