@@ -104,13 +104,7 @@ def test_streamed_q4_0_without_verification(checkpoint: Callable[..., Path], tmp
             np.testing.assert_array_equal(dat.array(), expected.numpy())
         embed = _native.dat_decode(tar.extractfile("model.model.embed_tokens.weight.dat").read())  # type: ignore[union-attr]
         assert embed.encoding == "f32"  # not a Linear: stays float
-    artefact = TractArtefact.load(report.model_path)
-    for mode in report.modes:
-        bundle = Bundle(mode, *(dict(np.load(tmp_path / "out" / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
-                                for io in ("inputs", "outputs")))
-        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
-        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
-        assert check_bundle(artefact, bundle, "approximate").ok, mode
+    _tract_reproduces_every_bundle(report, tmp_path / "out")
 
 
 CHILD = textwrap.dedent(
@@ -241,13 +235,7 @@ def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..
         for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
             assert dat(name).encoding == "f32"
             np.testing.assert_array_equal(dat(name).array(), hf.get_parameter(name).detach().numpy())
-    artefact = TractArtefact.load(report.model_path)
-    for mode in report.modes:
-        bundle = Bundle(mode, *(dict(np.load(tmp_path / "out" / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
-                                for io in ("inputs", "outputs")))
-        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
-        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
-        assert check_bundle(artefact, bundle, "approximate").ok, mode
+    _tract_reproduces_every_bundle(report, tmp_path / "out")
 
 
 def test_a_missing_expert_is_refused(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
@@ -290,3 +278,14 @@ def test_conversions_other_than_stacking_are_loaded_in_memory(caplog: pytest.Log
                         directory)
     assert got is None
     assert "not a stack (and concatenation) of tensors" in caplog.text and "Transpose" in caplog.text
+
+
+def _tract_reproduces_every_bundle(report: Any, out: Path) -> None:
+    """tract, on the artefact, reproduces every mode bundle the export wrote."""
+    artefact = TractArtefact.load(report.model_path)
+    for mode in report.modes:
+        bundle = Bundle(mode, *(dict(np.load(out / "tests" / f"{mode}_{io}.npz"))  # type: ignore[arg-type]
+                                for io in ("inputs", "outputs")))
+        bundle.inputs = {k: torch.from_numpy(v) for k, v in bundle.inputs.items()}
+        bundle.outputs = {k: torch.from_numpy(v) for k, v in bundle.outputs.items()}
+        assert check_bundle(artefact, bundle, "approximate").ok, mode
