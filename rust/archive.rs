@@ -808,16 +808,9 @@ mod tests {
     }
 
     fn pseudo_random(n: usize) -> Vec<u8> {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        (0..n)
-            .map(|i| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                // Half compressible, half noise.
-                if (i / 4096) % 2 == 0 { (i % 251) as u8 } else { x as u8 }
-            })
-            .collect()
+        // Half compressible, half noise.
+        let noise = deflate::test_noise(0x2545_f491_4f6c_dd1d, n);
+        (0..n).map(|i| if (i / 4096) % 2 == 0 { (i % 251) as u8 } else { noise[i] }).collect()
     }
 
     fn gz(data: &[u8], level: u32, threads: usize, piece: usize) -> Vec<u8> {
@@ -948,15 +941,7 @@ mod tests {
 
     #[test]
     fn incompressible_chunks_are_stored() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let noise: Vec<u8> = (0..GZ_CHUNK * 2 + 100)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = deflate::test_noise(0x9e37_79b9_7f4a_7c15, GZ_CHUNK * 2 + 100);
         for level in 0..=9 {
             let out = gz(&noise, level, 2, 1 << 16);
             let blocks = 2 * GZ_CHUNK.div_ceil(deflate::STORED_BLOCK) + 1;

@@ -196,6 +196,21 @@ pub fn stored_blocks(data: &[u8], last: bool) -> Vec<u8> {
     out
 }
 
+/// Deterministic incompressible bytes (xorshift64), for the tests of this module and the
+/// archive's.
+#[cfg(test)]
+pub(crate) fn test_noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,15 +266,7 @@ mod tests {
     fn the_dictionary_carries_matches_across_chunks() {
         // 64 KiB of noise repeated: the second copy is all matches, but only within reach of
         // the previous chunk's tail (the 32 KiB window).
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let noise: Vec<u8> = (0..16 << 10)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = test_noise(0x2545_f491_4f6c_dd1d, 16 << 10);
         let data = [noise.clone(), noise].concat();
         for encoder in (1..=9).map(Encoder::for_level) {
             let primed = deflate_chunk(encoder, &data[..16 << 10], &data[16 << 10..], true).unwrap();
@@ -271,15 +278,7 @@ mod tests {
 
     #[test]
     fn output_is_never_larger_than_stored_blocks() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let noise: Vec<u8> = (0..300_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = test_noise(0x9e37_79b9_7f4a_7c15, 300_000);
         for encoder in encoders() {
             for last in [false, true] {
                 let out = deflate_chunk(encoder, &noise[..32 << 10], &noise[32 << 10..], last).unwrap();
