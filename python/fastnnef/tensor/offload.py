@@ -142,14 +142,18 @@ class OffloadedTensor(torch.Tensor):
             check_q4_0_shape(tuple(shape))
             if dtype not in _FLOATS:
                 raise T2NErrorInvalidArgument(f"tensor {key!r}: Q4_0 quantizes float tensors, not {dtype}")
-        self = torch.Tensor._make_wrapper_subclass(cls, tuple(shape), dtype=dtype, device="cpu", requires_grad=False)
-        self.checkpoint = checkpoint
-        self.key = key
-        self.stored_dtype = stored
-        self.q4_0 = q4_0
-        self.packed = False
-        self.nnef_name = None
-        self._owned_file = None
+        return cls._wrap(tuple(shape), dtype, checkpoint, key, stored, q4_0=q4_0, packed=False)
+
+    @classmethod
+    def _wrap(
+        cls, shape: Tuple[int, ...], dtype: torch.dtype, checkpoint: _native.Checkpoint, key: str,
+        stored_dtype: torch.dtype, *, q4_0: bool, packed: bool,
+    ) -> "OffloadedTensor":
+        """A ``shape``/``dtype`` tensor standing for ``key`` of ``checkpoint`` (nothing read)."""
+        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        self.checkpoint, self.key, self.stored_dtype = checkpoint, key, stored_dtype
+        self.q4_0, self.packed = q4_0, packed
+        self.nnef_name, self._owned_file = None, None
         return self
 
     @classmethod
@@ -166,15 +170,7 @@ class OffloadedTensor(torch.Tensor):
             )
         if dtype not in _FLOATS:
             raise T2NErrorInvalidArgument(f"tensor {key!r}: Q4_0 dequantizes to float16, bfloat16 or float32, not {dtype}")
-        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
-        self.checkpoint = checkpoint
-        self.key = key
-        self.stored_dtype = torch.uint8
-        self.q4_0 = True
-        self.packed = True
-        self.nnef_name = None
-        self._owned_file = None
-        return self
+        return cls._wrap(shape, dtype, checkpoint, key, torch.uint8, q4_0=True, packed=True)
 
     # --- reference API ------------------------------------------------------------------
     @classmethod
@@ -359,20 +355,14 @@ class ComposedOffloadedTensor(OffloadedTensor):
             raise T2NErrorCheckpoint(f"checkpoint tensors {keys} ... do not compose into one tensor: {err}") from err
         if q4_0:
             check_q4_0_shape(shape)
-        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        # The key names the data (residency pools and shares_data_with compare it).
+        stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
+        key = stacks if cat_dim is None else f"cat([{stacks}], {cat_dim})"
+        self = cls._wrap(shape, dtype, pieces[0].checkpoint, key, dtype, q4_0=q4_0, packed=False)
         self.groups = seen
         self.stack_dim = stack_dim
         self.cat_dim = cat_dim
         self._widths = tuple(g.shape[cat_dim] for g in stacked) if cat_dim is not None else ()
-        self.checkpoint = pieces[0].checkpoint
-        # Names the data (residency pools and shares_data_with compare it).
-        stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
-        self.key = stacks if cat_dim is None else f"cat([{stacks}], {cat_dim})"
-        self.stored_dtype = dtype
-        self.q4_0 = q4_0
-        self.packed = False
-        self.nnef_name = None
-        self._owned_file = None
         return self
 
     def composed_values(self) -> torch.Tensor:
