@@ -26,7 +26,7 @@ import torch
 
 from fastnnef.artefact import PER_CHANNEL_MESSAGE, PLAIN_ENCODINGS, TORCH_QUANTIZED, quant_format_line, quant_line
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
+from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.opaque import export_form
 from fastnnef.tensor.quant import QTensorTractScaleOnly
 
@@ -176,29 +176,15 @@ class OffloadedPayload:
 
     def check(self, label: str) -> None:
         """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
-        if isinstance(self.tensor, ComposedOffloadedTensor):
-            self.tensor.check(label, self.encoding)
-        else:
-            self.tensor.checkpoint.check(label, self.tensor.key, self.encoding)
-
-    @property
-    def rounds_to_bf16(self) -> bool:
-        """The model computes with this weight rounded to bf16 but the checkpoint holds wider
-        floats: the Rust stream converts dtypes, it does not round through bf16."""
-        t = self.tensor
-        return t.dtype == torch.bfloat16 and not t.packed and t.stored_dtype != torch.bfloat16 and self.has_generic
+        self.tensor.check(label, self.encoding)
 
     def write(self, artefact: "Artefact", label: str) -> None:
-        if isinstance(self.tensor, ComposedOffloadedTensor):
-            # Composed from several checkpoint tensors: this one parameter is materialized,
-            # written (quantized on the way when asked), and dropped.
-            artefact.add_tensor(label, self.tensor.composed_values(), encoding=self.encoding)
+        if self.tensor.streams_as(self.encoding):
+            artefact.add_offloaded(label, self.tensor, self.encoding)
             return
-        if self.rounds_to_bf16:
-            # One tensor materialized at a time (bounded memory), exactly as torch rounds it.
-            artefact.add_tensor(label, self.tensor.to_base_tensor())
-            return
-        artefact.add_offloaded(label, self.tensor, self.encoding)
+        # Written from its value (composed, or rounded to bf16 as torch rounds it): this one
+        # tensor is materialized, written (quantized on the way when asked), and dropped.
+        artefact.add_tensor(label, self.tensor.written_values(), encoding=self.encoding)
 
 
 AnyPayload = Union[PlainPayload, Q4_0BlocksPayload, TorchQuantPayload, OffloadedPayload]

@@ -250,6 +250,24 @@ class OffloadedTensor(torch.Tensor):
     def shares_data_with(self, other: "OffloadedTensor") -> bool:
         return self.checkpoint is other.checkpoint and self.key == other.key
 
+    # --- export ---------------------------------------------------------------------------
+    def check(self, label: str, encoding: str) -> None:
+        """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
+        self.checkpoint.check(label, self.key, encoding)
+
+    def streams_as(self, encoding: str) -> bool:
+        """Whether the Rust writer streams this tensor from the checkpoint as ``encoding``
+        (converting dtype or quantizing on the way). Not the floats of a bf16 model stored
+        wider: Rust converts dtypes, it does not round through bf16 as torch did."""
+        return (encoding.startswith("q4_0") or self.packed or self.dtype != torch.bfloat16
+                or self.stored_dtype == torch.bfloat16)
+
+    def written_values(self) -> torch.Tensor:
+        """What the export writes when it does not stream: the values in ``dtype``, before
+        any Q4_0 rounding (the writer quantizes). Memory for this one tensor."""
+        raw = torch.from_numpy(self.checkpoint.raw(self.key)).view(self.stored_dtype).reshape(self.shape)
+        return raw.to(self.dtype)
+
     def __del__(self) -> None:
         # The file written by from_original_tensor goes with the last tensor using it.
         owned = getattr(self, "_owned_file", None)
@@ -386,6 +404,12 @@ class ComposedOffloadedTensor(OffloadedTensor):
         """Refuse, before anything is written, what ``.dat`` cannot hold as ``encoding``
         (the pieces' dtypes were checked when they were made)."""
         _native.dat_payload_size(label, list(self.shape), encoding)
+
+    def streams_as(self, encoding: str) -> bool:
+        return False  # several checkpoint tensors make one .dat: written from the value
+
+    def written_values(self) -> torch.Tensor:
+        return self.composed_values()
 
     def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "ComposedOffloadedTensor":
         new = ComposedOffloadedTensor.compose(
