@@ -11,12 +11,32 @@ mask built by the wrapper hides those outside the window.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from fastnnef.exceptions import T2NErrorNotImplemented
+
+
+# The keyword a causal LM's ``forward`` takes its cache object by: transformers 5.24 renamed
+# ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40).
+CACHE_KWARGS = ("cache", "past_key_values")
+
+
+def cache_kwarg(model: Any) -> str:
+    """The name under which ``model.forward`` takes its cache, read from its signature
+    (``inspect.signature`` follows the deprecation decorator to the real parameters), so
+    releases before and after the rename, and remote code of either era, all work."""
+    parameters = inspect.signature(model.forward).parameters
+    for name in CACHE_KWARGS:
+        if name in parameters:
+            return name
+    raise T2NErrorNotImplemented(
+        f"{type(model).__name__}.forward takes no cache argument ({' or '.join(CACHE_KWARGS)}): "
+        "the LLM exporter needs a model that returns its grown KV cache"
+    )
 
 
 def cache_from_flat(flat: Sequence[torch.Tensor]) -> DynamicCache:

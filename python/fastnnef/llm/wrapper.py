@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from fastnnef.llm.architectures import KVLayout
-from fastnnef.llm.cache import cache_from_flat, flat_from_cache
+from fastnnef.llm.cache import cache_from_flat, cache_kwarg, flat_from_cache
 
 
 def io_names(n_layers: int) -> tuple[list[str], list[str]]:
@@ -92,6 +92,7 @@ class KVCacheLM(nn.Module):
         # Models whose forward slices hidden states before the LM head save the vocab
         # projection of every other position; others are sliced after.
         self._lm_slices = "logits_to_keep" in inspect.signature(lm.forward).parameters
+        self._cache_kwarg = cache_kwarg(lm)
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
         new, past = input_ids.shape[1], flat_cache[0].shape[2]
@@ -99,12 +100,11 @@ class KVCacheLM(nn.Module):
         mask: Union[torch.Tensor, dict[str, torch.Tensor]] = masks if self.layout.mixed else next(iter(masks.values()))
         positions = torch.arange(past, past + new)[None]
         cache = cache_from_flat(flat_cache)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:
             kwargs["logits_to_keep"] = self.num_logits_to_keep
         out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-            use_cache=True, return_dict=True, **kwargs,
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, return_dict=True, **kwargs,
         )
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
