@@ -19,7 +19,6 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 
-
 # The keyword a causal LM's ``forward`` takes its cache object by: transformers 5.24 renamed
 # ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40).
 CACHE_KWARGS = ("cache", "past_key_values")
