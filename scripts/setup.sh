@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine: a virtual environment in .venv with torch and the
-# test tools, and fastnnef built from source (Rust extension included) into it.
-# Idempotent: a second run only rebuilds what changed.
+# Set up everything on a fresh machine: a virtual environment in .venv with the exact
+# packages of requirements/test.lock (torch, transformers, the test tools), and fastnnef
+# built from source (Rust extension included) into it.
+#
+# Idempotent and offline once done: the lock is installed only when it changed since the
+# last run (its hash is kept in the venv), pip is never upgraded on its own, and cargo
+# reuses target/. A second run only rebuilds what changed.
+#
+# Environment: PYTHON (interpreter for a new venv, default python3), FASTNNEF_VENV (venv
+# folder, default .venv), FASTNNEF_DEPS=lock|latest|oldest (default lock):
+#   lock    the exact versions we last tested (CI);
+#   latest  the newest releases our pyproject ranges allow (scripts/test.sh --latest);
+#   oldest  the lock, with transformers at the floor our pyproject allows (--oldest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,13 +34,36 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+VENV=${FASTNNEF_VENV:-.venv}
+DEPS=${FASTNNEF_DEPS:-lock}
+LOCK=requirements/test.lock
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-# torch from PyPI (the CUDA build runs fine on CPU); the rest are the test extras.
-.venv/bin/python -m pip install -q "torch>=2.1,<3" "numpy>=1.26,<3" "maturin>=1.9.4,<2" \
-  "pytest>=8" "hypothesis>=6" "safetensors>=0.4" "mypy>=1.10" "transformers>=5,<6"
+py="$VENV/bin/python"
+pip=("$py" -m pip install -q --disable-pip-version-check)
+
+# The lock was made on one Python minor version (its first line): elsewhere its pins may
+# not exist, so the ranges of pyproject.toml are resolved instead, with a warning.
+lock_python=$(sed -n '1s/^# python \([0-9.]*\).*/\1/p' "$LOCK")
+venv_python=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$DEPS" != latest ] && [ "$venv_python" != "$lock_python" ]; then
+  echo "setup.sh: $LOCK is for Python $lock_python, this venv has $venv_python: installing the newest releases our ranges allow instead" >&2
+  DEPS=latest
+fi
+
+stamp="$VENV/.fastnnef-deps"
+want="$DEPS $(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -c1-16)"
+if [ "$DEPS" = latest ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  case "$DEPS" in
+    lock) "${pip[@]}" -r "$LOCK" ;;
+    latest) "${pip[@]}" --upgrade pip && "${pip[@]}" --upgrade $("$py" scripts/requirements.py ranges) ;;
+    oldest) "${pip[@]}" -r "$LOCK" && "${pip[@]}" $("$py" scripts/requirements.py floors) ;;
+    *) echo "setup.sh: FASTNNEF_DEPS must be lock, latest or oldest, not '$DEPS'" >&2; exit 2 ;;
+  esac
+  echo "$want" > "$stamp"
+fi
 # Build the extension in release mode (the profile cargo test and the benches share,
-# so tract compiles once) and install the package in editable mode.
-VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop --release -q
+# so tract compiles once) and install the package in editable mode (its dependencies
+# are already satisfied above, so this asks no registry).
+VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release -q

@@ -1,8 +1,30 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run every test: the Rust core's cargo tests and the
-# Python suite, which loads every exported artefact in the linked tract.
+# Set up (scripts/setup.sh), then run every test: the Rust core's cargo tests (the
+# criterion benches built and run once in test mode too), the Python benches' smoke
+# runs, and the Python suite, which loads every exported artefact in the linked tract.
+#
+#   bash scripts/test.sh [PYTEST ARGS]           # the locked versions (CI)
+#   bash scripts/test.sh --latest [PYTEST ARGS]  # the newest releases our ranges allow, in .venv-latest
+#   bash scripts/test.sh --oldest [PYTEST ARGS]  # the lock with transformers at its floor, in .venv-oldest
+#
+# --latest is not part of CI: run it before a release and whenever torch or transformers
+# publish (every few weeks); when it passes, `bash scripts/update-lock.sh` adopts its
+# versions as the new lock (a deliberate commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  --latest|--oldest)
+    mode=${1#--}; shift
+    export FASTNNEF_DEPS=$mode FASTNNEF_VENV=.venv-$mode ;;
+esac
+venv=${FASTNNEF_VENV:-.venv}
 bash scripts/setup.sh
 cargo test --release --locked
-.venv/bin/python -m pytest "$@"
+# Each criterion bench once, in test mode: they compile and run, without measuring.
+cargo bench --locked --bench codec --bench tract_check -- --test >/dev/null
+"$venv/bin/python" -m pytest "$@"
+if [ "${FASTNNEF_DEPS:-lock}" != lock ]; then
+  echo "tested with (differences from requirements/test.lock):"
+  diff <(grep -v '^#' requirements/test.lock | sort -f) \
+       <("$venv/bin/python" -m pip freeze --all --exclude-editable | sort -f) | sed -n 's/^> /  /p' || true
+fi
