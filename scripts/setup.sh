@@ -11,7 +11,8 @@
 # folder, default .venv), FASTNNEF_DEPS=lock|latest|oldest (default lock):
 #   lock    the exact versions we last tested (CI);
 #   latest  the newest releases our pyproject ranges allow (scripts/test.sh --latest);
-#   oldest  the lock, with transformers at the floor our pyproject allows (--oldest).
+#   oldest  our ranges with transformers at its floor (--oldest; run it with the oldest
+#           Python we claim: PYTHON=python3.10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,18 +48,22 @@ pip=("$py" -m pip install -q --disable-pip-version-check)
 # not exist, so the ranges of pyproject.toml are resolved instead, with a warning.
 lock_python=$(sed -n '1s/^# python \([0-9.]*\).*/\1/p' "$LOCK")
 venv_python=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-if [ "$DEPS" != latest ] && [ "$venv_python" != "$lock_python" ]; then
+if [ "$DEPS" = lock ] && [ "$venv_python" != "$lock_python" ]; then
   echo "setup.sh: $LOCK is for Python $lock_python, this venv has $venv_python: installing the newest releases our ranges allow instead" >&2
   DEPS=latest
 fi
 
 stamp="$VENV/.fastnnef-deps"
 want="$DEPS $(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -c1-16)"
-if [ "$DEPS" = latest ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ "$DEPS" != lock ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   case "$DEPS" in
     lock) "${pip[@]}" -r "$LOCK" ;;
-    latest) "${pip[@]}" --upgrade pip && "${pip[@]}" --upgrade $("$py" scripts/requirements.py ranges) ;;
-    oldest) "${pip[@]}" -r "$LOCK" && "${pip[@]}" $("$py" scripts/requirements.py floors) ;;
+    latest|oldest)
+      # A fresh resolution from the registry: these two modes need the network.
+      "${pip[@]}" --upgrade pip "tomli; python_version < '3.11'"
+      floors=()
+      [ "$DEPS" = oldest ] && floors=($("$py" scripts/requirements.py floors transformers))
+      "${pip[@]}" --upgrade $("$py" scripts/requirements.py ranges) "${floors[@]}" ;;
     *) echo "setup.sh: FASTNNEF_DEPS must be lock, latest or oldest, not '$DEPS'" >&2; exit 2 ;;
   esac
   echo "$want" > "$stamp"

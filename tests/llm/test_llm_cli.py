@@ -35,10 +35,10 @@ def test_export_verify_and_display(checkpoint: Callable[..., Path], tmp_path: Pa
 
 def test_alias_and_module_entry_points(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import runpy
+    from importlib.metadata import entry_points
 
-    import tomllib
-
-    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
+    # The installed console scripts (pyproject.toml's [project.scripts], as pip registered them).
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
     assert scripts["fastnnef-llm"] == scripts["t2n_export_llm_to_tract"] == "fastnnef.llm.cli:main"
     monkeypatch.setattr("sys.argv", ["python -m fastnnef.llm", "--help"])
     with pytest.raises(SystemExit) as exit_info:
