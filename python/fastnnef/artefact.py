@@ -24,7 +24,7 @@ import torch
 
 from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
-from fastnnef.nnef.writer import format_string
+from fastnnef.nnef.literals import format_string
 
 if TYPE_CHECKING:
     from fastnnef.tensor.offload import OffloadedTensor
