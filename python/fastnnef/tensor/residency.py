@@ -48,7 +48,7 @@ import torch
 
 from fastnnef.exceptions import T2NErrorMisuse, T2NErrorNotImplemented
 from fastnnef.tensor.offload import OffloadedTensor, materialize_through
-from fastnnef.tensor.offload import active_tensor_residency as active_tensor_residency  # public here too
+from fastnnef.tensor.offload import active_tensor_residency as active_tensor_residency  # re-exported: what scope() sets
 
 log = logging.getLogger("fastnnef")
 
