@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple, Optional, Tuple, Type, Union
+from typing import NamedTuple, Optional, Tuple, Type, Union
 
 import numpy as np
 import torch
 
 from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
-from fastnnef.nnef.writer import format_string
-
-if TYPE_CHECKING:
-    from fastnnef.tensor.offload import OffloadedTensor
-    from fastnnef.tensor.quant import QTensorTractScaleOnly
+from fastnnef.nnef.literals import format_string
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.quant import QTensorTractScaleOnly
 
 # torch dtype -> .dat encoding for tensors whose numpy view has the same element type.
 PLAIN_ENCODINGS = {
@@ -183,13 +181,13 @@ class Artefact:
             raise T2NErrorInvalidArgument(f"tensor {label!r}: a numpy array needs an explicit encoding")
         return self._live().add_tensor(label, array, chosen, bf16, percentile)
 
-    def add_q4_0_blocks(self, label: str, qtensor: "QTensorTractScaleOnly", encoding: str = "q4_0") -> int:
+    def add_q4_0_blocks(self, label: str, qtensor: QTensorTractScaleOnly, encoding: str = "q4_0") -> int:
         """Add ``<label>.dat`` from a Q4_0 tensor's packed blocks, never re-quantized
         (``encoding`` ``"q4_0"``, or ``"q4_0_legacy"`` for tract < 0.21.11)."""
         blocks = qtensor.blocks.detach().cpu().contiguous().numpy()
         return self._live().add_q4_0_blocks(label, blocks, list(qtensor.shape), encoding)
 
-    def add_offloaded(self, label: str, tensor: "OffloadedTensor", encoding: str) -> int:
+    def add_offloaded(self, label: str, tensor: OffloadedTensor, encoding: str) -> int:
         """Add ``<label>.dat`` streamed from the checkpoint behind an offloaded tensor,
         converted (bf16/f16/f32) or quantized (``"q4_0"``) on the way by Rust."""
         return self._live().add_checkpoint_tensor(label, tensor.checkpoint, tensor.key, encoding)

@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol, Union
+from typing import Optional, Protocol, Union
 
 import numpy as np
 import torch
 
-from fastnnef.artefact import PER_CHANNEL_MESSAGE, PLAIN_ENCODINGS, TORCH_QUANTIZED, quant_format_line, quant_line
+from fastnnef.artefact import (
+    PER_CHANNEL_MESSAGE,
+    PLAIN_ENCODINGS,
+    TORCH_QUANTIZED,
+    Artefact,
+    quant_format_line,
+    quant_line,
+)
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.opaque import export_form
 from fastnnef.tensor.quant import QTensorTractScaleOnly
-
-if TYPE_CHECKING:
-    from fastnnef.artefact import Artefact
 
 # torch dtype -> tract datum type of the values a variable holds: the .dat encodings,
 # plus bf16, which tract lacks and which is computed in f32 (an exact upcast).
@@ -86,7 +90,7 @@ class Payload(Protocol):
     def quant_entry(self, identifier: str) -> Optional[str]:
         """The ``graph.quant`` line for this variable, if it is torch-quantized."""
 
-    def write(self, artefact: "Artefact", label: str) -> None:
+    def write(self, artefact: Artefact, label: str) -> None:
         """Write ``<label>.dat`` into ``artefact``."""
 
 
@@ -109,7 +113,7 @@ class PlainPayload:
     def quant_entry(self, identifier: str) -> Optional[str]:
         return None
 
-    def write(self, artefact: "Artefact", label: str) -> None:
+    def write(self, artefact: Artefact, label: str) -> None:
         artefact.add_tensor(label, self.data, encoding=self.encoding)
 
 
@@ -131,7 +135,7 @@ class Q4_0BlocksPayload:
     def quant_entry(self, identifier: str) -> Optional[str]:
         return None
 
-    def write(self, artefact: "Artefact", label: str) -> None:
+    def write(self, artefact: Artefact, label: str) -> None:
         artefact.add_q4_0_blocks(label, self.qtensor, self.encoding)
 
 
@@ -152,7 +156,7 @@ class TorchQuantPayload:
     def quant_entry(self, identifier: str) -> Optional[str]:
         return quant_line(identifier, self.data)
 
-    def write(self, artefact: "Artefact", label: str) -> None:
+    def write(self, artefact: Artefact, label: str) -> None:
         artefact.add_tensor(label, self.data)
 
 
@@ -178,7 +182,7 @@ class OffloadedPayload:
         """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
         self.tensor.check(label, self.encoding)
 
-    def write(self, artefact: "Artefact", label: str) -> None:
+    def write(self, artefact: Artefact, label: str) -> None:
         if self.tensor.streams_as(self.encoding):
             artefact.add_offloaded(label, self.tensor, self.encoding)
             return

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorStrictNNEFSpec
@@ -17,11 +15,9 @@ from fastnnef.nnef.graph import (
     Sym,
     Tuple,
 )
+from fastnnef.nnef.literals import format_float, format_string
 
 _GENERIC_OF_DTYPE = {"bool": "logical"}
-_ESCAPED = {"\\": "\\\\", '"': '\\"', "'": "\\'"}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_TEMPLATE_OPENER = re.compile(r"\{(?=[{%#])")
 _INTEGER_DTYPES = frozenset("i8 i16 i32 i64 u8 u16 u32 u64".split())
 
 
@@ -30,28 +26,6 @@ def value_kind(dtype: str) -> str:
     if dtype in _INTEGER_DTYPES:
         return "integer"
     return _GENERIC_OF_DTYPE.get(dtype, "scalar")
-
-
-def format_float(value: float) -> str:
-    """A float literal tract's lexer accepts: no ``nan``, no ``+``, no leading ``.``."""
-    if math.isnan(value):
-        raise T2NErrorInvalidArgument(
-            "NaN cannot be written as an NNEF literal: store it in a tensor (.dat) instead"
-        )
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    text = repr(float(value)).replace("e+", "e")
-    return text
-
-
-def format_string(value: object) -> str:
-    """``str(value)`` as a double-quoted NNEF string literal that tract's parser accepts
-    (nnef-format.md §6.2): backslashes and both quote kinds backslash-escaped, control
-    characters (newlines, tabs, ...) as spaces, and the template openers ``{{``, ``{%``,
-    ``{#`` split by a space (some tract versions render graph.nnef as a template)."""
-    text = "".join(_ESCAPED.get(c, c) for c in str(value))
-    text = _CONTROL.sub(" ", text)
-    return '"' + _TEMPLATE_OPENER.sub("{ ", text) + '"'
 
 
 def format_value(value: Any) -> str:

@@ -36,6 +36,7 @@ The reference-style entry points :func:`t2n_load_checkpoint_and_dispatch` and
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import math
@@ -43,7 +44,7 @@ import os
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -57,7 +58,6 @@ from fastnnef.exceptions import (
 )
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
 from fastnnef.tensor.quant.qtract import Q4_0_BLOCK_BYTES, Q4_0_GROUP
-from fastnnef.tensor.residency import active_tensor_residency
 from fastnnef.tensor.traced import traced_torch_function
 
 log = logging.getLogger("fastnnef")
@@ -88,6 +88,39 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
 _SHARING_OPS = {_aten.detach.default, _aten.alias.default, _aten.clone.default}
 
 DEFAULT_OFFLOAD_PREFIX = "t2n_offload_disk"
+
+
+class MaterializationCache(Protocol):
+    """What serves offloaded tensors' values inside a scope, instead of a fresh
+    materialization per op: a :class:`~fastnnef.tensor.residency.TensorResidencyPool`."""
+
+    def resolve(self, source: OffloadedTensor, device: Optional[torch.device] = None) -> torch.Tensor:
+        """``source``'s value on ``device`` (``None``: its own)."""
+        ...
+
+
+# The cache this context's materializations go through and the scope's device (None: each
+# tensor's own). Owned here, where tensors materialize; residency.py sets it.
+_ACTIVE_CACHE: contextvars.ContextVar[Optional[Tuple[MaterializationCache, Optional[torch.device]]]] = (
+    contextvars.ContextVar("fastnnef_tensor_residency", default=None)
+)
+
+
+def active_tensor_residency() -> Optional[Tuple[MaterializationCache, Optional[torch.device]]]:
+    """The pool whose :meth:`~fastnnef.tensor.residency.TensorResidencyPool.scope` is active
+    in this context, and the scope's device (``None``: each tensor's own), or ``None``."""
+    return _ACTIVE_CACHE.get()
+
+
+@contextlib.contextmanager
+def materialize_through(cache: MaterializationCache, device: Optional[torch.device] = None) -> Iterator[None]:
+    """Inside, offloaded tensors materialize through ``cache`` (on ``device`` if given), in
+    this thread or asyncio task only; scopes nest, the innermost serves."""
+    token = _ACTIVE_CACHE.set((cache, device))
+    try:
+        yield
+    finally:
+        _ACTIVE_CACHE.reset(token)
 
 
 def open_checkpoint(path: PathLike) -> _native.Checkpoint:

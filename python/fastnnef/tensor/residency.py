@@ -38,34 +38,23 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import contextvars
 import dataclasses
 import enum
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Tuple, Union
+from typing import Any, Iterator, Optional, Tuple, Union
 
 import torch
 
 from fastnnef.exceptions import T2NErrorMisuse, T2NErrorNotImplemented
-
-if TYPE_CHECKING:  # offload.py imports this module
-    from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.offload import OffloadedTensor, materialize_through
+from fastnnef.tensor.offload import active_tensor_residency as active_tensor_residency  # re-exported: what scope() sets
 
 log = logging.getLogger("fastnnef")
 
 Device = Union[int, str, torch.device]
 
-_ACTIVE: contextvars.ContextVar[Optional[Tuple["TensorResidencyPool", Optional[torch.device]]]] = (
-    contextvars.ContextVar("fastnnef_tensor_residency", default=None)
-)
 _PAGE = 4096
-
-
-def active_tensor_residency() -> Optional[Tuple["TensorResidencyPool", Optional[torch.device]]]:
-    """The pool whose :meth:`TensorResidencyPool.scope` is active in this context, and the
-    scope's device (``None``: each tensor's own), or ``None``."""
-    return _ACTIVE.get()
 
 
 class ResidencyStrategy(enum.Enum):
@@ -77,7 +66,7 @@ class ResidencyStrategy(enum.Enum):
 
 @dataclasses.dataclass
 class _Entry:
-    source: "OffloadedTensor"  # keeps the checkpoint (part of the key) alive
+    source: OffloadedTensor  # keeps the checkpoint (part of the key) alive
     device: torch.device
     future: "concurrent.futures.Future[torch.Tensor]"
     value: Optional[torch.Tensor] = None  # set once loaded
@@ -105,7 +94,7 @@ class TensorPrefetch:
 class TensorResidencyLease:
     """``with pool.acquire(t) as value:`` — ``value`` stays resident inside the block."""
 
-    def __init__(self, pool: "TensorResidencyPool", source: "OffloadedTensor", device: torch.device) -> None:
+    def __init__(self, pool: "TensorResidencyPool", source: OffloadedTensor, device: torch.device) -> None:
         self._pool = pool
         self._source = source
         self._device = device
@@ -169,25 +158,25 @@ class TensorResidencyPool:
         with self._lock:
             return dict(self._stats)
 
-    def is_resident(self, source: "OffloadedTensor") -> bool:
+    def is_resident(self, source: OffloadedTensor) -> bool:
         """Whether ``source``'s value is loaded and held by the pool."""
         with self._lock:
             entry = self._entries.get(_key(_check(source)))
             return entry is not None and entry.value is not None
 
-    def is_pinned(self, source: "OffloadedTensor") -> bool:
+    def is_pinned(self, source: OffloadedTensor) -> bool:
         self._lru_only("is_pinned")
         with self._lock:
             entry = self._entries.get(_key(_check(source)))
             return entry is not None and entry.pinned
 
     # --- loading ------------------------------------------------------------------------
-    def prefetch(self, source: "OffloadedTensor", device: Optional[Device] = None) -> TensorPrefetch:
+    def prefetch(self, source: OffloadedTensor, device: Optional[Device] = None) -> TensorPrefetch:
         """Start loading ``source`` on a worker thread (reading its bytes from disk) unless
         it is resident or loading; returns a handle to wait on."""
         return TensorPrefetch(self._get(_check(source), _device(source, device), background=True)[1].future)
 
-    def resolve(self, source: "OffloadedTensor", device: Optional[Device] = None) -> torch.Tensor:
+    def resolve(self, source: OffloadedTensor, device: Optional[Device] = None) -> torch.Tensor:
         """``source``'s value: from the pool, or loaded now in this thread (what
         ``OffloadedTensor`` materialization calls inside :meth:`scope`)."""
         _, entry = self._get(_check(source), _device(source, device), background=False)
@@ -196,7 +185,7 @@ class TensorResidencyPool:
             self._evict_to_budget()
         return value
 
-    def acquire(self, source: "OffloadedTensor", device: Optional[Device] = None, mode: str = "read") -> TensorResidencyLease:
+    def acquire(self, source: OffloadedTensor, device: Optional[Device] = None, mode: str = "read") -> TensorResidencyLease:
         """A lease: ``with pool.acquire(t) as value:`` keeps ``value`` resident in the block.
         Only ``mode="read"``: offloaded tensors are read-only in fastnnef."""
         if mode == "read_write":
@@ -209,13 +198,13 @@ class TensorResidencyPool:
             raise T2NErrorMisuse(f"mode must be 'read', got {mode!r}")
         return TensorResidencyLease(self, _check(source), _device(source, device))
 
-    def pin(self, source: "OffloadedTensor", device: Optional[Device] = None) -> TensorPrefetch:
+    def pin(self, source: OffloadedTensor, device: Optional[Device] = None) -> TensorPrefetch:
         """Load ``source`` (on a worker) and keep it until :meth:`unpin` (LRU only)."""
         self._lru_only("pin")
         _, entry = self._get(_check(source), _device(source, device), background=True, pin=True)
         return TensorPrefetch(entry.future)
 
-    def unpin(self, source: "OffloadedTensor") -> None:
+    def unpin(self, source: OffloadedTensor) -> None:
         self._lru_only("unpin")
         with self._lock:
             entry = self._entries.get(_key(_check(source)))
@@ -225,7 +214,7 @@ class TensorResidencyPool:
             self._entries.move_to_end(_key(source))
             self._evict_to_budget()
 
-    def flush(self, source: Optional["OffloadedTensor"] = None) -> None:
+    def flush(self, source: Optional[OffloadedTensor] = None) -> None:
         """Wait for the loads in progress (of ``source`` only, if given). Values are never
         modified, so there is nothing to write back."""
         with self._lock:
@@ -234,7 +223,7 @@ class TensorResidencyPool:
             if entry is not None:
                 concurrent.futures.wait([entry.future])
 
-    def evict(self, source: "OffloadedTensor") -> None:
+    def evict(self, source: OffloadedTensor) -> None:
         """Drop ``source``'s value now (after its load, if one is in progress); raises
         ``T2NErrorMisuse`` if it is leased or pinned."""
         key = _key(_check(source))
@@ -255,11 +244,8 @@ class TensorResidencyPool:
         """Inside, offloaded tensors materialize through this pool (on ``device`` if given).
         Scopes nest (the innermost pool serves) and are per thread / asyncio task."""
         self._check_open()
-        token = _ACTIVE.set((self, None if device is None else torch.device(device)))
-        try:
+        with materialize_through(self, None if device is None else torch.device(device)):
             yield self
-        finally:
-            _ACTIVE.reset(token)
 
     def close(self) -> None:
         """Wait for loads, drop every value, stop the workers; idempotent. Raises
@@ -291,7 +277,7 @@ class TensorResidencyPool:
 
     # --- internals ----------------------------------------------------------------------
     def _get(
-        self, source: "OffloadedTensor", device: torch.device, background: bool, pin: bool = False, lease: bool = False
+        self, source: OffloadedTensor, device: torch.device, background: bool, pin: bool = False, lease: bool = False
     ) -> Tuple[Tuple[Any, ...], _Entry]:
         """The entry of ``source`` (created, and its load started, if absent)."""
         key = _key(source)
@@ -340,7 +326,7 @@ class TensorResidencyPool:
             entry.future.set_result(value)
             self._evict_to_budget()
 
-    def _lease(self, source: "OffloadedTensor", device: torch.device) -> Tuple[Tuple[Any, ...], torch.Tensor]:
+    def _lease(self, source: OffloadedTensor, device: torch.device) -> Tuple[Tuple[Any, ...], torch.Tensor]:
         key, entry = self._get(source, device, background=False, lease=True)
         try:
             return key, entry.future.result()
@@ -384,21 +370,19 @@ class TensorResidencyPool:
             raise T2NErrorMisuse(f"{what}() needs ResidencyStrategy.LRU: FIXED keeps its first values and pins nothing")
 
 
-def _check(source: Any) -> "OffloadedTensor":
-    from fastnnef.tensor.offload import OffloadedTensor  # offload.py imports this module
-
+def _check(source: Any) -> OffloadedTensor:
     if not isinstance(source, OffloadedTensor):
         raise T2NErrorMisuse(f"TensorResidencyPool manages OffloadedTensor values, got {type(source).__name__}")
     return source
 
 
-def _key(source: "OffloadedTensor") -> Tuple[Any, ...]:
+def _key(source: OffloadedTensor) -> Tuple[Any, ...]:
     # The data, not the object: detach()/nn.Parameter() give new objects over the same
     # checkpoint tensor. The entry holds the source, hence the checkpoint: its id is stable.
     return (id(source.checkpoint), source.key, source.dtype, source.q4_0, source.packed)
 
 
-def _device(source: "OffloadedTensor", device: Optional[Device]) -> torch.device:
+def _device(source: OffloadedTensor, device: Optional[Device]) -> torch.device:
     return torch.device(device) if device is not None else source.device
 
 
