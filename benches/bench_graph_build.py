@@ -3,8 +3,9 @@
 Runs the same internal stages as ``fastnnef.export.export_model_to_nnef`` up to the text of
 ``graph.nnef``, for models of 8/16/32/64 sibling layers, and prints a table (best of
 ``--repeat`` runs per size). ``--profile N`` prints a cProfile of the N-layer build instead.
+``--smoke`` builds 2 layers once (CI runs it, tests/test_benches.py).
 
-    PYTHONPATH=python python benches/bench_graph_build.py [--kind mlp|attn] [--repeat 3]
+    PYTHONPATH=python python benches/bench_graph_build.py [--kind mlp|attn] [--repeat 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 16, 32, 64])
     parser.add_argument("--profile", type=int, default=0, help="cProfile the build of N layers")
+    parser.add_argument("--smoke", action="store_true", help="tiny run (2 layers, once) to check the bench works")
     args = parser.parse_args()
+    if args.smoke:
+        args.sizes, args.repeat = [2], 1
     torch.manual_seed(0)
     load_handlers()
     warm_model, warm_x = make_model(args.kind, 2)

@@ -3,14 +3,15 @@
 Prints MB/s per format (of f32 input), the CPU time of the process's threads and its
 peak RSS. Figures and the machine they were taken on are in benches/README.md.
 
-    PYTHONPATH=python python benches/bench_tensors.py [--mb 1024] [--out /tmp/bench] [--level 1]
+    PYTHONPATH=python python benches/bench_tensors.py [--mb 1024] [--out /tmp/bench] [--level 1] [--smoke]
+
+``--smoke`` writes 1 MB to a temp dir, removed afterwards (CI runs it, tests/test_benches.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -26,12 +27,23 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=1024, help="MB of f32 weights (default 1024)")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--level", type=int, default=1, help="gzip level for .tgz (default 1)")
+    parser.add_argument("--smoke", action="store_true", help="tiny run (1 MB, temp dir) to check the bench works")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="fastnnef-bench-"))
-    out.mkdir(parents=True, exist_ok=True)
+    if args.smoke:
+        args.mb, args.out = 1, None
+    if args.out is None:
+        with tempfile.TemporaryDirectory(prefix="fastnnef-bench-") as tmp:
+            write_all(args.mb, Path(tmp), args.level)
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_all(args.mb, args.out, args.level)
+
+
+def write_all(mb: int, out: Path, level: int) -> None:
+    """Time each way of writing ``mb`` MB of f32 tensors under ``out``."""
     # 64 tensors like the linears of a small LLM; randn so gzip has real work to do.
     n_tensors = 64
-    per = args.mb * 1_000_000 // 4 // n_tensors
+    per = mb * 1_000_000 // 4 // n_tensors
     torch.manual_seed(0)
     tensors = {f"layers.{i}.weight": torch.randn(per // 1024, 1024) for i in range(n_tensors)}
     total = sum(t.numel() * 4 for t in tensors.values())
@@ -63,9 +75,7 @@ def main() -> None:
     timed("export_tensors_to_nnef", lambda: export_tensors_to_nnef(tensors, tensor_dir))
     timed("artefact dir", archive("dir", 0))
     timed("artefact tar", archive("tar", 0))
-    timed(f"artefact tgz level {args.level}", archive("tgz", args.level))
-    if args.out is None:
-        shutil.rmtree(out)
+    timed(f"artefact tgz level {level}", archive("tgz", level))
 
 
 if __name__ == "__main__":

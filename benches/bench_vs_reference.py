@@ -18,8 +18,11 @@ torch_to_nnef is an optional dependency of this bench only:
     pip install --target /tmp/t2n --no-deps torch_to_nnef==0.24.12 nnef nnef-tools mako pyyaml six
     PYTHONPATH=python:/tmp/t2n .venv/bin/python benches/bench_vs_reference.py --sizes 1 4
 
-Without it (``--no-reference``) only fastnnef runs. Needs ~3x the largest model of free
-disk under ``--dir`` (default: the system temp dir); everything is removed at the end.
+Without it (``--no-reference``, or when torch_to_nnef is not installed: a note says so)
+only fastnnef runs. Needs ~3x the largest model of free disk under ``--dir`` (default: the
+system temp dir); everything is removed at the end. ``--smoke`` runs the same steps on a
+1-layer model of a few hundred KB (size 0), to a directory only unless ``--formats`` says
+otherwise (CI runs it, tests/test_benches.py).
 """
 
 from __future__ import annotations
@@ -33,18 +36,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 TRACT = "0.23.9"
-# layers per size (GB); ~0.94 GB and ~4.0 GB of f32 weights with the dims below.
-LAYERS = {1: 2, 4: 17}
-DIM, FFN, VOCAB = 2048, 5632, 32000
+# Per size (GB): layers, model width, MLP width, vocabulary. 1 and 4: ~0.94 GB and ~4.0 GB of
+# f32 weights; 0: ~0.2 MB, for --smoke.
+SIZES = {0: (1, 64, 128, 256), 1: (2, 2048, 5632, 32000), 4: (17, 2048, 5632, 32000)}
 
 
-def build_model(layers: int) -> Any:
+def build_model(size: int) -> Any:
     import torch
     from torch import nn
+
+    layers, dim, ffn, vocab = SIZES[size]
 
     class RMSNorm(nn.Module):
         def __init__(self, dim: int):
@@ -57,14 +63,14 @@ def build_model(layers: int) -> Any:
     class Layer(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.attn_norm, self.mlp_norm = RMSNorm(DIM), RMSNorm(DIM)
-            self.q, self.k, self.v, self.o = (nn.Linear(DIM, DIM, bias=False) for _ in range(4))
-            self.gate, self.up = nn.Linear(DIM, FFN, bias=False), nn.Linear(DIM, FFN, bias=False)
-            self.down = nn.Linear(FFN, DIM, bias=False)
+            self.attn_norm, self.mlp_norm = RMSNorm(dim), RMSNorm(dim)
+            self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+            self.gate, self.up = nn.Linear(dim, ffn, bias=False), nn.Linear(dim, ffn, bias=False)
+            self.down = nn.Linear(ffn, dim, bias=False)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = self.attn_norm(x)
-            att = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2) * DIM**-0.5, dim=-1) @ self.v(h)
+            att = torch.softmax(self.q(h) @ self.k(h).transpose(1, 2) * dim**-0.5, dim=-1) @ self.v(h)
             x = x + self.o(att)
             h = self.mlp_norm(x)
             return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
@@ -72,10 +78,10 @@ def build_model(layers: int) -> Any:
     class LlamaLike(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.embed = nn.Embedding(VOCAB, DIM)
+            self.embed = nn.Embedding(vocab, dim)
             self.layers = nn.ModuleList(Layer() for _ in range(layers))
-            self.norm = RMSNorm(DIM)
-            self.head = nn.Linear(DIM, VOCAB, bias=False)
+            self.norm = RMSNorm(dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
 
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             x = self.embed(ids)
@@ -96,7 +102,7 @@ def status_bytes(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def worker(lib: str, mode: str, fmt: str, ckpt: str, out: str, layers: int, stub: str) -> None:
+def worker(lib: str, mode: str, fmt: str, ckpt: str, out: str, size: int, stub: str) -> None:
     """One export in this (fresh) process; prints a JSON line."""
     import logging
     import warnings
@@ -130,7 +136,7 @@ def worker(lib: str, mode: str, fmt: str, ckpt: str, out: str, layers: int, stub
     from fastnnef.utils import init_empty_weights as empty
 
     with empty():
-        model = build_model(layers)
+        model = build_model(size)
     baseline = status_bytes("VmRSS")
     if mode == "stream":
         load_offloaded_checkpoint(model, ckpt)
@@ -165,7 +171,7 @@ def run_worker(args: list[str]) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def make_checkpoint(path: Path, layers: int) -> None:
+def make_checkpoint(path: Path, size: int) -> None:
     """Random-normal weights (std 0.02, like a real LLM's), written one tensor at a time."""
     import torch
     from safetensors.torch import save_file
@@ -173,7 +179,7 @@ def make_checkpoint(path: Path, layers: int) -> None:
     torch.manual_seed(0)
     state = {}
     with torch.no_grad():
-        for name, t in build_model(layers).state_dict().items():
+        for name, t in build_model(size).state_dict().items():
             state[name] = t.normal_(0, 0.02) if not name.endswith("norm.weight") else t
     save_file(state, path)
 
@@ -197,14 +203,28 @@ def stub_tract(folder: Path) -> Path:
     return path
 
 
+def reference_missing() -> str:
+    """Why torch_to_nnef cannot be imported here ('' when it can). Imported only when
+    present (it imports torch, which this parent process does not need otherwise)."""
+    if find_spec("torch_to_nnef") is None:
+        return "not installed"
+    try:
+        import torch_to_nnef.inference_target  # noqa: F401
+    except ImportError as err:
+        return str(err)
+    return ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4], choices=sorted(LAYERS))
-    parser.add_argument("--formats", nargs="+", default=["dir", "tar", "tgz"])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4], choices=sorted(SIZES))
+    parser.add_argument("--formats", nargs="+", default=None, help="dir, tar, tgz (default: all three)")
     parser.add_argument("--no-reference", action="store_true", help="run fastnnef only")
     parser.add_argument("--reference-sizes", type=int, nargs="*", default=None,
                         help="sizes on which torch_to_nnef runs too (default: all of --sizes)")
     parser.add_argument("--dir", default=None, help="working directory (default: system temp)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny run (--sizes 0, --formats dir unless given) to check the bench works")
     parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     parser.add_argument("--make-checkpoint", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -212,9 +232,16 @@ def main() -> None:
         make_checkpoint(Path(args.make_checkpoint[0]), int(args.make_checkpoint[1]))
         return
     if args.worker:
-        lib, mode, fmt, ckpt, out, layers, stub = args.worker
-        worker(lib, mode, fmt, ckpt, out, int(layers), stub)
+        lib, mode, fmt, ckpt, out, size, stub = args.worker
+        worker(lib, mode, fmt, ckpt, out, int(size), stub)
         return
+    if args.smoke:
+        args.sizes, args.reference_sizes = [0], None
+        args.formats = args.formats or ["dir"]
+    args.formats = args.formats or ["dir", "tar", "tgz"]
+    if not args.no_reference and (missing := reference_missing()):
+        print(f"(reference skipped: torch_to_nnef cannot be imported here: {missing})")
+        args.no_reference = True
     work = Path(tempfile.mkdtemp(prefix="bench_ref_", dir=args.dir))
     stub = stub_tract(work)
     ref_sizes = args.sizes if args.reference_sizes is None else args.reference_sizes
@@ -223,16 +250,15 @@ def main() -> None:
           f"{'size MB':>9s} {'ratio':>7s}")
     try:
         for size in args.sizes:
-            layers = LAYERS[size]
             ckpt = work / f"llama{size}.safetensors"
-            subprocess.run([sys.executable, __file__, "--make-checkpoint", str(ckpt), str(layers)], check=True)
+            subprocess.run([sys.executable, __file__, "--make-checkpoint", str(ckpt), str(size)], check=True)
             nbytes = ckpt.stat().st_size
             libs = ["ref", "ours"] if size in ref_sizes and not args.no_reference else ["ours"]
             for fmt in args.formats:
                 results: dict[str, tuple[dict[str, Any], int]] = {}
                 for lib in libs:
                     out = work / f"{lib}{size}.nnef"
-                    r = run_worker([lib, "memory", fmt, str(ckpt), str(out), str(layers), str(stub)])
+                    r = run_worker([lib, "memory", fmt, str(ckpt), str(out), str(size), str(stub)])
                     results[lib] = (r, size_of(Path(r["path"])))
                     name = "torch_to_nnef" if lib == "ref" else "fastnnef"
                     print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {name:14s} {r['wall']:8.2f} {r['peak'] / 1e6:12.0f} "
@@ -248,7 +274,7 @@ def main() -> None:
             # Streamed from the checkpoint: weights never in memory.
             for fmt in args.formats:
                 out = work / f"stream{size}.nnef"
-                r = run_worker(["ours", "stream", fmt, str(ckpt), str(out), str(layers), str(stub)])
+                r = run_worker(["ours", "stream", fmt, str(ckpt), str(out), str(size), str(stub)])
                 got = size_of(Path(r["path"]))
                 print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {'fastnnef stream':14s} {r['wall']:8.2f} {r['peak'] / 1e6:12.0f} "
                       f"{(r['peak'] - r['baseline']) / 1e6:14.0f} {got / 1e6:9.1f} {got / nbytes:7.3f}", flush=True)

@@ -7,18 +7,22 @@ torch_to_nnef is not a dependency; install it apart, e.g.
     pip install --target /tmp/t2n --no-deps torch_to_nnef==0.24.12 nnef nnef-tools mako pyyaml
     PYTHONPATH=python:/tmp/t2n .venv/bin/python benches/bench_vs_torch_to_nnef.py
 Its TractNNEF downloads a tract CLI at construction unless given a binary: this bench
-hands it a stub that only answers ``--version`` (no check is run).
+hands it a stub that only answers ``--version`` (no check is run). Without torch_to_nnef
+(not installed: a note says so; or ``--no-reference``) only fastnnef runs, its outputs
+checked against PyTorch's. ``--smoke`` exports 1-layer, 16-wide models (and the
+weight-heavy one 32 wide) in a temp dir, removed afterwards (CI runs it,
+tests/test_benches.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import warnings
 import logging
 import os
 import stat
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -69,20 +73,45 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    import torch_to_nnef
-    from torch_to_nnef.inference_target import TractNNEF as RefTract
+def reference_missing() -> str:
+    """Why torch_to_nnef cannot be imported here ('' when it can)."""
+    try:
+        import torch_to_nnef.inference_target  # noqa: F401
+    except ImportError as err:
+        return str(err)
+    return ""
 
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--big", type=int, default=2048, help="width of the 8-layer weight-heavy model")
+    parser.add_argument("--no-reference", action="store_true", help="time fastnnef only")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny run (--layers 1 --width 16 --big 32) to check the bench works")
     args = parser.parse_args()
+    if args.smoke:
+        args.layers, args.width, args.big = [1], 16, 32
+    if not args.no_reference and (missing := reference_missing()):
+        print(f"(reference skipped: torch_to_nnef cannot be imported here: {missing})")
+        args.no_reference = True
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")  # torch.jit.trace deprecation notices, once per export
     torch.manual_seed(0)
-    work = Path(tempfile.mkdtemp(prefix="bench_t2n_", dir=os.environ.get("BENCH_DIR")))
-    ref_target = RefTract(TRACT, check_io=False, specific_tract_binary_path=stub_tract(work))
+    with tempfile.TemporaryDirectory(prefix="bench_t2n_", dir=os.environ.get("BENCH_DIR")) as tmp:
+        compare(args, Path(tmp))
+
+
+def compare(args: argparse.Namespace, work: Path) -> None:
+    """Export every model with both libraries (fastnnef alone with --no-reference), print the table."""
+    reference: Any = None
+    if not args.no_reference:
+        import torch_to_nnef
+        from torch_to_nnef.inference_target import TractNNEF as RefTract
+
+        reference = torch_to_nnef
+        ref_target = RefTract(TRACT, check_io=False, specific_tract_binary_path=stub_tract(work))
     ours_target = fastnnef.TractNNEF(TRACT, check_io=False)
     cases = [(f"mlp {n}x{args.width}", mlp(n, args.width), torch.randn(4, args.width), 0, ".tar")
              for n in args.layers]
@@ -92,25 +121,33 @@ def main() -> None:
     mb = sum(p.numel() for p in big.parameters()) * 4 / 1e6
     cases += [(f"mlp 8x{args.big} ({mb:.0f} MB)", big, torch.randn(4, args.big), level, sfx)
               for level, sfx in ((0, ".tar"), (1, ".tgz"))]
-    print(f"torch_to_nnef {torch_to_nnef.__version__} vs fastnnef {fastnnef.__version__}, torch {torch.__version__}")
+    versions = "torch_to_nnef not run" if reference is None else f"torch_to_nnef {reference.__version__}"
+    print(f"{versions} vs fastnnef {fastnnef.__version__}, torch {torch.__version__}")
     print(f"{'model':28s} {'format':6s} {'torch_to_nnef s':>16s} {'fastnnef s':>11s} {'speed-up':>9s}")
     for name, model, x, level, sfx in cases:
-        ref_path = work / f"ref_{name.split()[1]}{sfx}"
+        t_ref = None
+        if reference is not None:
+            ref_path = work / f"ref_{name.split()[1]}{sfx}"
+            t_ref = timed(lambda: reference.export_model_to_nnef(
+                model, x, work / "ref.nnef", ref_target, input_names=["x"], output_names=["y"],
+                compression_level=level))
+            (work / f"ref.nnef{sfx}").rename(ref_path)
         ours_path = work / f"ours_{name.split()[1]}{sfx}"
-        t_ref = timed(lambda: torch_to_nnef.export_model_to_nnef(
-            model, x, work / "ref.nnef", ref_target, input_names=["x"], output_names=["y"],
-            compression_level=level))
         t_ours = timed(lambda: fastnnef.export_model_to_nnef(
             model, x, work / "ours.nnef", ours_target, input_names=["x"], output_names=["y"],
             compression_level=level))
-        (work / f"ref.nnef{sfx}").rename(ref_path)
         (work / f"ours.nnef{sfx}").rename(ours_path)
-        (y_ref,) = TractArtefact.load(ref_path).run([x])
         (y_ours,) = TractArtefact.load(ours_path).run([x])
-        np.testing.assert_allclose(y_ours, y_ref, rtol=1e-5, atol=1e-6)
-        print(f"{name:28s} {sfx[1:]:6s} {t_ref:16.2f} {t_ours:11.2f} {t_ref / t_ours:8.1f}x")
-        ref_path.unlink()
         ours_path.unlink()
+        if t_ref is None:
+            with torch.no_grad():
+                np.testing.assert_allclose(y_ours, model(x).numpy(), rtol=1e-4, atol=1e-5)
+            print(f"{name:28s} {sfx[1:]:6s} {'-':>16s} {t_ours:11.2f} {'-':>9s}")
+        else:
+            (y_ref,) = TractArtefact.load(ref_path).run([x])
+            ref_path.unlink()
+            np.testing.assert_allclose(y_ours, y_ref, rtol=1e-5, atol=1e-6)
+            print(f"{name:28s} {sfx[1:]:6s} {t_ref:16.2f} {t_ours:11.2f} {t_ref / t_ours:8.1f}x")
 
 
 if __name__ == "__main__":
