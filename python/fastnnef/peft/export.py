@@ -51,13 +51,13 @@ class PeftExportReport:
     method: str
     mapping_table: dict[str, list[str]]  # as in peft_mapping.json
     n_tensors: int
-    payload_bytes: int  # the .dat payloads written (before gzip)
+    dat_bytes: int  # the .dat files written, 128-byte headers included, before gzip
     seconds: float
 
     def summary(self) -> str:
         return (
             f"exported {self.n_tensors} {self.method} matrices for {len(self.mapping_table)} base weights "
-            f"({self.payload_bytes / 2**20:.1f} MiB) to {self.archive} in {self.seconds:.2f} s"
+            f"({self.dat_bytes / 2**20:.1f} MiB) to {self.archive} in {self.seconds:.2f} s"
         )
 
 
@@ -108,7 +108,7 @@ def export_peft(
     LOGGER.info("wrote %s", art.path)
     return PeftExportReport(
         archive=Path(art.path or target), method=method_name, mapping_table=mapping.mapping_table,
-        n_tensors=len(plan), payload_bytes=payload, seconds=time.perf_counter() - start,
+        n_tensors=len(plan), dat_bytes=payload, seconds=time.perf_counter() - start,
     )
 
 
