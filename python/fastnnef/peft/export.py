@@ -145,7 +145,7 @@ def _plan_safetensors(
     keys = ckpt.keys()
     mapping = _checked_mapping(keys, path, patterns, map_name, check_map_name, method)
     shapes = {}
-    plan = []
+    plan: list[_Planned] = []
     for key in sorted(mapping.tensor_keys()):
         dtype_name, shape, _ = ckpt.info(key)
         _check_float(key, dtype_name, SAFETENSORS_DTYPES.get(dtype_name))
@@ -165,7 +165,7 @@ def _plan_pickled(
     # Memory-mapped: tensors stay in the file's pages until written.
     tensors = dict(iter_torch_tensors_from_disk(path, weights_only=weights_only))
     mapping = _checked_mapping(list(tensors), path, patterns, map_name, check_map_name, method)
-    plan = []
+    plan: list[_Planned] = []
     for key in sorted(mapping.tensor_keys()):
         tensor = tensors[key]
         _check_float(key, str(tensor.dtype), tensor.dtype)
