@@ -79,7 +79,7 @@ def test_a_without_its_b(suffix: str, tmp_path: Path, out_dir: Path) -> None:
     )
 
 
-def test_checked_base_weight_missing(tmp_path: Path, out_dir: Path) -> None:
+def test_checked_base_weight_missing(tmp_path: Path, out_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tensors = lora_tensors(["l0", "l1"])
     del tensors["l1.base_layer.weight"]
     src = save(tmp_path, tensors)
@@ -90,6 +90,7 @@ def test_checked_base_weight_missing(tmp_path: Path, out_dir: Path) -> None:
     # The same through -c: a check name that the file does not use.
     assert main(["-r", str(src), "-c", "{name}.weight", "-o", str(out_dir / "a.peft.nnef.tgz")]) == 2
     assert list(out_dir.iterdir()) == []
+    assert "fastnnef-peft: error: T2NErrorMisuse: " in capsys.readouterr().err
 
 
 def test_output_exists_and_is_kept(tmp_path: Path, out_dir: Path) -> None:

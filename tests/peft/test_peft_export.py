@@ -192,3 +192,19 @@ def test_python_m_and_console_scripts(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "exported 2 LoRA matrices for 1 base weights" in done.stdout
     assert set(read_peft_archive(archive).mapping_table) == {"fc1.weight"}
+
+
+def test_drop_in_signature_and_names() -> None:
+    """torch_to_nnef_llm.peft.cli's function, parameters and constants, under fastnnef.peft.cli."""
+    import inspect
+
+    from fastnnef.peft import cli
+
+    params = inspect.signature(cli.export_peft).parameters
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["read_filepath", "output_archive", "patterns", "map_name", "check_map_name", "method_name"]
+    assert [params[n].default for n in positional[2:]] == [
+        None, cli.MAP_TENSOR_NAME, cli.CHECK_MAP_TENSOR_NAME, cli.DEFAULT_METHOD_TYPE
+    ]
+    assert cli.PATTERN_LORA == [f"{cli.NAME_PLACEHOLDER}.lora_{m}.default.weight$" for m in "AB"]
+    assert (cli.MAP_TENSOR_NAME, cli.CHECK_MAP_TENSOR_NAME) == ("{name}.weight", "{name}.base_layer.weight")
