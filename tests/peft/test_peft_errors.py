@@ -20,7 +20,6 @@ from fastnnef.exceptions import (  # noqa: E402
 )
 from fastnnef.peft import export_peft, lora_merged_artefact  # noqa: E402
 from fastnnef.peft.cli import main  # noqa: E402
-from tests.peft.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp  # noqa: E402
 
 
 def lora_tensors(modules: list[str], rank: int = 2) -> dict[str, torch.Tensor]:
@@ -190,6 +189,8 @@ def test_failure_while_writing_leaves_nothing(tmp_path: Path, out_dir: Path, mon
 
 
 def test_merge_refuses_weights_the_base_lacks(tmp_path: Path) -> None:
+    from tests.peft.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp  # skips without peft
+
     base = make_mlp()
     base_path = export_base(base, torch.randn(2, 8), tmp_path / "base.nnef.tgz")
     lora_model(base, ["fc1"], seed=0).save_pretrained(tmp_path / "adapter")
