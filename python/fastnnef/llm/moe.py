@@ -13,25 +13,29 @@ FLOPs of the sparse form.
 ``dense_experts(model)`` swaps it in per module instance (an instance attribute shadows
 the class's ``forward``) and restores the modules on exit: no class or global registry
 of transformers is touched, so other models and threads are unaffected.
+
+``moe_export_forms(model, caps)`` chooses the form of each block for an export: where
+the target has ``tract_moe_ffn`` (tract >= 0.23.9) and the op expresses the block's
+routing (op/custom_extractors/moe.py ``moe_ffn_plan``), its experts call becomes that one
+op, which runs only the routed experts; every other block, and every block for an older
+target, keeps the dense form.
 """
 
 from __future__ import annotations
 
+import logging
 import types
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
 
+from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.op.custom_extractors.moe import MOE_FFN_FEATURE, MoEFFNPlan, is_experts, moe_ffn_plan, routed_as_moe_ffn
 
-def _is_experts(module: nn.Module) -> bool:
-    """An experts module of transformers' ``use_experts_implementation`` family: 3-D
-    stacked weights and the layout flags the decorator sets."""
-    return (
-        hasattr(module, "has_gate") and hasattr(module, "is_transposed") and hasattr(module, "num_experts")
-        and isinstance(getattr(module, "down_proj", None), torch.Tensor)
-    )
+log = logging.getLogger("fastnnef.llm")
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Any, transposed: bool) -> torch.Tensor:
@@ -67,7 +71,49 @@ def dense_experts_forward(
 def dense_experts(model: nn.Module) -> Iterator[int]:
     """Within the block, every experts module of ``model`` computes the dense form; yields
     how many modules were switched."""
-    switched = [m for m in model.modules() if _is_experts(m)]
+    with _dense([m for m in model.modules() if is_experts(m)]) as switched:
+        yield switched
+
+
+@dataclass
+class MoEForms:
+    """How the MoE blocks of one export are written: module paths as ``tract_moe_ffn``,
+    and the dense ones with the reason."""
+
+    moe_ffn: list[str] = field(default_factory=list)
+    dense: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoEForms]:
+    """Within the block, an export of ``model`` for a target with ``caps`` writes each
+    MoE block's experts as one ``tract_moe_ffn`` where it can, in the dense form
+    otherwise (see the module docstring); yields which block went which way."""
+    forms = MoEForms()
+    plans: list[MoEFFNPlan] = []
+    for path, block in model.named_modules():
+        experts = getattr(block, "experts", None)
+        if not isinstance(experts, nn.Module) or not is_experts(experts):
+            continue
+        plan = moe_ffn_plan(block) if caps.supports(MOE_FFN_FEATURE) else "the target tract has no tract_moe_ffn (< 0.23.9)"
+        if isinstance(plan, str):
+            forms.dense[path] = plan
+        else:
+            plans.append(plan)
+            forms.moe_ffn.append(path)
+    planned = {id(p.experts) for p in plans}
+    if forms.dense:
+        reasons = sorted(set(forms.dense.values()))
+        log.info("%d MoE blocks in the dense form (every expert runs for every token): %s",
+                 len(forms.dense), "; ".join(reasons))
+    with routed_as_moe_ffn(plans), _dense([m for m in model.modules() if is_experts(m) and id(m) not in planned]):
+        yield forms
+
+
+@contextmanager
+def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
+    """``modules`` compute the dense form within the block; yields how many."""
+    switched = list(modules)
     for module in switched:
         module.forward = types.MethodType(dense_experts_forward, module)  # type: ignore[method-assign]
     try:
