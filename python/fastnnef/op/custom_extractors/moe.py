@@ -199,7 +199,7 @@ def _half(tensor: torch.Tensor, dim: int, part: int, interleaved: bool) -> torch
 
 
 @dataclass(frozen=True)
-class _ExpertWeights:
+class ExpertWeights:
     layout: str  # linear | canonical
     w1: torch.Tensor  # gate projection (or the only one, without a gate)
     w2: torch.Tensor  # down projection
@@ -207,7 +207,7 @@ class _ExpertWeights:
     biases: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # w1, w3, w2 biases
 
 
-def _expert_weights(experts: nn.Module) -> _ExpertWeights:
+def expert_weights(experts: nn.Module) -> ExpertWeights:
     """transformers stores gate_up_proj ``[E, 2H, D]`` and down_proj ``[E, D, H]`` (the op's
     linear layout), or their transposes with ``is_transposed`` (the canonical layout)."""
     transposed = bool(experts.is_transposed)
@@ -224,7 +224,7 @@ def _expert_weights(experts: nn.Module) -> _ExpertWeights:
         fused_bias = experts.gate_up_proj_bias
         b1, b3 = (_half(fused_bias, -1, part, interleaved) for part in (0, 1))
         biases = (b1, b3, experts.down_proj_bias)
-    return _ExpertWeights(layout, w1, experts.down_proj, w3, biases)
+    return ExpertWeights(layout, w1, experts.down_proj, w3, biases)
 
 
 # --- plans in force, and the extractor ----------------------------------------------------------
@@ -291,7 +291,7 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
                 "export with a newer TractNNEF version, or in the dense form (fastnnef.llm.moe.moe_export_forms)",
             )
         x = g.tensor(next(v for v in node.inputs if isinstance(v, TensorValue)))  # hidden_states [T, D]
-        weights = _expert_weights(plan.experts)
+        weights = expert_weights(plan.experts)
         scope = node.scope or "experts"
 
         def weight(tensor: torch.Tensor, name: str) -> Any:
