@@ -62,22 +62,22 @@ class MoEFFNPlan:
 
 
 # --- routing: what each transformers router computes, as a gate mode ------------------------
-def _softmax_renormalized(router: nn.Module) -> Union[tuple[str, float], str]:
+def _softmax_renormalized(router: Any) -> Union[tuple[str, float], str]:
     """Mixtral: softmax over all experts, top-k, renormalized = softmax over the top-k."""
     return "softmax_topk", 1.0
 
 
-def _softmax_maybe_renormalized(router: nn.Module) -> Union[tuple[str, float], str]:
+def _softmax_maybe_renormalized(router: Any) -> Union[tuple[str, float], str]:
     """Qwen2/3-MoE, OLMoE: softmax over all experts, top-k, renormalized when norm_topk_prob."""
     return ("softmax_topk" if router.norm_topk_prob else "softmax_all"), 1.0
 
 
-def _topk_then_softmax(router: nn.Module) -> Union[tuple[str, float], str]:
+def _topk_then_softmax(router: Any) -> Union[tuple[str, float], str]:
     """Granite-MoE, gpt-oss: top-k of the logits (with the router's bias), softmax over them."""
     return "softmax_topk", 1.0
 
 
-def _deepseek_v2(router: nn.Module) -> Union[tuple[str, float], str]:
+def _deepseek_v2(router: Any) -> Union[tuple[str, float], str]:
     """Softmax over all experts, top-k (group-limited: top-k within the best groups), times
     routed_scaling_factor."""
     limited = router.topk_method == "group_limited_greedy" and router.topk_group < router.num_group
@@ -87,7 +87,7 @@ def _deepseek_v2(router: nn.Module) -> Union[tuple[str, float], str]:
     return "softmax_all", float(router.routed_scaling_factor)
 
 
-def _deepseek_v3(router: nn.Module) -> Union[tuple[str, float], str]:
+def _deepseek_v3(router: Any) -> Union[tuple[str, float], str]:
     """Sigmoid scores, chosen by score + e_score_correction_bias within the best groups,
     normalized when norm_topk_prob, times routed_scaling_factor."""
     if router.norm_topk_prob:
@@ -136,8 +136,8 @@ def is_experts(module: nn.Module) -> bool:
 def moe_ffn_plan(block: nn.Module) -> Union[MoEFFNPlan, str]:
     """The plan for ``block`` (a module with a known router and an experts module), or
     why its experts cannot be one ``tract_moe_ffn``."""
-    experts = getattr(block, "experts", None)
-    router = _router_of(block)
+    experts: Any = getattr(block, "experts", None)  # transformers modules: attributes set by their config
+    router: Any = _router_of(block)
     if experts is None or router is None or not is_experts(experts):
         return f"{type(block).__name__} has no router and experts module that fastnnef knows"
     routing = ROUTINGS[type(router).__name__](router)
@@ -207,7 +207,7 @@ class ExpertWeights:
     biases: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # w1, w3, w2 biases
 
 
-def expert_weights(experts: nn.Module) -> ExpertWeights:
+def expert_weights(experts: Any) -> ExpertWeights:
     """transformers stores gate_up_proj ``[E, 2H, D]`` and down_proj ``[E, D, H]`` (the op's
     linear layout), or their transposes with ``is_transposed`` (the canonical layout)."""
     transposed = bool(experts.is_transposed)
@@ -311,8 +311,9 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
             for name, bias in zip(("w1_bias", "w3_bias", "w2_bias"), weights.biases):
                 attrs[name] = weight(bias, name)
         if _clamped(plan.experts):
-            attrs["act_alpha"] = float(plan.experts.alpha)
-            attrs["act_limit"] = float(plan.experts.limit)
+            experts: Any = plan.experts
+            attrs["act_alpha"] = float(experts.alpha)
+            attrs["act_limit"] = float(experts.limit)
         if plan.output_scale == 1.0:
             g.emit(MOE_FFN_OP, args, attrs, out=0)
         else:  # a common factor of every gate weight: the routed sum scales with it
