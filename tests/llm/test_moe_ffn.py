@@ -213,3 +213,18 @@ def test_experts_outside_a_plan_are_traced_as_before(tmp_path: Path) -> None:
         path = export_and_check(block, (x,), tmp_path, target=TractNNEF(BEFORE_MOE_FFN, check_io=False))
     text = Path(path, "graph.nnef").read_text() if path.is_dir() else _graph_text(path)
     assert "tract_moe_ffn" not in text
+
+
+def test_q4_0_experts(moe_checkpoint: Callable[[str], Path], tmp_path: Path) -> None:
+    """The routed experts written as Q4_0 (tract's packed Q4_0 path of tract_moe_ffn):
+    torch computes with the same Q4_0 values, so every bundle and the generation match."""
+    report = dump_llm(tmp_path / "out", local_dir=moe_checkpoint("mixtral"), compression_method="min_max_q4_0_with_experts",
+                      compression_registry="fastnnef.llm.moe.MOE_COMPRESSION")
+    assert all(c.ok for c in report.bundle_checks), report.summary()
+    assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens
+    with tarfile.open(report.model_path) as tar:
+        sizes = {m.name: m.size for m in tar.getmembers()}
+    # [4 experts, 64, 32] as Q4_0: 18 bytes per 32 values, after the 128-byte .dat header.
+    for projection in ("w1", "w3", "down_proj"):
+        assert sizes[f"model.model.layers.0.mlp.experts.{projection}.dat"] == 128 + 4 * 64 * 32 // 32 * 18
+    assert "tract_moe_ffn(" in _graph_text(report.model_path)

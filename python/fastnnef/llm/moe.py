@@ -32,8 +32,11 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from fastnnef.compress import quantize_weights_min_max_Q4_0
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.op.custom_extractors.moe import MOE_FFN_FEATURE, MoEFFNPlan, is_experts, moe_ffn_plan, routed_as_moe_ffn
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.quant.qtract import Q4_0_GROUP
 
 log = logging.getLogger("fastnnef.llm")
 
@@ -121,3 +124,38 @@ def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
     finally:
         for module in switched:
             del module.forward  # back to the class's forward
+
+
+def quantize_experts_min_max_q4_0(model: nn.Module) -> int:
+    """Mark the expert weights of every block that exports as ``tract_moe_ffn`` in tract's
+    packed Q4_0 path (linear layout, no expert biases, no clamped activation, rows a
+    multiple of 32) to be written as Q4_0, min-max per block of 32, quantized by the Rust
+    writer as it streams them; torch then computes with the same Q4_0 values. In place;
+    returns how many experts modules were marked. Other weights are left as they are
+    (``fastnnef.compress`` quantizes the linear layers)."""
+    marked = 0
+    for block in model.modules():
+        plan = moe_ffn_plan(block) if isinstance(getattr(block, "experts", None), nn.Module) else None
+        if not isinstance(plan, MoEFFNPlan):
+            continue
+        experts: Any = plan.experts
+        names = ["gate_up_proj" if experts.has_gate else "up_proj", "down_proj"]
+        tensors = [getattr(experts, n) for n in names]
+        if (experts.is_transposed or experts.has_bias or not all(isinstance(t, OffloadedTensor) for t in tensors)
+                or any(t.shape[-1] % Q4_0_GROUP for t in tensors)):
+            continue
+        for name, tensor in zip(names, tensors):
+            experts._parameters[name] = nn.Parameter(tensor.as_q4_0(), requires_grad=False)
+        marked += 1
+    return marked
+
+
+def _q4_0_with_experts(model: nn.Module) -> nn.Module:
+    quantize_weights_min_max_Q4_0(model)
+    quantize_experts_min_max_q4_0(model)
+    return model
+
+
+# A compression registry for dump_llm / fastnnef-llm (``compression_registry=
+# "fastnnef.llm.moe.MOE_COMPRESSION"``): the linear layers and the routed experts as Q4_0.
+MOE_COMPRESSION = {"min_max_q4_0_with_experts": _q4_0_with_experts}
