@@ -3,11 +3,12 @@
 
 One random-weight checkpoint (8 experts, top-2, f32, about 250 MB) is saved once, exported
 twice by ``dump_llm`` with ``no_verify`` (the dense form is what a target older than tract
-0.23.9 gets: the export is pointed at 0.23.5 for it), and both artefacts are run by the
+0.23.9 gets: the export is pointed at 0.23.5 for it), and a third time with the linear
+layers and routed experts as Q4_0 (``fastnnef.llm.moe.MOE_COMPRESSION``); the artefacts are run by the
 linked tract, one after the other in this process: load time (optimized model), prefill
 tokens/s (one prompt of ``--prompt`` tokens, empty cache) and decode tokens/s (``--decode``
-single-token steps feeding the cache back). Before timing, both artefacts must give the
-same greedy tokens, so they did equal work.
+single-token steps feeding the cache back). The dense and tract_moe_ffn artefacts must give
+the same greedy tokens, so they did equal work (the Q4_0 one's agreement is reported).
 
     PYTHONPATH=python .venv/bin/python benches/bench_moe_ffn.py [--dir /tmp/bench-moe] [--cleanup]
 """
@@ -24,6 +25,7 @@ from unittest import mock
 
 import numpy as np
 
+Q4_0_FORM = "moe_ffn+q4_0"  # linear layers and routed experts as Q4_0
 MIXTRAL = dict(
     num_hidden_layers=4, hidden_size=512, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=4,
     num_local_experts=8, num_experts_per_tok=2, vocab_size=8192, max_position_embeddings=4096,
@@ -42,15 +44,16 @@ def build_checkpoint(directory: Path) -> Path:
     return checkpoint
 
 
-def export(checkpoint: Path, out: Path, dense: bool) -> Path:
+def export(checkpoint: Path, out: Path, form: str) -> Path:
     from fastnnef.inference_target import TractNNEF
     from fastnnef.llm import dump_llm
     from fastnnef.utils import SemanticVersion
 
     shutil.rmtree(out, ignore_errors=True)
     older = mock.patch.object(TractNNEF, "latest_version", classmethod(lambda cls: SemanticVersion.from_str("0.23.5")))
-    with older if dense else nullcontext():
-        report = dump_llm(out, local_dir=checkpoint, no_verify=True)
+    q4_0 = dict(compression_method="min_max_q4_0_with_experts", compression_registry="fastnnef.llm.moe.MOE_COMPRESSION")
+    with older if form == "dense" else nullcontext():
+        report = dump_llm(out, local_dir=checkpoint, no_verify=True, **(q4_0 if form == Q4_0_FORM else {}))
     return report.model_path
 
 
@@ -109,9 +112,10 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     checkpoint = build_checkpoint(args.dir)
     weights = sum(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
-    paths = {form: export(checkpoint, args.dir / form, dense=form == "dense") for form in ("dense", "tract_moe_ffn")}
+    paths = {form: export(checkpoint, args.dir / form, form) for form in ("dense", "tract_moe_ffn", Q4_0_FORM)}
     prompt = np.random.default_rng(0).integers(3, MIXTRAL["vocab_size"], (1, args.prompt))
     rows = {form: measure(path, prompt, args.decode, args.repeats) for form, path in paths.items()}
+    print(f"Q4_0 greedy tokens equal to f32's: {np.mean(np.equal(rows[Q4_0_FORM].pop('tokens'), rows['dense']['tokens'])):.0%}")
     if rows["dense"]["tokens"] != rows["tract_moe_ffn"]["tokens"]:
         raise SystemExit(f"the artefacts disagree: {rows['dense']['tokens']} vs {rows['tract_moe_ffn']['tokens']}")
     print(f"Mixtral-like, {MIXTRAL['num_local_experts']} experts top-{MIXTRAL['num_experts_per_tok']}, "
