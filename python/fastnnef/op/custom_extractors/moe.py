@@ -103,7 +103,6 @@ def _deepseek_v3(router: Any) -> Union[tuple[str, float], str]:
 # Router class (transformers) -> its routing as (gate mode, output scale), or why not.
 ROUTINGS: Dict[str, Callable[[nn.Module], Union[tuple[str, float], str]]] = {
     "MixtralTopKRouter": _softmax_renormalized,
-    "MiniMaxTopKRouter": _softmax_renormalized,
     "Qwen2MoeTopKRouter": _softmax_maybe_renormalized,
     "Qwen3MoeTopKRouter": _softmax_maybe_renormalized,
     "OlmoeTopKRouter": _softmax_maybe_renormalized,
