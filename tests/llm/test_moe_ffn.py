@@ -22,6 +22,7 @@ from fastnnef.llm.load import load_checkpoint, resolve_source
 from fastnnef.llm.moe import moe_export_forms
 from fastnnef.op.custom_extractors.moe import expert_weights, moe_ffn_plan
 from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
+from fastnnef.tensor.offload_slice import OffloadedSlice
 from fastnnef.utils import SemanticVersion
 from tests.helpers import export_and_check
 from tests.llm.tiny import INIT, _decoder
@@ -140,6 +141,27 @@ def test_streamed_experts_split_without_reading(moe_checkpoint: Callable[[str], 
         assert tuple(tensor.shape) == (4, 64, 32)
     assert isinstance(weights.w2, OffloadedTensor) and weights.w2 is block.experts.down_proj
     torch.testing.assert_close(weights.w1.to_base_tensor(), block.experts.gate_up_proj.to_base_tensor()[:, :64])
+
+
+@pytest.mark.parametrize(("name", "layout"), [("granitemoe", "linear"), ("gpt_oss", "canonical")])
+def test_fused_experts_are_sliced_without_reading(
+    name: str, layout: str, moe_checkpoint: Callable[[str], Path], exportable: Callable[[str], None]
+) -> None:
+    """Granite-MoE and gpt-oss checkpoints store gate and up fused (gpt-oss interleaved,
+    transposed): the halves are slices of that checkpoint tensor, read when written."""
+    exportable(name)
+    checkpoint = load_checkpoint(resolve_source(None, moe_checkpoint(name)), None, "eager", False)
+    experts = next(m for m in checkpoint.model.modules() if hasattr(m, "gate_up_proj"))
+    fused = experts.gate_up_proj
+    assert isinstance(fused, OffloadedTensor) and not isinstance(fused, ComposedOffloadedTensor)
+    weights = expert_weights(experts)
+    assert weights.layout == layout
+    values = fused.to_base_tensor()
+    halves = (values[..., 0::2], values[..., 1::2]) if name == "gpt_oss" else values.chunk(2, dim=1)
+    for tensor, expected in zip((weights.w1, weights.w3), halves):
+        assert isinstance(tensor, OffloadedSlice) and tensor.source is fused
+        torch.testing.assert_close(tensor.written_values(), expected, rtol=0, atol=0)
+        torch.testing.assert_close(tensor + 0, expected, rtol=0, atol=0)  # torch ops see the same values
 
 
 # --- DeepSeek routings, on the MoE block alone ------------------------------------------------

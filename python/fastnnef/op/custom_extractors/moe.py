@@ -25,8 +25,8 @@ so other exports of the same classes are unaffected.
 
 Expert weights stay where they are: a parameter transformers composed from per-expert
 checkpoint tensors (``ComposedOffloadedTensor``) is split into its gate and up groups
-without reading anything; other offloaded or in-memory parameters are sliced as views and
-written one at a time.
+without reading anything; another offloaded parameter is sliced lazily (``OffloadedSlice``),
+read when written, one at a time; a parameter in memory gives views.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.op.custom_extractors import ModuleInfoExtractor
-from fastnnef.tensor.offload import ComposedOffloadedTensor
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
+from fastnnef.tensor.offload_slice import OffloadedSlice
 from fastnnef.torch_graph.ir import TensorValue
 
 MOE_FFN_OP = "tract_moe_ffn"
@@ -185,16 +186,18 @@ def _clamped(experts: nn.Module) -> bool:
 def _half(tensor: torch.Tensor, dim: int, part: int, interleaved: bool) -> torch.Tensor:
     """Gate (``part`` 0) or up (1) half of a fused gate/up tensor along ``dim``. A tensor
     transformers composed of the checkpoint's per-expert gate and up tensors splits into
-    those groups (nothing read); others give a view."""
+    those groups, another offloaded one gives an ``OffloadedSlice`` (nothing read either
+    way); one in memory a view."""
     dim = dim % tensor.dim()
-    if interleaved:
-        return tensor[(slice(None),) * dim + (slice(part, None, 2),)]
-    if (isinstance(tensor, ComposedOffloadedTensor) and tensor.cat_dim == dim and len(tensor.groups) == 2
-            and tensor._widths[0] == tensor._widths[1]):
+    width = tensor.shape[dim] // 2
+    start, stop, step = (part, tensor.shape[dim], 2) if interleaved else (part * width, (part + 1) * width, 1)
+    if (not interleaved and isinstance(tensor, ComposedOffloadedTensor) and tensor.cat_dim == dim
+            and len(tensor.groups) == 2 and tensor._widths[0] == tensor._widths[1]):
         return ComposedOffloadedTensor.compose([tensor.groups[part]], tensor.stack_dim, None, tensor.dtype,
                                                tensor.q4_0)
-    width = tensor.shape[dim] // 2
-    return tensor.narrow(dim, part * width, width)
+    if isinstance(tensor, OffloadedTensor):
+        return OffloadedSlice.of(tensor, dim, start, stop, step)
+    return tensor[(slice(None),) * dim + (slice(start, stop, step),)]
 
 
 @dataclass(frozen=True)
