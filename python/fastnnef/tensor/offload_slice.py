@@ -10,7 +10,7 @@ value is read from the source when an op or the writer needs it, and dropped aft
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 
@@ -20,10 +20,10 @@ from fastnnef.tensor.offload import OffloadedTensor
 
 
 class OffloadedSlice(OffloadedTensor):
-    """``source[..., start:stop:step, ...]`` along ``dim``, read only when used."""
+    """``source[..., start:stop:step, ...]`` along ``axis``, read only when used."""
 
     source: OffloadedTensor
-    dim: int
+    axis: int
     start: int
     stop: int
     step: int
@@ -33,24 +33,24 @@ class OffloadedSlice(OffloadedTensor):
         raise T2NErrorNotImplemented("build an OffloadedSlice with OffloadedSlice.of()")
 
     @classmethod
-    def of(cls, source: OffloadedTensor, dim: int, start: int, stop: int, step: int = 1) -> "OffloadedSlice":
-        """The slice ``start:stop:step`` of ``source`` along ``dim`` (nothing read). A Q4_0
+    def of(cls, source: OffloadedTensor, axis: int, start: int, stop: int, step: int = 1) -> "OffloadedSlice":
+        """The slice ``start:stop:step`` of ``source`` along ``axis`` (nothing read). A Q4_0
         source is sliced only across whole rows (not along its last axis), so that the
         slice's Q4_0 blocks are the source's."""
-        dim = dim % source.dim()
-        if source.q4_0 and dim == source.dim() - 1:
+        axis = axis % source.dim()
+        if source.q4_0 and axis == source.dim() - 1:
             raise T2NErrorNotImplemented(f"{source.key!r} is Q4_0: its last axis cannot be sliced without re-blocking")
-        index = (slice(None),) * dim + (slice(start, stop, step),)
+        index = (slice(None),) * axis + (slice(start, stop, step),)
         shape = tuple(torch.empty(source.shape, device="meta")[index].shape)
-        key = f"{source.key}[{':,' * dim}{start}:{stop}:{step}]"
-        self = cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype, q4_0=source.q4_0,
-                         packed=False)
-        self.source, self.dim, self.start, self.stop, self.step = source, dim, start, stop, step
+        key = f"{source.key}[{':,' * axis}{start}:{stop}:{step}]"
+        self = cast(OffloadedSlice, cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype,
+                                              q4_0=source.q4_0, packed=False))
+        self.source, self.axis, self.start, self.stop, self.step = source, axis, start, stop, step
         self.nnef_name = None
         return self
 
     def _index(self) -> tuple:
-        return (slice(None),) * self.dim + (slice(self.start, self.stop, self.step),)
+        return (slice(None),) * self.axis + (slice(self.start, self.stop, self.step),)
 
     def _materialize(self) -> torch.Tensor:
         return self.source._materialize()[self._index()].contiguous()
@@ -66,7 +66,7 @@ class OffloadedSlice(OffloadedTensor):
 
     def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "OffloadedSlice":
         source = self.source._shallow(dtype, q4_0)
-        new = OffloadedSlice.of(source, self.dim, self.start, self.stop, self.step)
+        new = OffloadedSlice.of(source, self.axis, self.start, self.stop, self.step)
         new.nnef_name = self.nnef_name
         return new
 
