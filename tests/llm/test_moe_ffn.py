@@ -6,6 +6,7 @@ MoE block alone. Older targets, and routings the op cannot express, keep the den
 
 from __future__ import annotations
 
+import re
 import tarfile
 from pathlib import Path
 from typing import Any, Callable
@@ -44,6 +45,9 @@ FAMILIES: dict[str, Callable[[], Any]] = {
     ),
     "olmoe": lambda: _decoder(transformers.OlmoeConfig, num_experts=4, **MOE),
     "granitemoe": lambda: _decoder(transformers.GraniteMoeConfig, num_local_experts=4, **MOE),
+    "granitemoeshared": lambda: _decoder(  # a shared MLP beside the routed experts
+        transformers.GraniteMoeSharedConfig, num_local_experts=4, shared_intermediate_size=48, **MOE,
+    ),
     "gpt_oss": lambda: _decoder(  # router and expert biases, interleaved gate/up, clamped SwiGLU
         transformers.GptOssConfig, num_local_experts=4, head_dim=8, sliding_window=4,
         layer_types=["sliding_attention", "full_attention"], **MOE,
@@ -51,7 +55,7 @@ FAMILIES: dict[str, Callable[[], Any]] = {
 }
 # The gate mode each family's router maps to.
 GATES = {"mixtral": "softmax_topk", "qwen2_moe": "softmax_all", "qwen3_moe": "softmax_topk", "olmoe": "softmax_all",
-         "granitemoe": "softmax_topk", "gpt_oss": "softmax_topk"}
+         "granitemoe": "softmax_topk", "granitemoeshared": "softmax_topk", "gpt_oss": "softmax_topk"}
 
 
 def _model(config: Any) -> Any:
@@ -164,7 +168,8 @@ def test_fused_experts_are_sliced_without_reading(
         torch.testing.assert_close(tensor + 0, expected, rtol=0, atol=0)  # torch ops see the same values
 
 
-# --- DeepSeek routings, on the MoE block alone ------------------------------------------------
+# --- DeepSeek and Granite-MoE-hybrid, on the MoE block alone (the LLM exporter handles --------
+# --- neither MLA attention nor mamba layers yet) -------------------------------------------------
 def _deepseek_v3(**routing: Any) -> Any:
     return _decoder(
         transformers.DeepseekV3Config, n_routed_experts=8, moe_intermediate_size=32, first_k_dense_replace=0,
@@ -181,16 +186,26 @@ def _deepseek_v2(**routing: Any) -> Any:
     )
 
 
+def _granite_hybrid() -> Any:
+    return transformers.GraniteMoeHybridConfig(
+        num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=48,
+        layer_types=["attention", "attention"], mamba_n_heads=8, mamba_d_head=8, initializer_range=INIT,
+    )
+
+
 def _block(config: Any) -> Any:
-    return _model(config).model.layers[0].mlp
+    """The first module that holds a router and experts."""
+    return next(m for m in _model(config).modules() if hasattr(m, "experts") and not hasattr(m, "layers"))
 
 
-@pytest.mark.parametrize(("config", "gate"), [
-    (lambda: _deepseek_v3(n_group=1, topk_group=1, norm_topk_prob=False), "sigmoid"),
-    (lambda: _deepseek_v3(n_group=4, topk_group=4, norm_topk_prob=False), "sigmoid"),  # every group kept
-    (lambda: _deepseek_v2(topk_method="greedy"), "softmax_all"),
-], ids=["v3-sigmoid", "v3-all-groups", "v2-greedy"])
-def test_deepseek_block_as_moe_ffn(config: Callable[[], Any], gate: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("config", "gate", "scaled"), [
+    (lambda: _deepseek_v3(n_group=1, topk_group=1, norm_topk_prob=False), "sigmoid", True),
+    (lambda: _deepseek_v3(n_group=4, topk_group=4, norm_topk_prob=False), "sigmoid", True),  # every group kept
+    (lambda: _deepseek_v2(topk_method="greedy"), "softmax_all", True),
+    (_granite_hybrid, "softmax_topk", False),
+], ids=["deepseek-v3-sigmoid", "deepseek-v3-all-groups", "deepseek-v2-greedy", "granitemoehybrid"])
+def test_block_as_moe_ffn(config: Callable[[], Any], gate: str, scaled: bool, tmp_path: Path) -> None:
     block = _block(config())
     x = torch.randn(1, 7, 32) * INIT * 10
     with moe_export_forms(block, TractNNEF.latest().capabilities()) as forms:
@@ -198,7 +213,8 @@ def test_deepseek_block_as_moe_ffn(config: Callable[[], Any], gate: str, tmp_pat
         path = export_and_check(block, (x,), tmp_path, target=TractNNEF.latest(), atol=1e-4, rtol=1e-4)
     text = Path(path, "graph.nnef").read_text() if path.is_dir() else _graph_text(path)
     assert f'gate = "{gate}"' in text and "tract_moe_ffn(" in text
-    assert " mul(" in text  # routed_scaling_factor, applied to the routed sum
+    # routed_scaling_factor, applied to the routed sum
+    assert bool(re.search(r"= mul\(\w+_routed, [0-9.]+\);", text)) == scaled
 
 
 @pytest.mark.parametrize(("config", "reason"), [
