@@ -105,6 +105,8 @@ def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoE
             plans.append(plan)
             forms.moe_ffn.append(path)
     planned = {id(p.experts) for p in plans}
+    if forms.moe_ffn:
+        log.info("%d MoE blocks as tract_moe_ffn (only the routed experts run)", len(forms.moe_ffn))
     if forms.dense:
         reasons = sorted(set(forms.dense.values()))
         log.info("%d MoE blocks in the dense form (every expert runs for every token): %s",
