@@ -220,8 +220,9 @@ def test_rotary_tables_of_old_checkpoints_are_recomputed(checkpoint: Callable[..
 
 def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     """-c min_max_q4_0 -nv on mixtral: the linear weights (router included) are quantized
-    on the way, the stacked experts (not Linear modules) are written in float as
-    transformers stacks them, and tract reproduces the test bundles PyTorch computed."""
+    on the way, the stacked experts (not Linear modules) are written in float, as
+    tract_moe_ffn takes them (gate and up halves of transformers' fused parameter), and
+    tract reproduces the test bundles PyTorch computed."""
     directory = checkpoint("mixtral")
     report = dump_llm(tmp_path / "out", local_dir=directory, compression_method="min_max_q4_0", no_verify=True)
     hf = _hf_model(directory)
@@ -232,9 +233,14 @@ def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..
             return _native.dat_decode(member.read())
 
         assert dat("model.layers.0.self_attn.q_proj.weight").encoding == "q4_0"
-        for name in ("model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"):
+        gate_up = hf.get_parameter("model.layers.0.mlp.experts.gate_up_proj").detach().numpy()
+        half = gate_up.shape[1] // 2
+        expected = {"model.layers.0.mlp.experts.w1": gate_up[:, :half], "model.layers.0.mlp.experts.w3": gate_up[:, half:],
+                    "model.layers.1.mlp.experts.down_proj": hf.get_parameter("model.layers.1.mlp.experts.down_proj")
+                    .detach().numpy()}
+        for name, values in expected.items():
             assert dat(name).encoding == "f32"
-            np.testing.assert_array_equal(dat(name).array(), hf.get_parameter(name).detach().numpy())
+            np.testing.assert_array_equal(dat(name).array(), values)
     _tract_reproduces_every_bundle(report, tmp_path / "out")
 
 

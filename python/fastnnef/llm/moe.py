@@ -13,25 +13,32 @@ FLOPs of the sparse form.
 ``dense_experts(model)`` swaps it in per module instance (an instance attribute shadows
 the class's ``forward``) and restores the modules on exit: no class or global registry
 of transformers is touched, so other models and threads are unaffected.
+
+``moe_export_forms(model, caps)`` chooses the form of each block for an export: where
+the target has ``tract_moe_ffn`` (tract >= 0.23.9) and the op expresses the block's
+routing (op/custom_extractors/moe.py ``moe_ffn_plan``), its experts call becomes that one
+op, which runs only the routed experts; every other block, and every block for an older
+target, keeps the dense form.
 """
 
 from __future__ import annotations
 
+import logging
 import types
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
 
+from fastnnef.compress import quantize_weights_min_max_Q4_0
+from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.op.custom_extractors.moe import MOE_FFN_FEATURE, MoEFFNPlan, is_experts, moe_ffn_plan, routed_as_moe_ffn
+from fastnnef.tensor.offload import OffloadedTensor
+from fastnnef.tensor.quant.qtract import Q4_0_GROUP
 
-def _is_experts(module: nn.Module) -> bool:
-    """An experts module of transformers' ``use_experts_implementation`` family: 3-D
-    stacked weights and the layout flags the decorator sets."""
-    return (
-        hasattr(module, "has_gate") and hasattr(module, "is_transposed") and hasattr(module, "num_experts")
-        and isinstance(getattr(module, "down_proj", None), torch.Tensor)
-    )
+log = logging.getLogger("fastnnef.llm")
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Any, transposed: bool) -> torch.Tensor:
@@ -67,7 +74,51 @@ def dense_experts_forward(
 def dense_experts(model: nn.Module) -> Iterator[int]:
     """Within the block, every experts module of ``model`` computes the dense form; yields
     how many modules were switched."""
-    switched = [m for m in model.modules() if _is_experts(m)]
+    with _dense([m for m in model.modules() if is_experts(m)]) as switched:
+        yield switched
+
+
+@dataclass
+class MoEForms:
+    """How the MoE blocks of one export are written: module paths as ``tract_moe_ffn``,
+    and the dense ones with the reason."""
+
+    moe_ffn: list[str] = field(default_factory=list)
+    dense: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoEForms]:
+    """Within the block, an export of ``model`` for a target with ``caps`` writes each
+    MoE block's experts as one ``tract_moe_ffn`` where it can, in the dense form
+    otherwise (see the module docstring); yields which block went which way."""
+    forms = MoEForms()
+    plans: list[MoEFFNPlan] = []
+    for path, block in model.named_modules():
+        experts = getattr(block, "experts", None)
+        if not isinstance(experts, nn.Module) or not is_experts(experts):
+            continue
+        plan = moe_ffn_plan(block) if caps.supports(MOE_FFN_FEATURE) else "the target tract has no tract_moe_ffn (< 0.23.9)"
+        if isinstance(plan, str):
+            forms.dense[path] = plan
+        else:
+            plans.append(plan)
+            forms.moe_ffn.append(path)
+    planned = {id(p.experts) for p in plans}
+    if forms.moe_ffn:
+        log.info("%d MoE blocks as tract_moe_ffn (only the routed experts run)", len(forms.moe_ffn))
+    if forms.dense:
+        reasons = sorted(set(forms.dense.values()))
+        log.info("%d MoE blocks in the dense form (every expert runs for every token): %s",
+                 len(forms.dense), "; ".join(reasons))
+    with routed_as_moe_ffn(plans), _dense([m for m in model.modules() if is_experts(m) and id(m) not in planned]):
+        yield forms
+
+
+@contextmanager
+def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
+    """``modules`` compute the dense form within the block; yields how many."""
+    switched = list(modules)
     for module in switched:
         module.forward = types.MethodType(dense_experts_forward, module)  # type: ignore[method-assign]
     try:
@@ -75,3 +126,38 @@ def dense_experts(model: nn.Module) -> Iterator[int]:
     finally:
         for module in switched:
             del module.forward  # back to the class's forward
+
+
+def quantize_experts_min_max_q4_0(model: nn.Module) -> int:
+    """Mark the expert weights of every block that exports as ``tract_moe_ffn`` in tract's
+    packed Q4_0 path (linear layout, no expert biases, no clamped activation, rows a
+    multiple of 32) to be written as Q4_0, min-max per block of 32, quantized by the Rust
+    writer as it streams them; torch then computes with the same Q4_0 values. In place;
+    returns how many experts modules were marked. Other weights are left as they are
+    (``fastnnef.compress`` quantizes the linear layers)."""
+    marked = 0
+    for block in model.modules():
+        plan = moe_ffn_plan(block) if isinstance(getattr(block, "experts", None), nn.Module) else None
+        if not isinstance(plan, MoEFFNPlan):
+            continue
+        experts: Any = plan.experts
+        names = ["gate_up_proj" if experts.has_gate else "up_proj", "down_proj"]
+        tensors = [getattr(experts, n) for n in names]
+        if (experts.is_transposed or experts.has_bias or not all(isinstance(t, OffloadedTensor) for t in tensors)
+                or any(t.shape[-1] % Q4_0_GROUP for t in tensors)):
+            continue
+        for name, tensor in zip(names, tensors):
+            experts._parameters[name] = nn.Parameter(tensor.as_q4_0(), requires_grad=False)
+        marked += 1
+    return marked
+
+
+def _q4_0_with_experts(model: nn.Module) -> nn.Module:
+    quantize_weights_min_max_Q4_0(model)
+    quantize_experts_min_max_q4_0(model)
+    return model
+
+
+# A compression registry for dump_llm / fastnnef-llm (``compression_registry=
+# "fastnnef.llm.moe.MOE_COMPRESSION"``): the linear layers and the routed experts as Q4_0.
+MOE_COMPRESSION = {"min_max_q4_0_with_experts": _q4_0_with_experts}

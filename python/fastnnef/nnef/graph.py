@@ -107,6 +107,7 @@ REGISTRY_PREFIXES = (
     ("tract_shl", "tract_core"),  # the shifts are tract_core ops without its name prefix
     ("tract_shr", "tract_core"),
     ("tract_transformers_", "tract_transformers"),
+    ("tract_moe_ffn", "tract_transformers"),  # registered by tract_transformers without its prefix
     ("tract_extra_", "tract_extra"),
     ("tract_pulse_", "tract_pulse"),
 )

@@ -117,6 +117,12 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
             )
         return extractor
 
+    def takes_over(self, module: nn.Module) -> bool:
+        """Whether this instance of ``MODULE_CLASS`` is exported by this extractor (True);
+        False leaves it to the trace (e.g. the MoE experts extractor takes only the
+        modules planned for ``tract_moe_ffn``, see moe.py)."""
+        return True
+
     def convert_to_nnef(
         self,
         g: Any,
@@ -157,9 +163,13 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
 
 
 def find_extractor(module: nn.Module) -> Optional[ModuleInfoExtractor]:
-    """The extractor registered for ``type(module)`` exactly, or None."""
-    extractor = _REGISTRY.get(type(module))
-    return extractor() if extractor is not None else None
+    """The extractor registered for ``type(module)`` exactly that takes this instance
+    over, or None."""
+    extractor_class = _REGISTRY.get(type(module))
+    if extractor_class is None:
+        return None
+    extractor = extractor_class()
+    return extractor if extractor.takes_over(module) else None
 
 
 def _registered_names() -> List[str]:
@@ -196,8 +206,9 @@ class LSTMCellExtractor(ModuleInfoExtractor):
 
 
 class MoEFFNExtractor(ModuleInfoExtractor):
-    """Kept for import compatibility: fastnnef-llm exports mixture-of-experts blocks as a
-    dense traceable form (fastnnef/llm/moe.py), not as a tract_moe_ffn op."""
+    """Kept for import compatibility: the reference's own ``MoEFFN`` module does not exist
+    here. transformers' sparse MoE blocks export as ``tract_moe_ffn`` through
+    ``fastnnef.op.custom_extractors.moe`` (chosen per block by fastnnef/llm/moe.py)."""
 
     REGISTERED = False
 
