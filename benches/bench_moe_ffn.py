@@ -11,12 +11,16 @@ single-token steps feeding the cache back). The dense and tract_moe_ffn artefact
 the same greedy tokens, so they did equal work (the Q4_0 one's agreement is reported).
 
     PYTHONPATH=python .venv/bin/python benches/bench_moe_ffn.py [--dir /tmp/bench-moe] [--cleanup]
+
+``--smoke`` runs the same code on a 1-layer model with a short prompt, once, in a temporary
+directory (what CI runs: tests/test_benches.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -31,6 +35,9 @@ MIXTRAL = dict(
     num_local_experts=8, num_experts_per_tok=2, vocab_size=8192, max_position_embeddings=4096,
     tie_word_embeddings=False, initializer_range=0.1,
 )
+# --smoke: the same shape of model, as small as it gets (tract_moe_ffn needs rows of 32).
+SMOKE = dict(MIXTRAL, num_hidden_layers=1, hidden_size=64, intermediate_size=64, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256)
 
 
 def build_checkpoint(directory: Path) -> Path:
@@ -108,7 +115,12 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32, help="decode steps")
     parser.add_argument("--repeats", type=int, default=3, help="best of")
     parser.add_argument("--cleanup", action="store_true", help="delete the checkpoint and artefacts afterwards")
+    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 8-token prompt, 4 steps, once, in a temp dir")
     args = parser.parse_args()
+    if args.smoke:
+        MIXTRAL.update(SMOKE)
+        args.prompt, args.decode, args.repeats, args.cleanup = 8, 4, 1, True
+        args.dir = Path(tempfile.mkdtemp(prefix="bench-moe-ffn-"))
     args.dir.mkdir(parents=True, exist_ok=True)
     checkpoint = build_checkpoint(args.dir)
     weights = sum(p.stat().st_size for p in checkpoint.glob("*.safetensors"))
