@@ -34,9 +34,11 @@ def as_tuple(args: Any) -> tuple[Any, ...]:
 
 def redrawn(t: torch.Tensor) -> torch.Tensor:
     """A fresh tensor of ``t``'s shape and dtype, drawn like ``t``: floats normal with its
-    mean and spread, clipped to its range (an op defined on an interval, such as log or
-    acos, stays in its domain); integers uniform in its range (indices stay valid); bools
-    uniform. A ``t`` sorted along its last axis (boundaries, sorted sequences) stays sorted."""
+    mean and spread, within its range (an op defined on an interval, such as log or acos,
+    stays in its domain), inf and nan kept in place; integers uniform in its range (indices
+    stay valid), without zeros if it has none (divisors), distinct if its values are
+    (no ties); bools uniform. A ``t`` sorted along its last axis (boundaries, sorted
+    sequences) stays sorted."""
     fresh = _drawn_like(t)
     if t.dim() > 0 and t.shape[-1] > 1 and t.dtype != torch.bool and not t.is_complex():
         if bool((t[..., 1:] >= t[..., :-1]).all()):
@@ -61,13 +63,22 @@ def _drawn_like(t: torch.Tensor) -> torch.Tensor:
         if lo == hi:  # one value (or one element): scale it, which keeps its sign
             fresh = x * (0.5 + torch.rand(t.shape, dtype=torch.float64))
         else:
-            fresh = (torch.randn(t.shape, dtype=torch.float64) * x[finite].std() + x[finite].mean()).clamp(lo, hi)
+            fresh = torch.randn(t.shape, dtype=torch.float64) * x[finite].std() + x[finite].mean()
+            # Out of range: uniform in it instead of clipped (clipping would make ties).
+            fresh = torch.where((fresh < lo) | (fresh > hi), lo + (hi - lo) * torch.rand(t.shape, dtype=torch.float64),
+                                fresh)
         return torch.where(finite, fresh, x).to(t.dtype)  # inf and nan stay where they were
-    lo_i, hi_i = int(t.min()), int(t.max())
-    fresh = torch.randint(lo_i, hi_i + 1, t.shape, dtype=torch.int64)
+    lo, hi = int(t.min()), int(t.max())
+    if hi - lo > 1 << 20:  # a wide range: ties and zeros are unlikely in a uniform draw
+        return torch.randint(lo, hi, t.shape, dtype=torch.int64).to(t.dtype)
+    values = torch.arange(lo, hi + 1)
     if not bool((t == 0).any()):  # a divisor without zeros stays without
-        fresh = torch.where(fresh == 0, hi_i if hi_i != 0 else lo_i, fresh)
-    return fresh.to(t.dtype)
+        values = values[values != 0]
+    if t.numel() > 1 and t.unique().numel() == t.numel():  # distinct values stay distinct (no ties)
+        picks = torch.randperm(values.numel())[: t.numel()]
+    else:
+        picks = torch.randint(0, values.numel(), t.shape)
+    return values[picks].reshape(t.shape).to(t.dtype)
 
 
 def assert_outputs_match(expected: Any, got: Sequence[np.ndarray], atol: float, rtol: float) -> None:
