@@ -269,6 +269,88 @@ def test_full_disk_leaves_nothing_and_keeps_the_existing_target(small_tmpfs, fmt
         assert target.read_bytes() == b"previous artefact"
 
 
+# A full disk without privileges: the exports run in a child whose files may not grow past
+# 256 KiB (RLIMIT_FSIZE; SIGXFSZ ignored, so a write past it fails with EFBIG instead of
+# killing the process). The child runs every case (one torch import) and reports, per
+# case, what it raised as JSON.
+LIMITED_EXPORTS = """
+import json, resource, signal, sys, numpy as np, torch
+from fastnnef.artefact import Artefact
+from fastnnef.exceptions import T2NError
+from fastnnef.export import export_model_to_nnef
+from fastnnef.inference_target import TractNNEF
+
+def run(target, fmt, how):
+    if how == "sink":
+        weights = torch.from_numpy(np.random.default_rng(0).standard_normal(600_000).astype(np.float32))
+        with Artefact(target, fmt, 1 if fmt == "tgz" else 0) as art:
+            art.add_file("graph.nnef", "version 1.0;")
+            art.add_tensor("w", weights)
+    else:
+        export_model_to_nnef(torch.nn.Linear(600, 1000), torch.randn(1, 600), target,
+                             TractNNEF(TractNNEF.latest_version(), check_io=False),
+                             compression_level={"dir": None, "tar": 0, "tgz": 1}[fmt])
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+report = {}
+for key, (target, fmt, how) in json.loads(sys.argv[1]).items():
+    try:
+        run(target, fmt, how)
+        report[key] = None
+    except BaseException as err:
+        report[key] = {"type": type(err).__name__, "t2n": isinstance(err, T2NError),
+                       "errno": getattr(err, "errno", None), "message": str(err)}
+print(json.dumps(report))
+"""
+FULL_DISK_CASES = [(fmt, how) for fmt in ("dir", "tar", "tgz") for how in ("sink", "export")]
+
+
+def _previous_target(out: Path, fmt: str) -> Path:
+    return out / ("m.nnef" if fmt == "dir" else f"m.nnef.{fmt}")
+
+
+@pytest.fixture(scope="module")
+def size_limited_exports(tmp_path_factory):
+    """{(fmt, how): (destination directory, what the export raised)}."""
+    import json
+
+    root = tmp_path_factory.mktemp("size_limited")
+    jobs = {}
+    for fmt, how in FULL_DISK_CASES:
+        out = root / f"{fmt}-{how}"
+        out.mkdir()
+        if fmt != "dir":
+            _previous_target(out, fmt).write_bytes(b"previous artefact")
+        name = "m.nnef" if fmt == "dir" or how == "export" else f"m.nnef.{fmt}"
+        jobs[f"{fmt}-{how}"] = (str(out / name), fmt, how)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "python")}
+    proc = subprocess.run([sys.executable, "-c", LIMITED_EXPORTS, json.dumps(jobs)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    raised = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {(fmt, how): (root / f"{fmt}-{how}", raised[f"{fmt}-{how}"]) for fmt, how in FULL_DISK_CASES}
+
+
+@pytest.mark.parametrize(("fmt", "how"), FULL_DISK_CASES)
+def test_file_size_limit_leaves_nothing_and_keeps_the_existing_target(size_limited_exports, fmt, how):
+    """The unprivileged full disk, for the sink and a whole export: a clear fastnnef
+    error naming the path and the cause, nothing partial in the destination, a previous
+    artefact under the target name intact."""
+    import errno
+
+    out, raised = size_limited_exports[(fmt, how)]
+    assert raised is not None, "the export succeeded past the file size limit"
+    assert raised["t2n"] and raised["type"] == "T2NErrorArtefactIO", raised
+    assert raised["errno"] == errno.EFBIG, raised
+    assert os.strerror(errno.EFBIG) in raised["message"] and str(out) in raised["message"], raised
+    left = sorted(p.name for p in out.iterdir())
+    previous = _previous_target(out, fmt)
+    assert left == ([] if fmt == "dir" else [previous.name]), left
+    if fmt != "dir":
+        assert previous.read_bytes() == b"previous artefact"
+
+
 KILLED_EXPORT = """
 import sys, numpy as np, torch
 from fastnnef.artefact import Artefact

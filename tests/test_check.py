@@ -195,6 +195,37 @@ def test_outlier_fractions(tmp_path: Path, level: str, fraction: float) -> None:
         check_io(path, [x], [expected], ["x"], ["y"], tolerance=level)
 
 
+@pytest.mark.parametrize("level", ["approximate", "ultra"])
+@pytest.mark.parametrize(("values", "off"), [([10_000, 7, -3], 4), ([2**30, 1, 2], 1)],
+                         ids=["within-rtol", "beyond-f32"])
+def test_integer_outputs_compare_exactly(tmp_path: Path, level: str, values: list, off: int) -> None:
+    """An integer output off by a little fails at every level: 10004 for 10000 is inside
+    tract's float rule (atol + rtol * |got|), 2**30 + 1 for 2**30 rounds to the same f32."""
+    path = write_artefact(tmp_path, mul_graph("1", shape="[3]", dtype="i64"))
+    x = np.array(values, np.int64)
+    (report,) = check_io(path, [x], [x.copy()], ["x"], ["y"], tolerance=level)
+    assert report.ok and report.approximation == "exact"
+    expected = x.copy()
+    expected[0] += off
+    with pytest.raises(T2NErrorIOPytorchTractNotISO) as info:
+        check_io(path, [x], [expected], ["x"], ["y"], tolerance=level)
+    message = str(info.value)
+    assert "output 'y'" in message
+    if values[0] < 2**24:  # tract's rule at exact sees the difference
+        assert "MISMATCH at tolerance exact" in message
+    else:  # f32 hides it: the exact comparison names it
+        assert f"integer values differ exactly: first at [0], expected {values[0] + off}, got {values[0]}" in message
+
+
+def test_bool_outputs_compare_exactly(tmp_path: Path) -> None:
+    text = graph("  x = tract_core_external(shape = [4], datum_type = 'f32');\n  y = gt(x, 0.0);")
+    path = write_artefact(tmp_path, text)
+    x = np.array([1.0, -1.0, 2.0, 0.5], np.float32)
+    check_io(path, [x], [x > 0], ["x"], ["y"], tolerance="ultra")
+    with pytest.raises(T2NErrorIOPytorchTractNotISO, match="MISMATCH at tolerance exact"):
+        check_io(path, [x], [x > 1], ["x"], ["y"], tolerance="ultra")
+
+
 def test_dynamic_axis_runs_at_two_lengths(tmp_path: Path) -> None:
     text = mul_graph(shape="[1, S]", extra="extension tract_symbol S;\n")
     path = write_artefact(tmp_path, text, "tar")

@@ -145,6 +145,33 @@ def test_failed_import_warns_or_raises_with_strict_extra_imports(tmp_path, caplo
     assert f"failed to import extra op module '{missing}'" in caplog.text
 
 
+BROKEN_PLUGINS = {
+    "raises": "raise RuntimeError('plugin misconfigured')\n",
+    "reference_handler": "from fastnnef.op.extras import register\n\n"
+                         "@register('{op}')\ndef handler(g, node, name_to_tensor, null_ref, torch_graph):\n"
+                         "    pass\n",
+    "exits": "import sys\nsys.exit(3)\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_PLUGINS))
+def test_a_module_failing_with_any_error_warns_or_raises_with_strict(kind, tmp_path, monkeypatch, caplog):
+    """Not only ImportError: a plugin that raises while imported (its own error, a handler
+    register refuses, sys.exit) is a warning, and a clear error with strict_extra_imports."""
+    module = _unique("h10_broken")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / f"{module}.py").write_text(BROKEN_PLUGINS[kind].format(op=_unique("h10_op")))
+    monkeypatch.syspath_prepend(str(site))
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(T2NErrorInvalidArgument, match=f"failed to import extra op module '{module}'"):
+        export_model_to_nnef(model, torch.randn(1, 2), tmp_path / "a.nnef", TractNNEF.latest(),
+                             load_extra_op_modules=[module], strict_extra_imports=True)
+    with caplog.at_level(logging.WARNING, logger="fastnnef"):
+        export_and_check(model, torch.randn(1, 2), tmp_path, load_extra_op_modules=[module])
+    assert f"failed to import extra op module '{module}'" in caplog.text
+
+
 def test_a_string_is_not_a_module_list(tmp_path):
     with pytest.raises(T2NErrorInvalidArgument, match=r"must be a list of module names.*write \['json'\]"):
         export_model_to_nnef(

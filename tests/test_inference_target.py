@@ -117,7 +117,7 @@ def test_construction_never_touches_network_or_processes(monkeypatch, tmp_path):
     targets = [
         TractNNEF.latest(),
         TractNNEF("0.21.7", check_io=True),
-        TractNNEF("0.23.9", feature_flags={TractFeatureFlag.COMPLEX}, specific_tract_binary_path=binary),
+        TractNNEF("0.23.9", feature_flags={TractFeatureFlag.DEFAULT}, specific_tract_binary_path=binary),
         KhronosNNEF.latest(),
     ]
     for target in targets:
@@ -140,15 +140,27 @@ def test_specific_binary_path_must_exist(tmp_path):
 
 def test_feature_flags_need_a_binary(tmp_path):
     with pytest.raises(T2NErrorNotImplemented) as err:
-        TractNNEF("0.23.9", feature_flags={TractFeatureFlag.COMPLEX})
+        TractNNEF("0.23.9", feature_flags={TractFeatureFlag.DEFAULT})
     assert str(err.value) == (
-        "feature_flags ['complex'] need a tract built with those features: pass "
+        "feature_flags ['default'] need a tract built with those features: pass "
         "specific_tract_binary_path=<path of that tract CLI>"
     )
     binary = tmp_path / "tract"
     binary.write_bytes(b"")
-    target = TractNNEF("0.23.9", feature_flags={"complex"}, specific_tract_binary_path=binary)
-    assert target.feature_flags == {TractFeatureFlag.COMPLEX}
+    target = TractNNEF("0.23.9", feature_flags={"default"}, specific_tract_binary_path=binary)
+    assert target.feature_flags == {TractFeatureFlag.DEFAULT}
+
+
+@pytest.mark.parametrize("version", ["0.23.9", "0.19.2"])
+@pytest.mark.parametrize("with_binary", [False, True])
+def test_complex_feature_flag_is_refused_with_the_reason(tmp_path, version, with_binary):
+    """Stored and never consulted, the flag would be silent: complex tensors are exported
+    as (re, im) pairs whatever the flag says, so it is refused."""
+    binary = tmp_path / "tract"
+    binary.write_bytes(b"")
+    with pytest.raises(T2NErrorNotImplemented, match=r"complex tensors as real ones with a trailing \(re, im\) axis"):
+        TractNNEF(version, feature_flags={TractFeatureFlag.COMPLEX},
+                  specific_tract_binary_path=binary if with_binary else None)
 
 
 def test_tolerance_accepts_strings_and_names_allowed_values():

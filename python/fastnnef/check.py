@@ -2,7 +2,8 @@
 
 ``TractArtefact`` loads an artefact (directory, ``.tar``, ``.tgz`` or bytes) and runs it on
 numpy arrays or CPU torch tensors. ``check_io`` compares its outputs with expected ones
-(usually PyTorch's) using tract's ``--approx`` levels, with tract's exact rule, and raises
+(usually PyTorch's): floats by tract's ``--approx`` levels, with tract's exact rule, integer
+and bool outputs exactly (a count or an index off by one is wrong at any level), and raises
 ``T2NErrorIOPytorchTractNotISO`` with a per-output report on a mismatch. ``check_artefact``
 does the same from ``.npz`` files (it backs ``fastnnef check``). See docs/tract-check.md.
 
@@ -214,7 +215,10 @@ def check_io(
 
     Inputs are fed in the model's input order, matched by name (by position when the
     names differ); each expected output is compared with the model output of the same
-    label by tract's rule at ``tolerance``. bf16 tensors are compared as f32; f16 stay f16.
+    label by tract's rule at ``tolerance``, except integer and bool outputs, which must be
+    equal (their report is at ``exact``): tract's relative tolerance would let large integers
+    differ. Torch-quantized outputs are codes with a scale, compared by tract's rule
+    like floats. bf16 tensors are compared as f32; f16 stay f16.
     Returns one report per output. Raises T2NErrorIOPytorchTractNotISO (message: every
     failing report) on a mismatch, after writing the debug bundle if ``debug_bundle_path``
     is given, and T2NErrorTract if tract cannot load or run the artefact.
@@ -234,8 +238,9 @@ def check_io(
     if tract_binary_path is not None:
         _check_with_cli(Path(artefact), ins, outs, tolerance, Path(tract_binary_path), debug_bundle_path)
         return []
+    quantized = frozenset(n for n, v in zip(output_names, expected_outputs) if getattr(v, "is_quantized", False))
     model = TractArtefact.load(artefact)
-    return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path)
+    return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path, quantized)
 
 
 def _check_loaded(
@@ -245,6 +250,7 @@ def _check_loaded(
     outs: dict[str, np.ndarray],
     tolerance: str,
     debug_bundle_path: Optional[os.PathLike],
+    quantized: frozenset[str] = frozenset(),
 ) -> list[CompareReport]:
     if all(name in model.input_names for name in model.output_names):
         raise T2NErrorTract(
@@ -266,8 +272,15 @@ def _check_loaded(
         raise T2NErrorIoQuantity(
             f"expected outputs {given_out} match neither the labels {model.output_names} of {artefact} nor their number"
         )
-    reports = [_native.compare(exp, got, tolerance) for _, exp, got in pairs]
-    failing = [(n, r) for (n, _, _), r in zip(pairs, reports) if not r.ok]
+    reports, failing = [], []
+    for n, exp, got in pairs:
+        exact = n not in quantized and (_is_integral(exp) or _is_integral(got))
+        report = _native.compare(exp, got, "exact" if exact else tolerance)
+        reports.append(report)
+        # tract's rule compares as f32, where integers above 2**24 may look equal.
+        unequal = exact and report.ok and not np.array_equal(exp, got)
+        if not report.ok or unequal:
+            failing.append((n, f"{report}{_integer_difference(exp, got) if unequal else ''}"))
     if failing:
         text = "\n".join(f"output {n!r}: {r}" for n, r in failing)
         message = f"tract's outputs for {artefact} differ from the expected ones at tolerance {tolerance}:\n{text}"
@@ -279,6 +292,18 @@ def _check_loaded(
             message += f"\ndebug bundle: {bundle}"
         raise T2NErrorIOPytorchTractNotISO(message)
     return reports
+
+
+def _is_integral(array: np.ndarray) -> bool:
+    return array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer)
+
+
+def _integer_difference(expected: np.ndarray, got: np.ndarray) -> str:
+    """The first differing element of two same-shape integer arrays (which f32 rounding hid)."""
+    index = tuple(int(i) for i in np.argwhere(expected != got)[0])
+    count = int(np.count_nonzero(expected != got))
+    return (f"\n  but {count} integer values differ exactly: first at {list(index)}, "
+            f"expected {expected[index]}, got {got[index]}")
 
 
 def _load_npz(path: os.PathLike, what: str) -> dict[str, np.ndarray]:

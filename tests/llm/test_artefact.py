@@ -71,8 +71,10 @@ def test_io_names_shapes_and_header(deep: object) -> None:
     assert "in_cache_key_0 = tract_core_external(shape = [1, 2, P, 8], datum_type = 'f32');" in text
 
 
-def test_properties(deep: object) -> None:
+def test_properties(deep: object, checkpoint: Callable[..., Path]) -> None:
     props = TractArtefact.load(deep.model_path).properties  # type: ignore[attr-defined]
+    # Whatever the directory (this one is under the system temp directory): no special case.
+    assert props["name_or_path"] == str(checkpoint("llama", tokenizer=True))
     assert props["hf_model_type"] == "llama"
     assert props["n_parameters"] == str(deep.n_parameters)  # type: ignore[attr-defined]
     assert props["main_base_weight_dtype"] == "f32"

@@ -4,7 +4,7 @@ with optional dynamic axes, run it in tract at the traced sizes and at grown siz
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -38,13 +38,16 @@ def grown(inputs: tuple[torch.Tensor, ...], dyn: dict[int, dict[int, str]]) -> l
 
 
 def check(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path, dyn: Dyn = None,
-          atol: float = 1e-4, rtol: float = 1e-4) -> None:
-    """Export ``fn`` and compare tract with torch; with ``dyn``, again on grown inputs."""
+          atol: float = 1e-4, rtol: float = 1e-4, kept_on_redraw: Optional[Mapping[int, str]] = None,
+          no_redraw: Optional[str] = None) -> None:
+    """Export ``fn`` and compare tract with torch, on the traced inputs and on freshly drawn
+    ones (see ``export_and_check`` for the opt-outs); with ``dyn``, again on grown inputs."""
     names = [f"in{k}" for k in range(len(inputs))]
     target = TractNNEF.latest()
     if dyn:
         target = target.with_dynamic_axes({names[k]: axes for k, axes in dyn.items()})
-    export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names, atol=atol, rtol=rtol)
+    export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names, atol=atol, rtol=rtol,
+                     kept_on_redraw=kept_on_redraw, no_redraw=no_redraw)
     if dyn:
         export_and_check(Fn(fn), inputs, tmp_path, target=target, input_names=names, name="grown.nnef",
                          run_inputs=grown(inputs, dyn), atol=atol, rtol=rtol)

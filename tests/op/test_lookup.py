@@ -30,7 +30,12 @@ def sorted_(*shape: int) -> torch.Tensor:
 
 W = lambda: randn(7, 3)  # noqa: E731 - an embedding table
 
-# (id, fn, inputs factory, dynamic axes or None)
+# embedding_bag's offsets must start at 0 and rise within the indices: a fresh draw of
+# them is no valid input, so they stay as traced (test_embedding_bag_offsets_follow_the_input
+# runs other offsets).
+OFFSETS = {2: "embedding_bag offsets must start at 0 and rise: a fresh draw is invalid"}
+
+# (id, fn, inputs factory, dynamic axes or None[, inputs kept on the redraw: position -> why])
 CASES = [
     ("take", lambda x, i: torch.take(x, i), lambda: (randn(3, 4), idx(0, 11, -1, 5)), None),
     ("take_2d_index", lambda x, i: x.take(i), lambda: (randn(2, 3), torch.tensor([[5, -6], [2, 2]])), None),
@@ -42,23 +47,23 @@ CASES = [
     ("take_along_dim_dyn", lambda x, i: torch.take_along_dim(x, i, 1), lambda: (randn(2, 5), torch.randint(0, 5, (2, 3))),
      {0: {0: "B"}, 1: {0: "B"}}),
     ("take_along_dim_f16", lambda x, i: torch.take_along_dim(x.half(), i, 0), lambda: (randn(3, 2), idx(2, 0).view(2, 1)), None),
-    ("embedding_bag_sum", lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"), lambda: (W(), idx(0, 2, 6, 1, 1), idx(0, 2)), None),
+    ("embedding_bag_sum", lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"), lambda: (W(), idx(0, 2, 6, 1, 1), idx(0, 2)), None, OFFSETS),
     ("embedding_bag_mean_empty_bag", lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
-     lambda: (W(), idx(3, 2, 6, 1), idx(0, 0, 3)), None),
-    ("embedding_bag_max", lambda w, i, o: F.embedding_bag(i, w, o, mode="max"), lambda: (W(), idx(4, 2, 6, 1, 0), idx(0, 3)), None),
+     lambda: (W(), idx(3, 2, 6, 1), idx(0, 0, 3)), None, OFFSETS),
+    ("embedding_bag_max", lambda w, i, o: F.embedding_bag(i, w, o, mode="max"), lambda: (W(), idx(4, 2, 6, 1, 0), idx(0, 3)), None, OFFSETS),
     ("embedding_bag_max_empty_bag", lambda w, i, o: F.embedding_bag(i, w, o, mode="max"),
-     lambda: (W(), idx(4, 2, 6), idx(0, 3, 3)), None),
+     lambda: (W(), idx(4, 2, 6), idx(0, 3, 3)), None, OFFSETS),
     ("embedding_bag_last_offset", lambda w, i, o: F.embedding_bag(i, w, o, mode="sum", include_last_offset=True),
-     lambda: (W(), idx(0, 1, 2, 3, 4), idx(0, 2, 4)), None),
+     lambda: (W(), idx(0, 1, 2, 3, 4), idx(0, 2, 4)), None, OFFSETS),
     ("embedding_bag_weights", lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
-     lambda: (W(), idx(5, 2, 6), idx(0, 1), randn(3)), None),
+     lambda: (W(), idx(5, 2, 6), idx(0, 1), randn(3)), None, OFFSETS),
     ("embedding_bag_padding_idx_mean", lambda w, i, o: F.embedding_bag(i, w, o, mode="mean", padding_idx=2),
-     lambda: (W(), idx(2, 3, 2, 2, 5), idx(0, 2)), None),
+     lambda: (W(), idx(2, 3, 2, 2, 5), idx(0, 2)), None, OFFSETS),
     ("embedding_bag_dyn_indices", lambda w, i: F.embedding_bag(i, w, torch.tensor([0, 2]), mode="mean"),
      lambda: (W(), torch.randint(0, 3, (6,))), {1: {0: "N"}}),
     ("_embedding_bag_max", lambda w, i, o: torch.ops.aten._embedding_bag(w, i, o, False, 2)[0],
-     lambda: (W(), idx(3, 3, 0, 6), idx(0, 1)), None),
-    ("embedding_bag_f16", lambda w, i, o: F.embedding_bag(i, w.half(), o, mode="sum"), lambda: (W(), idx(1, 2, 3), idx(0, 1)), None),
+     lambda: (W(), idx(3, 3, 0, 6), idx(0, 1)), None, OFFSETS),
+    ("embedding_bag_f16", lambda w, i, o: F.embedding_bag(i, w.half(), o, mode="sum"), lambda: (W(), idx(1, 2, 3), idx(0, 1)), None, OFFSETS),
     ("bucketize", lambda x, b: torch.bucketize(x, b), lambda: (randn(3, 4), sorted_(5)), None),
     ("bucketize_right_ties", lambda x, b: torch.bucketize(x, b, right=True), lambda: (idx(0, 1, 2, 3, 4), idx(1, 1, 3)), None),
     ("bucketize_int32", lambda x, b: torch.bucketize(x, b, out_int32=True), lambda: (randn(5), sorted_(3)), None),
@@ -69,15 +74,18 @@ CASES = [
     ("searchsorted_side_right", lambda s, x: torch.searchsorted(s, x, side="right"), lambda: (idx(1, 1, 4), idx(1, 4, 0)), None),
     ("searchsorted_rows", lambda s, x: torch.searchsorted(s, x), lambda: (sorted_(2, 5), randn(2, 3)), None),
     ("searchsorted_sorter", lambda s, x, o: torch.searchsorted(s, x, sorter=o),
-     lambda: (lambda s: (s, randn(4), s.argsort()))(randn(5)), None),
+     lambda: (lambda s: (s, randn(4), s.argsort()))(randn(5)), None,
+     {0: "the sorter is this sequence's argsort", 2: "the sorter is the sequence's argsort"}),
     ("searchsorted_scalar", lambda s: torch.searchsorted(s, 0.5) + s.sum().long() * 0, lambda: (sorted_(5),), None),
 ]
 
 
-@pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_lookup(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("fn, make, dyn, kept", [pytest.param(*c[1:4], c[4] if len(c) > 4 else None, id=c[0])
+                                                  for c in CASES])
+def test_lookup(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, kept: Any,
+                tmp_path: Any) -> None:
     torch.manual_seed(0)
-    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
+    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3, kept_on_redraw=kept)
 
 
 class Bag(nn.Module):
@@ -91,7 +99,16 @@ class Bag(nn.Module):
 
 def test_embedding_bag_module(tmp_path: Any) -> None:
     torch.manual_seed(0)
-    export_and_check(Bag("mean"), (idx(1, 8, 3, 3, 0, 2), idx(0, 1, 4)), tmp_path)
+    export_and_check(Bag("mean"), (idx(1, 8, 3, 3, 0, 2), idx(0, 1, 4)), tmp_path,
+                     kept_on_redraw={1: "offsets must start at 0 and rise: a fresh draw is invalid"})
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_offsets_follow_the_input(mode: str, tmp_path: Any) -> None:
+    """Other offsets than the traced ones (bags of other sizes, an empty one) at run time."""
+    torch.manual_seed(0)
+    export_and_check(Bag(mode), (idx(1, 8, 3, 3, 0, 2), idx(0, 1, 4)), tmp_path,
+                     run_inputs=[idx(5, 2, 2, 7, 0, 1), idx(0, 3, 3)])
 
 
 class Bag2d(nn.Module):

@@ -40,13 +40,17 @@ LOGITS = lambda: (randn(4, 5) * 3, torch.rand(4, 5))  # noqa: E731
 CLS = lambda: (randn(4, 5), labels(4))  # noqa: E731
 CLS_2D = lambda: (randn(2, 5, 3, 3), labels(2, 3, 3))  # noqa: E731
 WITH_IGNORED = lambda: (randn(6, 5), torch.tensor([0, -100, 4, 2, -100, 1]))  # noqa: E731
+# Targets mixing classes with ignore_index -100: a draw in their range is mostly no class.
+IGNORED_KEPT = {1: "targets mix classes and ignore_index -100: a fresh draw in [-100, 4] is invalid"}
 DYN_B2 = {0: {0: "B"}, 1: {0: "B"}}
 BROADCAST = needs_handler("aten::broadcast_tensors")
 
 
 def case(name: str, fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]],
-         dyn: Optional[dict[int, dict[int, str]]] = None, needs: Optional[pytest.MarkDecorator] = None) -> Any:
-    return pytest.param(fn, make, dyn, id=name, marks=[needs] if needs else [])
+         dyn: Optional[dict[int, dict[int, str]]] = None, needs: Optional[pytest.MarkDecorator] = None,
+         kept: Optional[dict[int, str]] = None) -> Any:
+    """A table row; ``kept``: inputs kept as traced on the redraw (position -> why)."""
+    return pytest.param(fn, make, dyn, kept, id=name, marks=[needs] if needs else [])
 
 
 CASES = [
@@ -75,13 +79,13 @@ CASES = [
          lambda: (*LOGITS(), torch.rand(5), torch.rand(5) * 3)),
     case("bce_logits_dyn", F.binary_cross_entropy_with_logits, LOGITS, DYN_B2),
     case("cross_entropy", F.cross_entropy, CLS),
-    case("cross_entropy_weight_ignore", lambda x, t, w: F.cross_entropy(x, t, weight=w), lambda: (*WITH_IGNORED(), torch.rand(5))),
+    case("cross_entropy_weight_ignore", lambda x, t, w: F.cross_entropy(x, t, weight=w), lambda: (*WITH_IGNORED(), torch.rand(5)), kept=IGNORED_KEPT),
     case("cross_entropy_ignore_index_sum", lambda x, t: F.cross_entropy(x, t, ignore_index=2, reduction="sum"), CLS),
-    case("cross_entropy_smoothing", lambda x, t: F.cross_entropy(x, t, label_smoothing=0.2), WITH_IGNORED),
+    case("cross_entropy_smoothing", lambda x, t: F.cross_entropy(x, t, label_smoothing=0.2), WITH_IGNORED, kept=IGNORED_KEPT),
     case("cross_entropy_smoothing_weight_none", lambda x, t, w: F.cross_entropy(x, t, weight=w, label_smoothing=0.1, reduction="none"),
-         lambda: (*WITH_IGNORED(), torch.rand(5))),
+         lambda: (*WITH_IGNORED(), torch.rand(5)), kept=IGNORED_KEPT),
     case("cross_entropy_smoothing_weight_mean", lambda x, t, w: F.cross_entropy(x, t, weight=w, label_smoothing=0.3),
-         lambda: (*WITH_IGNORED(), torch.rand(5))),
+         lambda: (*WITH_IGNORED(), torch.rand(5)), kept=IGNORED_KEPT),
     case("cross_entropy_2d", F.cross_entropy, CLS_2D),
     case("cross_entropy_single_sample", lambda x, t: F.cross_entropy(x, t, reduction="none"), lambda: (randn(5), torch.tensor(3))),
     case("cross_entropy_probabilities", F.cross_entropy, lambda: (randn(4, 5), torch.rand(4, 5).softmax(1))),
@@ -92,7 +96,7 @@ CASES = [
     case("cross_entropy_f16", lambda x, t: F.cross_entropy(x.half(), t), CLS),
     case("cross_entropy_dyn", F.cross_entropy, CLS, DYN_B2),
     case("nll", lambda x, t: F.nll_loss(x.log_softmax(1), t), CLS),
-    case("nll_weight_ignore_none", lambda x, t, w: F.nll_loss(x, t, weight=w, reduction="none"), lambda: (*WITH_IGNORED(), torch.rand(5))),
+    case("nll_weight_ignore_none", lambda x, t, w: F.nll_loss(x, t, weight=w, reduction="none"), lambda: (*WITH_IGNORED(), torch.rand(5)), kept=IGNORED_KEPT),
     case("nll_2d_weight", lambda x, t, w: F.nll_loss(x, t, weight=w), lambda: (*CLS_2D(), torch.rand(5))),
     case("nll_3d_sum", lambda x, t: F.nll_loss(x, t, reduction="sum"), lambda: (randn(2, 5, 3, 2, 2), labels(2, 3, 2, 2))),
     case("nll_aten_nll_loss", lambda x, t: aten.nll_loss(x, t, None, MEAN, -100), CLS),
@@ -123,12 +127,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fn, make, dyn", CASES)
-def test_loss(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("fn, make, dyn, kept", CASES)
+def test_loss(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, kept: Any,
+              tmp_path: Any) -> None:
     torch.manual_seed(0)
     inputs = make()
     f16 = fn(*inputs).dtype == torch.float16
-    check(fn, inputs, tmp_path, dyn, atol=1e-2 if f16 else 1e-4, rtol=5e-3 if f16 else 5e-4)
+    check(fn, inputs, tmp_path, dyn, atol=1e-2 if f16 else 1e-4, rtol=5e-3 if f16 else 5e-4, kept_on_redraw=kept)
 
 
 def test_label_smoothing_needs_a_static_class_count(tmp_path: Any) -> None:

@@ -21,6 +21,7 @@ from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
+from tests.helpers import redrawn
 
 # torch >= 2.10 deprecates its quantized dtypes and eager quantization API; both still work.
 pytestmark = [
@@ -75,7 +76,8 @@ def output_step(model: nn.Module) -> float:
 def export_and_compare(model: nn.Module, inputs: tuple, tmp_path: Path, dynamic: bool = False,
                        run_inputs: tuple = ()) -> Path:
     """Export (tract's own check at a quantized-friendly tolerance), then require tract's
-    output within one output quantization step of torch's, on ``run_inputs`` too."""
+    output within one output quantization step of torch's, on freshly drawn inputs (a
+    value frozen at export fails there) and on ``run_inputs`` too."""
     names = [f"x{i}" for i in range(len(inputs))]
     target = TractNNEF(TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY,
                        dynamic_axes={n: {0: "B"} for n in names} if dynamic else None)
@@ -83,7 +85,8 @@ def export_and_compare(model: nn.Module, inputs: tuple, tmp_path: Path, dynamic:
                                 compression_level=None)
     artefact = TractArtefact.load(path)
     step = output_step(model)
-    for args in (inputs, run_inputs) if run_inputs else (inputs,):
+    fresh = tuple(redrawn(t) for t in inputs)
+    for args in (inputs, fresh, run_inputs) if run_inputs else (inputs, fresh):
         with torch.no_grad():
             expected = model(*args).numpy()
         (got,) = artefact.run(list(args))

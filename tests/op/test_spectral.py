@@ -144,7 +144,14 @@ def _spec(batch: int, length: int, n_fft: int, hop: int, win_length: int = 0, wi
 
 
 def _param(case: Any) -> Any:
-    return pytest.param(*case[1:], id=case[0])
+    return pytest.param(*case[1:4], id=case[0])
+
+
+# Cases whose inputs a fresh draw cannot stand for: case id -> why the redraw is skipped.
+NO_REDRAW = {
+    "istft_two_sided": "a two-sided spectrum of a real signal is Hermitian, a fresh draw is not (torch then "
+                       "reads only its first half)",
+}
 
 
 @pytest.mark.parametrize("fn, make, dyn", [_param(c) for c in CASES])
@@ -160,9 +167,10 @@ def test_window(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, .
 
 
 @pytest.mark.parametrize("fn, make, dyn", [_param(c) for c in STFT])
-def test_stft(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_stft(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any,
+              request: pytest.FixtureRequest) -> None:
     torch.manual_seed(0)
-    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
+    check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3, no_redraw=NO_REDRAW.get(request.node.callspec.id))
 
 
 class Spectrogram(nn.Module):

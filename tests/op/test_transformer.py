@@ -65,6 +65,11 @@ def inputs(batch_first: bool, length: int = 5, padded: bool = False, dtype: torc
     return (x, padding_mask([length, length - 2, 1], length)) if padded else (x,)
 
 
+# A padding mask pads the end of each row and leaves a position: a fresh bool draw may mask
+# whole rows (NaN in torch) or leave holes (refused by torch's nested tensors), so it stays as
+# traced; test_dynamic_sequence_length runs other masks.
+MASK_KEPT = {1: "a padding mask must pad row ends and keep a position: a fresh draw is invalid"}
+
 # Every pair of (batch_first, norm_first, activation, padding mask) values appears once.
 LAYER_CASES = [
     pytest.param(bf, nf, act, padded, id=f"{'bf' if bf else 'sf'}-{'pre' if nf else 'post'}-{act}"
@@ -81,7 +86,7 @@ def test_encoder_layer(batch_first: bool, norm_first: bool, activation: str, pad
     """batch_first layers take the fused fast path, seq-first ones torch's composite ops."""
     torch.manual_seed(0)
     model = Layer(batch_first, norm_first, activation).eval()
-    export_and_check(model, inputs(batch_first, padded=padded), tmp_path, atol=1e-5)
+    export_and_check(model, inputs(batch_first, padded=padded), tmp_path, atol=1e-5, kept_on_redraw=MASK_KEPT)
 
 
 @pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
@@ -90,7 +95,8 @@ def test_encoder_layer_causal_mask(reify: bool, tmp_path: Any) -> None:
     (mask_type 2)."""
     torch.manual_seed(0)
     target = TractNNEF(VERSION, reify_sdpa_operator=reify)
-    export_and_check(Layer(causal=True).eval(), inputs(True, padded=True), tmp_path, target=target, atol=1e-5)
+    export_and_check(Layer(causal=True).eval(), inputs(True, padded=True), tmp_path, target=target, atol=1e-5,
+                     kept_on_redraw=MASK_KEPT)
 
 
 def test_encoder_layer_is_fused(tmp_path: Any) -> None:
@@ -107,7 +113,8 @@ def test_encoder_layer_is_fused(tmp_path: Any) -> None:
 def test_encoder_layer_f16(tmp_path: Any) -> None:
     torch.manual_seed(0)
     model = Layer(activation="gelu").eval().half()
-    export_and_check(model, inputs(True, padded=True, dtype=torch.float16), tmp_path, atol=1e-2, rtol=1e-2)
+    export_and_check(model, inputs(True, padded=True, dtype=torch.float16), tmp_path, atol=1e-2, rtol=1e-2,
+                     kept_on_redraw=MASK_KEPT)
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "padding-mask"])
@@ -127,7 +134,19 @@ def test_dynamic_sequence_length(make: Any, padded: bool, tmp_path: Any) -> None
 @pytest.mark.parametrize("norm", [True, False], ids=["norm", "no-norm"])
 def test_encoder(padded: bool, norm: bool, tmp_path: Any) -> None:
     torch.manual_seed(0)
-    export_and_check(Encoder(norm=norm).eval(), inputs(True, padded=padded), tmp_path, atol=1e-5)
+    export_and_check(Encoder(norm=norm).eval(), inputs(True, padded=padded), tmp_path, atol=1e-5,
+                     kept_on_redraw=MASK_KEPT)
+
+
+@pytest.mark.parametrize("make", [lambda: Layer(), lambda: Layer(causal=True), lambda: Encoder()],
+                         ids=["layer", "layer-causal", "encoder"])
+def test_padding_mask_follows_the_input(make: Any, tmp_path: Any) -> None:
+    """Exported with one padding mask, run with another of the same shape (the mask is
+    an input, not a constant)."""
+    torch.manual_seed(0)
+    x, _ = inputs(True, padded=True)
+    export_and_check(make().eval(), inputs(True, padded=True), tmp_path, atol=1e-5,
+                     run_inputs=(x, padding_mask([2, 5, 4], 5)))
 
 
 def test_encoder_nested_pads_with_zeros(tmp_path: Any) -> None:

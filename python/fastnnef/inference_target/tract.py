@@ -69,7 +69,9 @@ LOGGER = get_logger(__name__)
 
 
 class TractFeatureFlag(str, Enum):
-    """Optional tract build features an export may rely on."""
+    """Optional tract build features an export may rely on: ``default`` (the default
+    build, what every export assumes) is accepted with a tract binary; ``complex`` is
+    refused (fastnnef never emits tract's complex datum types)."""
 
     DEFAULT = "default"
     COMPLEX = "complex"
@@ -134,6 +136,13 @@ class TractNNEF(InferenceTarget):
                     "exist: give the path of a tract CLI, or None to check with the tract "
                     "linked into fastnnef"
                 )
+        if TractFeatureFlag.COMPLEX in self.feature_flags:
+            raise T2NErrorNotImplemented(
+                "feature_flags {'complex'}: fastnnef always exports complex tensors as real ones "
+                "with a trailing (re, im) axis, which every tract build runs, and never emits "
+                "tract's complex datum types (what the flag selects in torch_to_nnef, for tract "
+                "< 0.20 only), so the flag would change nothing: leave it out"
+            )
         if self.feature_flags and specific_tract_binary_path is None:
             names = sorted(flag.value for flag in self.feature_flags)
             raise T2NErrorNotImplemented(

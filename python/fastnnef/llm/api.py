@@ -351,8 +351,7 @@ def _properties(
     if compression_method is not None:
         props.update(compression_register_key=compression_method, compression_registry=compression_registry,
                      compression_method=compression_method)
-    if not checkpoint.name_or_path.startswith("/tmp"):
-        props["name_or_path"] = checkpoint.name_or_path
+    props["name_or_path"] = checkpoint.name_or_path
     return props
 
 

@@ -124,14 +124,15 @@ def import_extra_modules(
     strict_extra_imports: bool = False,
 ) -> list[str]:
     """Import the modules that register ``t2n_extra`` handlers (``extra_module_names``);
-    return the names imported. A module that fails to import is logged as a warning, or
-    raises ``T2NErrorInvalidArgument`` with ``strict_extra_imports``."""
+    return the names imported. A module that fails to import, whatever it raises (missing,
+    broken, or a handler ``register`` refuses), is logged as a warning, or raises
+    ``T2NErrorInvalidArgument`` with ``strict_extra_imports``."""
     imported: list[str] = []
     for name in extra_module_names(load_extra_op_modules, discover_extra_entrypoints):
         try:
             importlib.import_module(name)
-        except ImportError as err:
-            message = f"failed to import extra op module {name!r}: {err}"
+        except (Exception, SystemExit) as err:  # a plugin's failure must not abort the export
+            message = f"failed to import extra op module {name!r}: {type(err).__name__}: {err}"
             if strict_extra_imports:
                 raise T2NErrorInvalidArgument(message) from err
             log.warning("%s (its t2n_extra handlers are not registered)", message)

@@ -227,8 +227,15 @@ def _interleave_indices(ctx: OpContext, repeats: NTensor, n: int, total: int) ->
     """Gather indices of repeat_interleave with a repeats tensor over ``n`` slices, computed
     in the graph: position p takes the slice j counted by how many running totals of
     repeats are <= p. ``total`` is the traced output length (torch's output size depends
-    on the values, so the exported graph keeps the traced one)."""
+    on the values, so the exported graph keeps the traced one: repeats must be a constant,
+    else a fresh input with other repeats would run with the traced length)."""
     ctx.static(repeats, what="repeat_interleave with a repeats tensor")
+    if not ctx.is_variable(repeats):
+        raise ctx.unsupported(
+            "repeat_interleave with a repeats tensor computed from the model inputs: the output "
+            "length depends on the repeat values, which the exported graph would freeze at the traced ones",
+            "make repeats a constant (an int, a buffer, a tensor built from literals)",
+        )
     r = ctx.cast(repeats, "i64")
     if r.rank == 0 or r.shape[0] != n:  # one repeat for every slice
         r = ctx.tmp("tract_core_broadcast", [ctx.tmp("reshape", [r], {"shape": [1]}, dtype="i64", shape=(1,),
