@@ -211,3 +211,18 @@ def test_mod_tensor_updater_keeps_ties():
         updater.update_by_ref(model[0].weight, new.half())
     with pytest.raises(T2NErrorMisuse, match="must be an nn.Parameter"):
         ModTensorUpdater(model, add_parameter_if_unset=False).update_by_name("0.weight", new)
+
+
+def test_build_io_single_bundle_of_older_references(tmp_path):
+    """torch_to_nnef <= 0.20's ``build_io(model, x, io_npz_path=...)``: one .npz, inputs and outputs."""
+    import numpy as np
+    from torch import nn
+
+    from fastnnef.inference_target.tract import build_io
+
+    model, x = nn.Linear(3, 2), torch.randn(4, 3)
+    names = build_io(model, x, io_npz_path=tmp_path / "io.npz", input_names=["x"])
+    assert names == (["x"], ["output_0"])
+    bundle = np.load(tmp_path / "io.npz")
+    np.testing.assert_array_equal(bundle["x"], x.numpy())
+    np.testing.assert_allclose(bundle["output_0"], model(x).detach().numpy())
