@@ -11,9 +11,14 @@
 # The only thing between the two is a module alias: every `torch_to_nnef[.x.y]` import is
 # answered with the module `fastnnef[.x.y]` itself (no wrapper, no patched name), so a
 # missing module or name fails as it would for a user who changed the import. It runs
-# offline (HF_HUB_OFFLINE), and leaves out the files that need a download at import:
+# offline (HF_HUB_OFFLINE), and leaves out the files that need a download or NeMo:
 #   test_model_zoo.py (albert-base-v2), test_llama.py, test_peft.py, test_llm_cli.py
-#   (Hugging Face checkpoints).
+#   (Hugging Face checkpoints), test_mod.py (NeMo's FilterbankFeatures).
+# The suite's own dependencies: nnef and nnef-tools (test_export, test_fix_se), librosa
+# (test_mod), torchaudio built for the installed torch (test_dynamic_axes, test_fft), and
+# the transformers 4.x its test_tile_and_dyn_dim and test_phi were written against; an
+# interpreter with fastnnef's dependencies plus these is what PYTHON should name, e.g. a
+# venv over fastnnef's (a .pth file naming its site-packages) with those installed.
 # Pytest arguments default to the whole remaining suite; give test files to run a part:
 #   scripts/run_reference_suite.sh /tmp/t2n_tests tests/test_export.py -q -p no:cacheprovider
 # PYTHON picks the interpreter (default: python3 on PATH, with torch and fastnnef).
@@ -61,11 +66,12 @@ class TorchToNnefAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 sys.meta_path.insert(0, TorchToNnefAlias())
 
-# Files that need a download (Hugging Face checkpoints) at import or in every test.
-NEEDS_DOWNLOAD = ["tests/test_model_zoo.py", "tests/test_llama.py", "tests/test_peft.py", "tests/test_llm_cli.py"]
+# Files that need a download (Hugging Face checkpoints) at import or in every test, or NeMo.
+LEFT_OUT = ["tests/test_model_zoo.py", "tests/test_llama.py", "tests/test_peft.py", "tests/test_llm_cli.py",
+            "tests/test_mod.py"]
 args = sys.argv[1:]
 if not any(a.startswith("tests") for a in args):
     args = ["tests"] + args
-args += [f"--ignore={f}" for f in NEEDS_DOWNLOAD]
+args += [f"--ignore={f}" for f in LEFT_OUT]
 sys.exit(pytest.main(args))
 PYTHON
