@@ -180,6 +180,7 @@ SIGNATURES = [
     ("fastnnef.inference_target.tract", "build_io", [
         ("model", REQ, P), ("test_input", REQ, P), ("input_bundle_path", None, P),
         ("output_bundle_path", None, P), ("input_names", None, P), ("output_names", None, P),
+        ("io_npz_path", None, K),  # torch_to_nnef <= 0.20's single bundle
     ], False),
 ]
 

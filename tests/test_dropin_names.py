@@ -42,7 +42,8 @@ MODULE_MAP: dict[str, str] = {
     "inference_target.tract": """TractNNEF TractCheckTolerance TractFeatureFlag TractCli
         TractBinaryDownloader build_io assert_io assert_io_and_debug_bundle apply_dynamic_shape_in_nnef""",
     "inference_target.khronos": "KhronosNNEF",
-    "utils": "SemanticVersion torch_version init_empty_weights cd",
+    "utils": """SemanticVersion torch_version init_empty_weights cd NamedItem ReactiveNamedItemDict
+        flatten_dict_tuple_or_list""",
     "torch_graph": f"""Data FixedTensorList PythonConstant TensorVariable TorchModuleTracer TorchOp
         TorchModuleIRGraph module_tracer_into_ir_graph MAP_TO_NOP harden_jit_for_export {_PASSES}
         inline_unresolvable_submodules functionalize_view_inplace_copy""",
@@ -67,7 +68,11 @@ MODULE_MAP: dict[str, str] = {
     "tensor.residency": "TensorResidencyPool ResidencyStrategy",
     "compress": """DEFAULT_COMPRESSION DEFAULT_COMPRESSION_REGISTRY quantize_weights_min_max_Q4_0
         offloaded_tensor_qtensor dynamic_load_registry""",
-    "exceptions": _EXCEPTIONS,
+    "exceptions": _EXCEPTIONS + " T2NErrorMissUse",
+    # the modules and names the reference's own tests import (issue 16)
+    "nnef_io.tensor": "DatBinHeader",
+    "tensor.updater": "ModTensorUpdater TensorHoldKind",
+    "torch_graph.ir_data": "Data FixedTensorList PythonConstant TensorVariable",
     "log": "set_lib_log_level init_log log DEBUG INFO WARNING ERROR CRITICAL",
 }
 
@@ -120,3 +125,104 @@ def test_qtensor_support_flag():
 
     assert QTENSOR_UNSUPPORTED is False  # torch >= 1.12
     assert QTENSOR_UNSUPPORTED_MSG == "QTensor is supported only starting pytorch v1.12"
+
+
+# --- behaviours of the names the reference's own tests use (issue 16) -------------------------
+def test_flatten_dict_tuple_or_list():
+    from fastnnef.utils import flatten_dict_tuple_or_list
+
+    nested = [{"a": [1, 2], "b": [[3], (4,)]}, {"c": "text"}, 5, []]
+    assert flatten_dict_tuple_or_list(nested) == (
+        ((list, dict, list), (0, "a", 0), 1),
+        ((list, dict, list), (0, "a", 1), 2),
+        ((list, dict, list, list), (0, "b", 0, 0), 3),
+        ((list, dict, list, tuple), (0, "b", 1, 0), 4),
+        ((list, dict), (1, "c"), "text"),
+        ((list,), (2,), 5),
+    )
+    assert flatten_dict_tuple_or_list(torch.ones(2)) == ()
+
+
+def test_reactive_named_item_dict_follows_renames():
+    from dataclasses import dataclass
+
+    from fastnnef.exceptions import T2NErrorDataNodeValue
+    from fastnnef.utils import NamedItem, ReactiveNamedItemDict
+
+    @dataclass
+    class Item(NamedItem):
+        name: str
+
+    a, b, c = Item("a"), Item("b"), Item("c")
+    first, second = ReactiveNamedItemDict([a, b, c]), ReactiveNamedItemDict.from_list([a, b])
+    assert len(first) == 3 and first[-1] is c and first[0:2] == [a, b]
+    b.name = "z"
+    for items in (first, second):
+        assert items.get_by_name("b") is None and items.get_by_name("z") is b
+    assert [i.name for i in first] == ["a", "c", "z"]  # a renamed item moves to the end
+    with pytest.raises(T2NErrorDataNodeValue, match="'a' is already in this collection"):
+        first.append(Item("a"))
+    first.protect_item_names(["a"])
+    with pytest.raises(T2NErrorDataNodeValue, match="'a' is protected"):
+        a.name = "y"
+    assert [i.name for i in first.iter_renamable()] == ["c", "z"]
+    first.remove(c)
+    c.name = "w"  # no longer followed by first
+    assert not first.contains(c) and first.get_by_name("w") is None and len(first) == 2
+
+
+def test_dat_bin_header_reads_what_fastnnef_writes(tmp_path):
+    import numpy as np
+
+    from fastnnef import _native
+    from fastnnef.nnef_io.tensor import DatBinHeader
+
+    cases = [("f16", np.zeros((2, 3), np.float16), torch.float16),
+             ("i64", np.arange(5, dtype=np.int64), torch.int64),
+             ("q4_0", np.ones((2, 64), np.float32), DatBinHeader.TractCustomTypes.Q40)]
+    for encoding, array, dtype in cases:
+        path = tmp_path / f"{encoding}.dat"
+        _native.dat_write(str(path), array, encoding)
+        header = DatBinHeader.from_dat(path)
+        assert header.dims == list(array.shape) and header.torch_dtype_or_custom == dtype
+        assert header.to_bytes() == path.read_bytes()[:128]
+    built = DatBinHeader.build_tract_qtensor(DatBinHeader.TractCustomTypes.Q40, (2, 64))
+    assert built.to_bytes() == (tmp_path / "q4_0.dat").read_bytes()[:128]
+
+
+def test_mod_tensor_updater_keeps_ties():
+    from torch import nn
+
+    from fastnnef.exceptions import T2NErrorInconsistentTensor, T2NErrorMisuse
+    from fastnnef.tensor.updater import ModTensorUpdater
+
+    model = nn.Sequential(nn.Embedding(5, 3), nn.Linear(3, 5, bias=False))
+    model[1].weight = model[0].weight
+    original = model[0].weight
+    updater = ModTensorUpdater(model)
+    assert sorted(updater.id_to_names[id(original)]) == ["0.weight", "1.weight"]
+    new = torch.arange(15.0).reshape(5, 3)
+    updater.update_by_name("0.weight", new)
+    assert model[0].weight is model[1].weight and isinstance(model[0].weight, nn.Parameter)
+    assert torch.equal(model[1].weight, new) and not torch.equal(original, new)  # the old tensor is untouched
+    updater.update_by_name("1.weight", torch.zeros(5, 3), tie_replacements=False)
+    assert model[0].weight is not model[1].weight and torch.equal(model[0].weight, new)
+    with pytest.raises(T2NErrorInconsistentTensor, match="not the same dtype"):
+        updater.update_by_ref(model[0].weight, new.half())
+    with pytest.raises(T2NErrorMisuse, match="must be an nn.Parameter"):
+        ModTensorUpdater(model, add_parameter_if_unset=False).update_by_name("0.weight", new)
+
+
+def test_build_io_single_bundle_of_older_references(tmp_path):
+    """torch_to_nnef <= 0.20's ``build_io(model, x, io_npz_path=...)``: one .npz, inputs and outputs."""
+    import numpy as np
+    from torch import nn
+
+    from fastnnef.inference_target.tract import build_io
+
+    model, x = nn.Linear(3, 2), torch.randn(4, 3)
+    names = build_io(model, x, io_npz_path=tmp_path / "io.npz", input_names=["x"])
+    assert names == (["x"], ["output_0"])
+    bundle = np.load(tmp_path / "io.npz")
+    np.testing.assert_array_equal(bundle["x"], x.numpy())
+    np.testing.assert_allclose(bundle["output_0"], model(x).detach().numpy())

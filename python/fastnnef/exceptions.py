@@ -38,6 +38,9 @@ class T2NErrorMisuse(T2NError, ValueError):
     """The API was used in an order or combination it does not support."""
 
 
+T2NErrorMissUse = T2NErrorMisuse  # the name in torch_to_nnef <= 0.20 (its own tests import it)
+
+
 class T2NErrorTestFailed(T2NError, ValueError):
     """A self-check failed."""
 

@@ -1,8 +1,8 @@
-"""Small helpers shared by the public API: versions, empty-weight model construction and
-working-directory changes.
+"""Small helpers shared by the public API: versions, empty-weight model construction,
+working-directory changes, nested-structure flattening and name-keyed collections.
 
 Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``,
-``cd``).
+``cd``, ``flatten_dict_tuple_or_list``, ``NamedItem``, ``ReactiveNamedItemDict``).
 """
 
 from __future__ import annotations
@@ -11,12 +11,16 @@ import contextlib
 import functools
 import os
 import re
-from typing import Iterator, Optional, Tuple, Union
+from collections.abc import Mapping
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
-from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorInvalidArgument, T2NErrorMisuse, T2NErrorNotImplemented
+from fastnnef.log import get_logger
+
+LOGGER = get_logger(__name__)
 
 _TAGS = ("major", "minor", "patch")
 
@@ -188,3 +192,183 @@ def init_empty_weights(include_buffers: Optional[bool] = None) -> Iterator[None]
     finally:
         nn.Module.register_parameter = original_parameter  # type: ignore[method-assign]
         nn.Module.register_buffer = original_buffer  # type: ignore[method-assign]
+
+
+# --- nested structures ---------------------------------------------------------------------
+FlatEntry = Tuple[Tuple[type, ...], Tuple[Union[int, str], ...], Any]
+
+
+def _is_nested(obj: Any) -> bool:
+    """A list, tuple or mapping to walk into (strings and tensors are leaves)."""
+    return isinstance(obj, (list, tuple, Mapping)) and not isinstance(obj, (str, torch.Tensor))
+
+
+def flatten_dict_tuple_or_list(
+    obj: Any,
+    collected_types: Optional[list[type]] = None,
+    collected_idxes: Optional[list[Union[int, str]]] = None,
+    current_idx: int = 0,
+) -> Tuple[FlatEntry, ...]:
+    """The leaves of nested lists, tuples and dicts, depth first: for each, the types of the
+    containers on its path, its index (or key) in each, and the leaf.
+
+    ``[{"a": 1, "b": 3}]`` gives ``(((list, dict), (0, "a"), 1), ((list, dict), (0, "b"), 3))``.
+    A leaf at the top (not a container) and empty containers give no entry. The last three
+    parameters are the reference's recursion state, kept for its signature: the path above
+    ``obj`` and the index of ``obj``'s first item. Unlike the reference, a string inside a
+    dict is a leaf (the reference fails on it)."""
+    return tuple(_flatten(obj, tuple(collected_types or ()), tuple(collected_idxes or ()), current_idx))
+
+
+def _flatten(obj: Any, types: tuple[type, ...], idxes: tuple[Union[int, str], ...],
+             first_index: int = 0) -> Iterator[FlatEntry]:
+    if not _is_nested(obj):
+        return
+    items = obj.items() if isinstance(obj, Mapping) else enumerate(obj, first_index)
+    path_types = types + (type(obj),)
+    for key, value in items:
+        if _is_nested(value):
+            yield from _flatten(value, path_types, idxes + (key,))
+        else:
+            yield path_types, idxes + (key,), value
+
+
+# --- name-keyed collections -------------------------------------------------------------------
+NameListener = Callable[[str, str], None]
+
+
+class NamedItem:
+    """An object with a ``name`` that tells its listeners when the name changes
+    (``listener(old_name, new_name)``, before the change): what keeps a
+    ``ReactiveNamedItemDict`` holding it keyed right. Subclasses define ``name`` (a
+    dataclass field, usually)."""
+
+    name: str
+
+    def _listeners(self) -> list[NameListener]:
+        if "_name_listeners" not in self.__dict__:
+            object.__setattr__(self, "_name_listeners", [])
+        return self.__dict__["_name_listeners"]
+
+    def register_listener_name_change(self, listener: NameListener) -> None:
+        if listener in self._listeners():
+            raise T2NErrorDataNodeValue(f"listener {listener} already registered on {self.name!r}")
+        self._listeners().append(listener)
+
+    def detach_listener_name_change(self, listener: NameListener) -> None:
+        self._listeners().remove(listener)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr == "name" and "name" in self.__dict__:
+            for listener in list(self._listeners()):
+                listener(self.__dict__["name"], value)
+        super().__setattr__(attr, value)
+
+
+class ReactiveNamedItemDict:
+    """An insertion-ordered collection of ``NamedItem``s keyed by their names, no two with
+    the same name, that follows its items' renames. List-like: ``len``, iteration,
+    ``[i]`` / ``[a:b]`` (``[-1]`` is the last item appended), ``+`` of an iterable.
+
+    A renamed item takes its new name's place at the end of the order (as in the
+    reference). Renaming onto a name already held replaces that entry (logged), or raises
+    with ``avoid_name_collision``; names given to ``protect_item_names`` can be neither
+    renamed from or to, nor (``raise_exception_if_protected_name``) removed."""
+
+    def __init__(self, items: Optional[Iterable[NamedItem]] = None):
+        self._map: dict[str, NamedItem] = {}
+        self._last_inserted_item: Optional[NamedItem] = None
+        self.avoid_name_collision = False
+        self._protected_names: set[str] = set()
+        if items is not None:
+            self += items
+
+    @classmethod
+    def from_list(cls, items: Optional[Iterable[NamedItem]]) -> ReactiveNamedItemDict:
+        return cls(items or None)
+
+    def _change_name_hook(self, old_name: str, new_name: str) -> None:
+        for name in (old_name, new_name):
+            if name in self._protected_names:
+                raise T2NErrorDataNodeValue(f"name {name!r} is protected: it cannot be renamed from or to")
+        if new_name == old_name:
+            return
+        if new_name in self._map:
+            msg = f"renaming {old_name!r} to {new_name!r} replaces the item already named so in {self}"
+            if self.avoid_name_collision:
+                raise T2NErrorDataNodeValue(msg)
+            LOGGER.debug(msg)
+        self._map[new_name] = self._map.pop(old_name)
+
+    def append(self, item: NamedItem) -> None:
+        """Add ``item`` (every item must come in through here: it subscribes to renames)."""
+        if item.name in self._map:
+            raise T2NErrorDataNodeValue(
+                f"{item.name!r} is already in this collection ({self._map[item.name]}); cannot add {item}"
+            )
+        item.register_listener_name_change(self._change_name_hook)
+        self._map[item.name] = item
+        self._last_inserted_item = item
+
+    def remove(self, item: NamedItem, raise_exception_if_not_found: bool = True,
+               raise_exception_if_protected_name: bool = True) -> None:
+        if item.name not in self._map:
+            msg = f"cannot remove {item.name!r}: not in this collection"
+            if raise_exception_if_not_found:
+                raise T2NErrorDataNodeValue(msg)
+            LOGGER.debug(msg)
+            return
+        if item.name in self._protected_names and raise_exception_if_protected_name:
+            raise T2NErrorDataNodeValue(f"cannot remove {item.name!r}: its name is protected")
+        self.detach_listener_name_change_for_item(item)
+        del self._map[item.name]
+
+    def detach_listener_name_change_for_item(self, item: NamedItem) -> None:
+        self._map[item.name].detach_listener_name_change(self._change_name_hook)
+
+    def get_by_name(self, name: str, default: Any = None) -> Any:
+        return self._map.get(name, default)
+
+    def contains(self, item: NamedItem, strict: bool = False) -> bool:
+        """Whether an item of ``item``'s name is held (``strict``: and equals ``item``)."""
+        held = self._map.get(item.name)
+        return held is not None and (not strict or held == item)
+
+    def protect_item_names(self, names: Iterable[str]) -> None:
+        self._protected_names.update(names)
+
+    def is_empty(self) -> bool:
+        return not self._map
+
+    def iter_renamable(self) -> Iterator[NamedItem]:
+        """The items whose names are not protected."""
+        return (item for name, item in self._map.items() if name not in self._protected_names)
+
+    def __getitem__(self, index: Union[int, slice]) -> Any:
+        if isinstance(index, int) and index == -1:
+            if self._last_inserted_item is None:
+                raise T2NErrorMisuse("no item was appended yet")
+            return self._last_inserted_item
+        if isinstance(index, (int, slice)):
+            return list(self._map.values())[index]
+        raise T2NErrorNotImplemented(f"index {index!r}: use an int, a slice or get_by_name")
+
+    def __setitem__(self, index: Any, value: NamedItem) -> None:
+        raise T2NErrorNotImplemented("assigning at an index: remove() and append() instead")
+
+    def __add__(self, items: Iterable[NamedItem]) -> ReactiveNamedItemDict:
+        for item in items:
+            self.append(item)
+        return self
+
+    __iadd__ = __add__
+
+    def __iter__(self) -> Iterator[NamedItem]:
+        return iter(list(self._map.values()))
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __repr__(self) -> str:
+        protected = f", protected={sorted(self._protected_names)}" if self._protected_names else ""
+        return f"<ReactiveNamedItemDict ({len(self._map)}) names={list(self._map)}{protected}>"

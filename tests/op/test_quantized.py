@@ -271,13 +271,13 @@ def test_per_channel_tensor_refused_before_writing(tmp_path: Path) -> None:
 def test_quantized_tensor_into_float_op_refused(tmp_path: Path) -> None:
     """A quantized tensor through an op exported on floats only names the op and the fix."""
 
-    class Relu(nn.Module):
+    class TopK(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.relu(torch.quantize_per_tensor(x, 0.1, 10, torch.quint8)).dequantize()
+            return torch.topk(torch.quantize_per_tensor(x, 0.1, 10, torch.quint8), 2)[0].dequantize()
 
-    with pytest.raises(T2NErrorNotImplemented, match=r"a torch-quantized tensor \(torch.quint8\) reaches aten::relu in "
+    with pytest.raises(T2NErrorNotImplemented, match=r"a torch-quantized tensor \(torch.quint8\) reaches aten::topk in "
                        r"<root module> .*dequantize\(\) before it"):
-        export_model_to_nnef(Relu(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest())
+        export_model_to_nnef(TopK(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest())
     assert list(tmp_path.iterdir()) == []
 
 

@@ -464,6 +464,8 @@ def build_io(
     output_bundle_path: Optional[Path] = None,
     input_names: Optional[List[str]] = None,
     output_names: Optional[List[str]] = None,
+    *,
+    io_npz_path: Optional[Path] = None,
 ) -> Tuple[List[str], List[str]]:
     """Run ``model`` on ``test_input`` and save inputs and outputs as tract ``.npz`` bundles.
 
@@ -472,7 +474,9 @@ def build_io(
     are flattened and named as ``export_model_to_nnef`` does (nested tuples, lists and
     dicts; ``input_<i>`` / ``output_<i>`` by default, or one name per top-level item, e.g.
     ``["out", "state"]`` for an LSTM's ``(out, (h, c))`` gives ``out, state_0, state_1``).
-    Every submodule's training flag is restored afterwards.
+    Every submodule's training flag is restored afterwards. ``io_npz_path`` (keyword, the
+    bundle of torch_to_nnef <= 0.20, whose third parameter it was): inputs and outputs in
+    one ``.npz``.
     """
     top_in = normalize_args(test_input)
     inputs = [leaf for leaf in pytree.tree_leaves(top_in) if isinstance(leaf, torch.Tensor)]
@@ -491,6 +495,7 @@ def build_io(
     for path, names, tensors in (
         (input_bundle_path, input_names, inputs),
         (output_bundle_path, output_names, flat_out),
+        (io_npz_path, input_names + output_names, inputs + flat_out),
     ):
         if path is not None:
             np.savez(path, **{n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)})

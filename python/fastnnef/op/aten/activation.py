@@ -4,6 +4,10 @@ log-sigmoid, threshold, clamp, GLU, softmax/log_softmax.
 Every formula is written with ops that exist in every tract version the exporter targets
 (stdlib + ``tract_core`` unary ops), except where a version gate picks a native op.
 Intermediate ops keep the traced output dtype: torch keeps f16 activations in f16.
+
+torch-quantized inputs (op/aten/quantized.py ``torch_quantized``): relu and the clamps
+run on the codes, the others dequantized; the ``quantized::`` activations of converted
+modules (nnq.Hardswish, ReLU6, LeakyReLU, Sigmoid, ELU, CELU) reuse the float handlers.
 """
 
 from __future__ import annotations
@@ -21,6 +25,14 @@ from fastnnef.op.aten._common import (
     operands,
     typed_scalar,
 )
+from fastnnef.op.aten.quantized import (
+    SIGMOID_GRID,
+    TANH_GRID,
+    dequantized,
+    is_quantized,
+    quantized_output_type,
+    torch_quantized,
+)
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
@@ -34,18 +46,21 @@ def _input(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::relu", args="t")
+@torch_quantized("codes")
 def relu(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::relu(Tensor self) -> Tensor"""
     return elementwise(ctx, "relu", [x])
 
 
 @handler("aten::sigmoid", args="t")
+@torch_quantized("dequantize", SIGMOID_GRID)
 def sigmoid(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::sigmoid(Tensor self) -> Tensor"""
     return elementwise(ctx, "sigmoid", [x])
 
 
 @handler("aten::tanh", args="t")
+@torch_quantized("dequantize", TANH_GRID)
 def tanh(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::tanh(Tensor self) -> Tensor"""
     return elementwise(ctx, "tanh", [x])
@@ -56,6 +71,14 @@ def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Opera
     """torch.clamp: ``min(max(x, lo), hi)`` (so lo > hi gives hi, as torch does)."""
     if lo is None and hi is None:
         raise ctx.unsupported("clamp with neither min nor max", "give at least one bound")
+    if is_quantized(x):
+        if isinstance(lo, NTensor) or isinstance(hi, NTensor):
+            return dequantized(ctx, _clamp, x, lo, hi, out_type=x.dtype)
+        # On the codes: tract quantizes the bounds to x's grid, as torch's quantized clamp.
+        limits = [float(b) for b in (lo, hi) if b is not None]
+        if len(limits) == 2:
+            return ctx.emit("min", [ctx.tmp("max", [x, limits[0]], suffix="lo"), limits[1]])
+        return ctx.emit("max" if lo is not None else "min", [x, limits[0]])
     dtype = ctx.out_dtype()
     rank = len(ctx.out_shape())
     x, *bounds = operands(ctx, [x] + [b for b in (lo, hi) if b is not None], dtype, rank)
@@ -96,7 +119,20 @@ def relu6(ctx: OpContext, x: NTensor) -> NTensor:
     return _clamp(ctx, x, 0.0, 6.0)
 
 
+@handler("quantized::relu6", args="t b?")
+def quantized_relu6(ctx: OpContext, x: NTensor, inplace: Optional[bool]) -> NTensor:
+    """quantized::relu6(Tensor qx, bool inplace=False) -> Tensor  (x's grid)"""
+    return _clamp(ctx, x, 0.0, 6.0)
+
+
+@handler("quantized::clamp", args="t x? x?")
+def quantized_clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+    """quantized::clamp(Tensor qx, Scalar? min=None, Scalar? max=None) -> Tensor qy  (x's grid)"""
+    return _clamp(ctx, x, lo, hi)
+
+
 @handler("aten::threshold", args="t f f")
+@torch_quantized("dequantize")
 def threshold(ctx: OpContext, x: NTensor, th: float, value: float) -> NTensor:
     """aten::threshold(Tensor self, Scalar threshold, Scalar value) -> Tensor  (x > th ? x : value)"""
     x = _input(ctx, x)
@@ -106,6 +142,7 @@ def threshold(ctx: OpContext, x: NTensor, th: float, value: float) -> NTensor:
 
 # --- ReLU variants ---------------------------------------------------------------------
 @handler("aten::leaky_relu", args="t f?")
+@torch_quantized("dequantize")
 def leaky_relu(ctx: OpContext, x: NTensor, slope: Optional[float]) -> NTensor:
     """aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"""
     return ctx.emit("leaky_relu", [_input(ctx, x)], {"alpha": 0.01 if slope is None else float(slope)})
@@ -128,6 +165,7 @@ def prelu(ctx: OpContext, x: NTensor, weight: NTensor) -> NTensor:
 
 # --- smooth activations ----------------------------------------------------------------
 @handler("aten::gelu", args="t s?")
+@torch_quantized("dequantize")
 def gelu(ctx: OpContext, x: NTensor, approximate: Optional[str]) -> NTensor:
     """aten::gelu(Tensor self, *, str approximate='none') -> Tensor"""
     x = _input(ctx, x)
@@ -238,6 +276,7 @@ def hardswish(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::hardsigmoid", args="t")
+@torch_quantized("dequantize", SIGMOID_GRID)
 def hardsigmoid(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::hardsigmoid(Tensor self) -> Tensor  (relu6(x + 3) / 6)"""
     x = _input(ctx, x)
@@ -311,3 +350,37 @@ def log_softmax_native(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTe
     """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x, axes = _softmax_input(ctx, x, dim)
     return ctx.emit("tract_core_log_softmax", [x], {"axes": axes})
+
+
+# --- quantized:: activations (converted modules): their output grid is an argument -----------
+@handler("quantized::hardswish", args="t f i")
+def quantized_hardswish(ctx: OpContext, x: NTensor, scale: float, zero_point: int) -> NTensor:
+    """quantized::hardswish(Tensor input, float output_scale, int output_zero_point) -> Tensor"""
+    return dequantized(ctx, hardswish, x, out_type=quantized_output_type(ctx, scale, zero_point))
+
+
+@handler("quantized::sigmoid", args="t f i")
+def quantized_sigmoid(ctx: OpContext, x: NTensor, scale: float, zero_point: int) -> NTensor:
+    """quantized::sigmoid(Tensor qx, float output_scale, int output_zero_point) -> Tensor"""
+    return dequantized(ctx, sigmoid, x, out_type=quantized_output_type(ctx, scale, zero_point))
+
+
+@handler("quantized::leaky_relu", args="t f b f i")
+def quantized_leaky_relu(ctx: OpContext, x: NTensor, slope: float, inplace: bool, scale: float,
+                         zero_point: int) -> NTensor:
+    """quantized::leaky_relu(Tensor qx, Scalar negative_slope, bool inplace, float output_scale, int output_zero_point) -> Tensor"""
+    return dequantized(ctx, leaky_relu, x, slope, out_type=quantized_output_type(ctx, scale, zero_point))
+
+
+@handler("quantized::elu", args="t f i f? f? f?")
+def quantized_elu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: Optional[float],
+                  scale: Optional[float], input_scale: Optional[float]) -> NTensor:
+    """quantized::elu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
+    return dequantized(ctx, elu, x, alpha, scale, input_scale,
+                       out_type=quantized_output_type(ctx, out_scale, zero_point))
+
+
+@handler("quantized::celu", args="t f i f?")
+def quantized_celu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: Optional[float]) -> NTensor:
+    """quantized::celu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1) -> Tensor"""
+    return dequantized(ctx, celu, x, alpha, out_type=quantized_output_type(ctx, out_scale, zero_point))

@@ -12,6 +12,7 @@ import re
 from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
@@ -100,30 +101,35 @@ def _pad(ctx: OpContext, x: NTensor, pad: Sequence[int], mode: str, value: Optio
 
 
 @handler("aten::pad", args="t I s f?")
+@torch_quantized("dequantize")  # a pad value is a real value, not a code
 def pad(ctx: OpContext, x: NTensor, padding: list[int], mode: str, value: Optional[float]) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     return _pad(ctx, x, padding, mode, value)
 
 
 @handler("aten::constant_pad_nd", args="t I f?")
+@torch_quantized("dequantize")  # a pad value is a real value, not a code
 def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[int], value: Optional[float]) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
     return _pad(ctx, x, padding, "constant", value)
 
 
 @handler("aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d", args="t I")
+@torch_quantized("dequantize")
 def reflection_pad(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor"""
     return _pad(ctx, x, padding, "reflect", None)
 
 
 @handler("aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", args="t I")
+@torch_quantized("dequantize")
 def replication_pad(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor"""
     return _pad(ctx, x, padding, "replicate", None)
 
 
 @handler("aten::_pad_circular", args="t I")
+@torch_quantized("dequantize")
 def pad_circular(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::_pad_circular(Tensor self, SymInt[] pad) -> Tensor"""
     return _pad(ctx, x, padding, "circular", None)
@@ -232,6 +238,7 @@ def _max_pool(
 
 
 @handler("aten::max_pool1d", "aten::max_pool2d", "aten::max_pool3d", args="t I I I I b")
+@torch_quantized("codes")
 def max_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool,
@@ -255,6 +262,7 @@ def max_pool_with_indices(
 
 
 @handler("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", args="t I I I b b i?")
+@torch_quantized("dequantize")
 def avg_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int],
@@ -341,6 +349,7 @@ def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind
 
 @handler("aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_avg_pool3d",
          "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d", args="t I")
+@torch_quantized("dequantize")
 def adaptive_avg_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> NTensor:
     """aten::adaptive_avg_pool2d(Tensor self, SymInt[2] output_size) -> Tensor"""
     return _adaptive(ctx, x, output_size, "avg")

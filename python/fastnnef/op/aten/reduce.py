@@ -12,6 +12,7 @@ from typing import Optional, Sequence, Union
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten._common import elementwise
 from fastnnef.op.aten.arithmetic import bool_logic
+from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const
@@ -76,6 +77,7 @@ def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dty
 
 
 @handler("aten::mean", args="t I? b? n?")
+@torch_quantized("dequantize")
 def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
     """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""
     return _reduce(ctx, "mean_reduce", x, dims, keepdim)

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import NTensor, Sym, Tuple
+from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import Const, IRValue, ListValue
@@ -104,6 +105,9 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_va
 
 
 @handler("aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d", args="t *")
+# Dequantized, though it only copies values: tract's optimized nearest_upsample of a
+# quantized tensor loses its type (the codes read back as plain u8; 0.21 to 0.23).
+@torch_quantized("dequantize")
 def upsample_nearest(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor"""
     return _resize(ctx, x, "nearest", False, ctx.node.inputs[2:])
@@ -111,12 +115,14 @@ def upsample_nearest(ctx: OpContext, x: NTensor) -> NTensor:
 
 @handler("aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
          args="t *")
+@torch_quantized("dequantize")
 def upsample_nearest_exact(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::_upsample_nearest_exact2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor"""
     return _resize(ctx, x, "nearest_exact", False, ctx.node.inputs[2:])
 
 
 @handler("aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_trilinear3d", args="t _ b *")
+@torch_quantized("dequantize")
 def upsample_linear(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
     """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
     if ctx.node.kind.endswith("_aa"):

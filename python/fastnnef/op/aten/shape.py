@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph.ir import UNKNOWN, TensorValue
@@ -138,6 +139,7 @@ def repeat(ctx: OpContext, x: NTensor, repeats: list[int]) -> NTensor:
 
 
 @handler("aten::cat", "aten::concat", "aten::concatenate", args="L i")
+@torch_quantized("codes")
 def cat(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
     """aten::cat(Tensor[] tensors, int dim=0) -> Tensor"""
     dtype = ctx.out_dtype()
@@ -150,6 +152,7 @@ def cat(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
 
 
 @handler("aten::stack", args="L i")
+@torch_quantized("codes")
 def stack(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
     """aten::stack(Tensor[] tensors, int dim=0) -> Tensor"""
     dtype = ctx.out_dtype()
