@@ -29,10 +29,15 @@ import torch
 
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
-from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO
+from fastnnef.exceptions import (
+    T2NError,
+    T2NErrorInvalidArgument,
+    T2NErrorIOPytorchTractNotISO,
+    T2NErrorNotImplemented,
+)
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
-from fastnnef.llm.architectures import kv_layout
+from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts
@@ -172,7 +177,8 @@ def dump_llm(
         with _timed(timings, "bundles"), dense_experts(model):
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
-            modes = runner.mode_bundles(tokens, total)
+            with _generic_wrapper_errors(checkpoint):
+                modes = runner.mode_bundles(tokens, total)
             for bundle in modes:
                 bundle.save(tests_dir)
             write_modes_json(staging, modes)
@@ -203,15 +209,17 @@ def dump_llm(
 
         bundle_checks: list[BundleCheck] = []
         generation: Optional[GenerationCheck] = None
-        if not no_verify:
+        if no_verify:
+            _warn_if_untested(checkpoint)
+        else:
             progress.phase("verifying in tract: test bundles and greedy generation")
-            # f32 end to end: tract must match PyTorch. Half precision and Q4_0 round
-            # differently in each engine: their differences are reported, not fatal.
+            # Bundles must pass at the chosen tolerance whatever the dtype; greedy tokens
+            # must be equal for f32 only (verify.py's docstring says why).
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
             with _timed(timings, "verify"):
                 bundle_checks, generation = _verify(
                     artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
-                    tokens[:, :total], checkpoint,
+                    tokens[:, :total], checkpoint, layout,
                 )
             if test_display_token_gens:
                 sys.stdout.write(_display(generation))
@@ -234,21 +242,48 @@ def dump_llm(
 # --- helpers ---------------------------------------------------------------------------
 def _verify(
     artefact_path: Path, bundles: list[Bundle], tolerance: str, exact: bool, empty_cache: list[torch.Tensor],
-    prompt: torch.Tensor, checkpoint: Checkpoint,
+    prompt: torch.Tensor, checkpoint: Checkpoint, layout: KVLayout,
 ) -> tuple[list[BundleCheck], GenerationCheck]:
-    """Every bundle, then greedy generation, in the linked tract; raises when ``exact``
-    and tract differs from PyTorch."""
+    """Every bundle, then greedy generation, in the linked tract; raises when a bundle
+    differs from PyTorch at ``tolerance``, or when ``exact`` and the tokens differ."""
     artefact = TractArtefact.load(artefact_path)
     checks = [check_bundle(artefact, b, tolerance) for b in bundles]
-    raise_on_failed_bundles(checks, tolerance, fatal=exact)
-    generation = check_generation(checkpoint.model, artefact, empty_cache, prompt, GENERATED_TOKENS, exact,
-                                  checkpoint.tokenizer)
+    raise_on_failed_bundles(checks, tolerance)
+    model = checkpoint.model
+    generation = check_generation(model, artefact, empty_cache, prompt, GENERATED_TOKENS, exact,
+                                  checkpoint.tokenizer, checkpoint.architecture.recompute_length(model.config))
     if not generation.ok:
         raise T2NErrorIOPytorchTractNotISO(
-            f"greedy generation in tract differs from PyTorch's for this f32 model: {generation.summary()}\n"
-            f"torch: {generation.torch_tokens}\ntract: {generation.tract_tokens}"
+            f"greedy generation in tract differs from Hugging Face's for this f32 "
+            f"{checkpoint.architecture.model_type} model ({_family_status(checkpoint)}): "
+            f"{generation.divergence()}; layers: {layout.describe()} ({_layer_classes(model)}). "
+            "Nothing was written. The generic wrapper does not export this family correctly: please report it"
         )
+    if generation.first_divergence is not None:
+        log.warning("generation in tract (%s) departs from PyTorch's: %s", _dtype_str(model.dtype),
+                    generation.divergence())
     return checks, generation
+
+
+def _family_status(checkpoint: Checkpoint) -> str:
+    return "a tested family" if checkpoint.architecture.tested else "not a tested family"
+
+
+def _layer_classes(model: Any) -> str:
+    """The decoder layer classes of ``model`` (``LlamaDecoderLayer``), for messages."""
+    names = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.endswith(("Layer", "Block"))
+                    and not type(m).__name__.endswith(("CacheLayer", "DynamicLayer"))})
+    return ", ".join(names) or type(model).__name__
+
+
+def _warn_if_untested(checkpoint: Checkpoint) -> None:
+    architecture = checkpoint.architecture
+    if not architecture.tested:
+        log.warning(
+            "model_type %r is not among the tested families and was exported without verification (-nv): "
+            "the artefact may compute something else than transformers. Export without -nv to verify it "
+            "(tested: %s)", architecture.model_type, tested_list(),
+        )
 
 
 class _KeepOutputs(TractNNEF):
@@ -261,6 +296,22 @@ class _KeepOutputs(TractNNEF):
                     debug_bundle_path: Optional[Path] = None) -> Any:
         self.traced_outputs = list(model_info.flat_outputs)
         return super().post_export(model_info, nnef_graph, exported_filepath, debug_bundle_path)
+
+
+@contextmanager
+def _generic_wrapper_errors(checkpoint: Checkpoint) -> Iterator[None]:
+    """The model's own errors when the generic wrapper runs it (a cache or mask layout this
+    family does not take) as a fastnnef error naming the family."""
+    try:
+        yield
+    except (RuntimeError, TypeError, ValueError, AttributeError, IndexError) as err:
+        if isinstance(err, T2NError):
+            raise
+        architecture = checkpoint.architecture
+        raise T2NErrorNotImplemented(
+            f"the generic LLM wrapper cannot run this {architecture.model_type} model "
+            f"({_family_status(checkpoint)}): {type(checkpoint.model).__name__} raised {type(err).__name__}: {err}"
+        ) from err
 
 
 @contextmanager
