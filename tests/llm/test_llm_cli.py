@@ -55,7 +55,7 @@ def test_choices_come_from_the_enums_and_registry(capsys: pytest.CaptureFixture[
     assert "{min_max_q4_0,min_max_q4_0_all,min_max_q4_0_with_embeddings,min_max_q4_0_with_embeddings_99}" in text
     assert "--export-dir-struct {deep,flat}" in text
     assert "{exact,approximate,close,very,super,ultra}" in text
-    assert "Supported model types: gemma, gemma2, gpt2" in text
+    assert "tested model types: apertus, arcee, codegen, cohere, cohere2" in text
 
 
 @pytest.mark.parametrize("flag", sorted(UNSUPPORTED_FLAGS))

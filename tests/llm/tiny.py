@@ -134,7 +134,50 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         max_position_embeddings=64, word_embed_proj_dim=32, init_std=INIT, bos_token_id=1, eos_token_id=2,
         pad_token_id=0,
     ),
+    "phimoe": lambda: _decoder(
+        transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 5.0, 8.0], "short_mscale": 1.0,
+            "long_mscale": 1.0,
+        },
+    ),
 }
+
+
+# Configs of families refused up front (architectures.refusal): only their config.json
+# is written, as the refusal comes before any weight is read.
+REFUSED: dict[str, Callable[[], Any]] = {
+    "deepseek_v3": lambda: _decoder(
+        transformers.DeepseekV3Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+        first_k_dense_replace=1, n_group=1, topk_group=1, num_key_value_heads=4,
+    ),
+    "deepseek_v2": lambda: _decoder(
+        transformers.DeepseekV2Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+        first_k_dense_replace=1, num_key_value_heads=4,
+    ),
+    "qwen3_next": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
+    ),
+    "lfm2": lambda: _decoder(transformers.Lfm2Config, layer_types=["conv", "full_attention"]),
+    "phimoe": lambda: _decoder(
+        transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 5.0, 8.0], "short_mscale": 1.0,
+            "long_mscale": 1.2,
+        },
+    ),
+}
+
+
+def model_type_of(name: str) -> str:
+    """The model_type a config name tests (``mistral-window`` tests ``mistral``)."""
+    return name.split("-")[0]
 
 
 def build(name: str, dtype: torch.dtype = torch.float32) -> Any:

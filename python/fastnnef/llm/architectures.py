@@ -15,7 +15,8 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   layers the wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent state of
   gated-delta-net ``linear_attention``, convolution and Mamba layers), multi-head latent
   attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi-K2; the generic wrapper's cache has
-  the wrong shape for it), and a config without the fields the cache layout needs.
+  the wrong shape for it), configs of a family known to export wrongly
+  (``REFUSED_CONFIGS``), and a config without the fields the cache layout needs.
 
 ``KVLayout`` is read from the config: the cache shape ``[1, n_kv_heads, P, head_dim]``
 per layer, and each layer's attention window (transformers' own per-layer table, so
@@ -25,7 +26,7 @@ gemma2's alternating sliding/full layers and windowed Mistral are honoured).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 
@@ -75,6 +76,8 @@ TESTED: dict[str, Architecture] = {
         Architecture("qwen2", "Qwen2, Qwen2.5", "q/k/v biases"),
         Architecture("qwen3", "Qwen3", "q/k RMSNorm"),
         Architecture("phi3", "Phi-3, Phi-3.5, Phi-4-mini", "long-rope (short and long factors)",
+                     recompute_past_field="original_max_position_embeddings"),
+        Architecture("phimoe", "Phi-3.5-MoE", "long-rope with scales, mixture of experts",
                      recompute_past_field="original_max_position_embeddings"),
         Architecture("phi", "Phi-1, Phi-1.5, Phi-2", "partial rotary, parallel block"),
         Architecture("gemma", "Gemma"),
@@ -149,9 +152,26 @@ def architecture_of(config: Any) -> Architecture:
     return TESTED.get(model_type) or Architecture(model_type, model_type, tested=False)
 
 
+def _phimoe_mscales(config: Any) -> Optional[str]:
+    rope = getattr(config, "rope_parameters", None) or {}
+    short, long = rope.get("short_mscale"), rope.get("long_mscale")
+    if short != long:
+        return (f"its rotary embedding picks short_mscale={short} or long_mscale={long} with a Python branch on the "
+                "sequence length, which a traced graph freezes to one of them")
+    return None
+
+
+# Families of which some configs are known to export wrongly: model_type -> the reason
+# for a given config, or None.
+REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales}
+
+
 def refusal(config: Any) -> Optional[str]:
     """Why the generic wrapper cannot export this config, or None when it is attempted."""
     text = config.get_text_config(decoder=True)
+    specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
+    if specific is not None and specific(text) is not None:
+        return specific(text)
     if getattr(text, MLA_FIELD, None):
         return (f"it uses multi-head latent attention ({MLA_FIELD}={getattr(text, MLA_FIELD)}), whose cache the "
                 "generic wrapper does not lay out (DeepSeek-V2/V3, Kimi-K2)")

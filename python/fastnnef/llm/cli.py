@@ -18,7 +18,7 @@ from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registr
 from fastnnef.exceptions import T2NError
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
-from fastnnef.llm.architectures import supported_list
+from fastnnef.llm.architectures import tested_list
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct
 from fastnnef.llm.progress import Progress
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
@@ -38,7 +38,8 @@ UNSUPPORTED_FLAGS = {
 
 DESCRIPTION = (
     "Export a Hugging Face causal LM with its KV cache to NNEF for tract, from the local disk, and verify it "
-    f"by greedy generation in tract. Supported model types: {supported_list()}."
+    "by greedy generation in tract. Any model type transformers builds is attempted and verification decides; "
+    f"tested model types: {tested_list()}."
 )
 
 
