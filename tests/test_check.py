@@ -384,7 +384,7 @@ def test_an_older_tract_binary_gets_only_flags_it_knows(tmp_path: Path, version:
     check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="very", tract_binary_path=script)
     argv = log.read_text().splitlines()
     assert argv[1:] == ["--nnef-tract-core", "--nnef-tract-pulse", *flags, "-O", "run", "--input-from-bundle",
-                        argv[-5 - len(approx)], "--assert-output-bundle", argv[-3 - len(approx)],
+                        argv[-4 - len(approx)], "--assert-output-bundle", argv[-2 - len(approx)],
                         "--allow-float-casts", *approx]
     assert "--nnef-tract-transformers" not in argv
 
