@@ -36,7 +36,8 @@ from fastnnef.exceptions import (
     T2NErrorNotImplemented,
 )
 from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.inference_target.base import as_version
+from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
@@ -52,6 +53,7 @@ from fastnnef.llm.verify import (
 )
 from fastnnef.llm.wrapper import KVCacheLM, assertions, dynamic_axes, io_names
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
+from fastnnef.utils import SemanticVersion
 
 log = logging.getLogger("fastnnef.llm")
 
@@ -81,6 +83,8 @@ class LLMExportReport:
     bundle_checks: list[BundleCheck] = field(default_factory=list)
     generation: Optional[GenerationCheck] = None
     verified: bool = False  # False with no_verify
+    tract_binary: Optional[str] = None  # tract_specific_path
+    binary_checks: list[str] = field(default_factory=list)  # the bundles that binary passed
 
     def summary(self) -> str:
         lines = [f"exported {self.model_type} ({self.n_parameters:,} parameters, {self.weight_dtype}"
@@ -90,6 +94,8 @@ class LLMExportReport:
             lines.append("not verified (no_verify)")
         for check in self.bundle_checks:
             lines.append(f"tract {check.name}: {'ok' if check.ok else 'FAILED'}")
+        for name in self.binary_checks:
+            lines.append(f"{self.tract_binary} {name}: ok")
         if self.generation is not None:
             lines.append(f"generation: {self.generation.summary()}")
         return "\n".join(lines)
@@ -117,6 +123,9 @@ def dump_llm(
     sample_generation_total_size: int = 6,
     no_verify: bool = False,
     trust_remote_code: bool = False,
+    tract_specific_path: Optional[PathLike] = None,
+    tract_specific_version: Optional[str] = None,
+    force_inputs_dtype: Optional[str] = None,
     progress: Optional[Progress] = None,
 ) -> LLMExportReport:
     """Export a causal LM from the local disk to ``export_dirpath`` (see the module docstring).
@@ -124,6 +133,14 @@ def dump_llm(
     The parameters are torch_to_nnef_llm's ``dump_llm`` keywords that make sense offline
     (``fastnnef-llm --help`` describes each); ``trust_remote_code`` defaults to False.
     ``progress`` shows phases and the weight writing (default: on a terminal only).
+
+    ``tract_specific_path``: a tract binary that also checks every test bundle (through
+    ``TractCli``: only the flags its version knows); the artefact then targets that
+    version. ``tract_specific_version``: the tract version the artefact targets (nothing is
+    downloaded: verification runs in the linked tract). They exclude each other, as in
+    the reference. ``force_inputs_dtype`` (``-idt``) is accepted when it is the cache dtype
+    the model gives (f32, or f16 for half-precision models); the cache takes the model's
+    dtype, so ``-dt`` chooses it.
 
     Example::
 
@@ -139,6 +156,7 @@ def dump_llm(
     tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
     compress = _compressor(compression_method, compression_registry)
     _check_counts(num_logits_to_keep, sample_generation_total_size)
+    tract_binary, target_version = _tract_target(tract_specific_path, tract_specific_version)
     target = Path(export_dirpath)
     if target.exists() and not ignore_already_exist_dir:
         raise T2NErrorInvalidArgument(
@@ -164,6 +182,7 @@ def dump_llm(
     _check_positions(layout.max_positions, sample_generation_total_size)
     # tract has no bf16: a bf16 model computes in f32 there, with f32 caches.
     cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
+    _check_inputs_dtype(force_inputs_dtype, cache_dtype)
     wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
     runner = TorchRunner(wrapper, model.dtype)
 
@@ -187,7 +206,7 @@ def dump_llm(
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
         inference_target = _KeepOutputs(
-            TractNNEF.latest_version(), check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
+            target_version, check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
             specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
             dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
@@ -208,6 +227,7 @@ def dump_llm(
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 
         bundle_checks: list[BundleCheck] = []
+        binary_checks: list[str] = []
         generation: Optional[GenerationCheck] = None
         if no_verify:
             _warn_if_untested(checkpoint)
@@ -221,6 +241,9 @@ def dump_llm(
                     artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
                     tokens[:, :total], checkpoint, layout,
                 )
+                if tract_binary is not None:
+                    binary_checks = _check_with_binary(tract_binary, artefact_path, tests_dir,
+                                                       [example, *modes], tolerance)
             if test_display_token_gens:
                 sys.stdout.write(_display(generation))
         files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
@@ -234,6 +257,7 @@ def dump_llm(
         modes=[b.name for b in modes], model_type=checkpoint.architecture.model_type, n_parameters=n_parameters,
         weight_dtype=weight_dtype, cache_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
         timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not no_verify,
+        binary_checks=binary_checks, tract_binary=str(tract_binary.tract_path) if tract_binary else None,
     )
     progress.phase(f"done in {timings['total']:.1f} s: {report.model_path}")
     return report
@@ -263,6 +287,39 @@ def _verify(
         log.warning("generation in tract (%s) departs from PyTorch's: %s", _dtype_str(model.dtype),
                     generation.divergence())
     return checks, generation
+
+
+def _check_inputs_dtype(forced: Optional[str], cache_dtype: torch.dtype) -> None:
+    if forced is not None and forced != _dtype_str(cache_dtype):
+        raise T2NErrorNotImplemented(
+            f"-idt/--force-inputs-dtype {forced}: the cache inputs take the model's dtype, {_dtype_str(cache_dtype)} "
+            f"here; load the model in {forced} with -dt/--force-module-dtype instead"
+        )
+
+
+def _tract_target(path: Optional[PathLike], version: Optional[str]) -> tuple[Optional[TractCli], SemanticVersion]:
+    """The tract binary that also checks the bundles (None: only the linked tract), and the
+    version the artefact targets: the binary's, the one asked for, or the latest."""
+    if path is not None and version is not None:
+        raise T2NErrorInvalidArgument(
+            "--tract-specific-path and --tract-specific-version exclude each other (as in torch_to_nnef_llm): the "
+            "binary's version is the target version"
+        )
+    if path is not None:
+        binary = TractCli(Path(path))
+        return binary, binary.version
+    if version is not None:
+        return None, as_version(version)
+    return None, TractNNEF.latest_version()
+
+
+def _check_with_binary(binary: TractCli, artefact_path: Path, tests_dir: Path, bundles: list[Bundle],
+                       tolerance: str) -> list[str]:
+    """Every saved bundle through the tract binary's own check (its exit code decides)."""
+    for bundle in bundles:
+        binary.assert_io(artefact_path, tests_dir / f"{bundle.name}_inputs.npz",
+                         tests_dir / f"{bundle.name}_outputs.npz", check_tolerance=tolerance)
+    return [b.name for b in bundles]
 
 
 def _family_status(checkpoint: Checkpoint) -> str:
