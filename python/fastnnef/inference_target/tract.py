@@ -578,7 +578,7 @@ class TractCli:
         nnef_path: Path,
         input_bundle_path: Path,
         output_bundle_path: Path,
-        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> List[str]:
         """The command that checks ``nnef_path`` on the input bundle against the output
         bundle at ``check_tolerance`` (``fastnnef check ...`` for the linked tract)."""
@@ -623,7 +623,7 @@ class TractCli:
         input_bundle_path: Path,
         output_bundle_path: Path,
         raise_exception: bool = True,
-        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> bool:
         """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
         raises ``T2NErrorIOPytorchTractNotISO`` (or, without ``raise_exception``, is logged

@@ -2,14 +2,19 @@
 with tract's KV cache against Hugging Face's own ``generate``.
 
 - Every bundle (the traced example and each mode of ``modes.json``) is run through the
-  artefact and compared with PyTorch's outputs at the requested tolerance.
+  artefact and compared with PyTorch's outputs at the requested tolerance; a failure
+  fails the export whatever the dtype (for Q4_0 both engines run the same dequantized
+  values).
 - Generation: the artefact processes the prompt (P = 0), then generates token by token
   (S = 1) from its own output cache. Hugging Face's ``generate`` runs greedily on the
   same model, with its own cache classes and masks (sliding windows included), so a
   wrong position, mask or cache in the export shows up as different tokens. For f32
   models the tokens must be equal; otherwise (f16, bf16, Q4_0) the first divergence
-  and the agreement rate are reported. The agreement rate is teacher-forced: at each
-  step tract is fed PyTorch's previous tokens and its next token is compared.
+  and the agreement rate are reported, not gated: the engines round half precision
+  differently, one different rounding flips a close argmax and the sequences then part
+  for good, so token equality says little there, while each step's numerics are gated
+  by the bundles. The agreement rate is teacher-forced: at each step tract is fed
+  PyTorch's previous tokens and its next token is compared.
 
 A divergence at a near tie (tract's logits for both tokens within 1e-4 relative) is
 reported as such and does not fail an f32 check: float rounding may pick either.
@@ -17,7 +22,6 @@ reported as such and does not fail an f32 check: float rounding may pick either.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -30,8 +34,6 @@ from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO
 from fastnnef.llm.bundles import Bundle
 
 NEAR_TIE = 1e-4
-
-log = logging.getLogger("fastnnef.llm")
 
 
 @dataclass
