@@ -163,6 +163,9 @@ REFUSED: dict[str, Callable[[], Any]] = {
         shared_expert_intermediate_size=32, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
         linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
     ),
+    "mpt": lambda: transformers.MptConfig(
+        n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
+    ),
     "lfm2": lambda: _decoder(transformers.Lfm2Config, layer_types=["conv", "full_attention"]),
     "phimoe": lambda: _decoder(
         transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,

@@ -13,7 +13,7 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   unverified.
 - ``refusal`` names what is known not to work, before anything is loaded: attention
   layers the wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent state of
-  gated-delta-net ``linear_attention``, convolution and Mamba layers), multi-head latent
+  ``linear_attention`` layers (gated delta net, Mamba), convolution and hybrid layers), multi-head latent
   attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi-K2; the generic wrapper's cache has
   the wrong shape for it), configs of a family known to export wrongly
   (``REFUSED_CONFIGS``), and a config without the fields the cache layout needs.
@@ -36,8 +36,8 @@ SLIDING_ATTENTION = "sliding_attention"
 # Layer types (transformers' config.layer_types) whose state is not a key/value cache:
 # their recurrent or convolution state would need extra cache inputs the wrapper lacks.
 REFUSED_LAYER_TYPES = {
-    "linear_attention": "gated-delta-net linear attention keeps a recurrent and a convolution state, "
-                        "not a key/value cache",
+    "linear_attention": "linear-attention layers (gated delta net, Mamba) keep a recurrent and a "
+                        "convolution state, not a key/value cache",
     "conv": "short-convolution layers keep a convolution state, not a key/value cache",
     "mamba": "Mamba layers keep a recurrent state, not a key/value cache",
     "hybrid": "hybrid attention + Mamba layers keep a recurrent state besides the key/value cache",
@@ -161,9 +161,14 @@ def _phimoe_mscales(config: Any) -> Optional[str]:
     return None
 
 
+def _mpt(config: Any) -> Optional[str]:
+    return ("its ALiBi attention biases are sliced from a table by the sequence length, which the exported graph "
+            "fails to run in tract")
+
+
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
-REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales}
+REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
 
 
 def refusal(config: Any) -> Optional[str]:
