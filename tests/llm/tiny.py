@@ -54,6 +54,20 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.Gemma3TextConfig, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
         layer_types=["sliding_attention", "full_attention"],
     ),
+    "gemma3": lambda: transformers.Gemma3Config(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=VOCAB, max_position_embeddings=64, initializer_range=INIT, head_dim=8, sliding_window=4,
+            query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"], bos_token_id=1,
+            eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+            patch_size=8,
+        ),
+        mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2, eoi_token_index=VOCAB - 3,
+        initializer_range=INIT, tie_word_embeddings=False,
+    ),
     "qwen3_moe": lambda: _decoder(
         transformers.Qwen3MoeConfig, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
     ),
