@@ -128,6 +128,19 @@ def test_known_failures_are_refused_up_front(model_type: str, tmp_path: Path) ->
            rf"{REFUSALS[model_type]}.*Tested families: apertus, ", local_dir=directory)
 
 
+def test_mla_without_its_refusal_fails_in_the_generic_wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why MLA is refused: attempted anyway, the generic wrapper's cache does not fit it;
+    the model's own error comes back as a fastnnef error naming the family."""
+    import transformers
+
+    torch.manual_seed(0)
+    directory = tmp_path / "deepseek_v3"
+    transformers.AutoModelForCausalLM.from_config(REFUSED["deepseek_v3"]()).save_pretrained(directory)
+    monkeypatch.setattr(architectures, "refusal", lambda config: None)
+    _fails(tmp_path, T2NErrorNotImplemented, r"the generic LLM wrapper cannot run this deepseek_v3 model \(not a tested "
+           r"family\): DeepseekV3ForCausalLM raised RuntimeError: ", local_dir=directory)
+
+
 def test_a_config_missing_a_field_names_it(tmp_path: Path) -> None:
     import transformers
 
