@@ -11,12 +11,13 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   generated from it (``families_markdown``), and a test keeps the two equal. A family
   outside it is attempted; with ``no_verify`` it is exported with a warning that it is
   unverified.
-- ``refusal`` names what is known not to work, before anything is loaded: attention
-  layers the wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent state of
-  ``linear_attention`` layers (gated delta net, Mamba), convolution and hybrid layers), multi-head latent
-  attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi-K2; the generic wrapper's cache has
-  the wrong shape for it), configs of a family known to export wrongly
-  (``REFUSED_CONFIGS``), and a config without the fields the cache layout needs.
+- ``refusal`` names what is known not to work, before anything is loaded: layers the
+  wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent and convolution states
+  of ``linear_attention`` (gated delta net, Mamba), ``conv`` and ``hybrid`` layers),
+  multi-head latent attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi; the generic
+  wrapper's cache has the wrong shape for it), configs of a family known to export
+  wrongly (``REFUSED_CONFIGS``); ``architecture_of`` also names a config field the cache
+  layout needs and lacks.
 
 ``KVLayout`` is read from the config: the cache shape ``[1, n_kv_heads, P, head_dim]``
 per layer, and each layer's attention window (transformers' own per-layer table, so
