@@ -340,28 +340,6 @@ def check_artefact(
     return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path)
 
 
-def _tract_cli_command(tract: Path, artefact: Path, inputs: Path, outputs: Path, tolerance: str) -> list[str]:
-    approx = (
-        ["--approx-custom", tolerance[len("custom:") :]] if tolerance.startswith("custom:") else ["--approx", tolerance]
-    )
-    return [
-        os.fspath(tract),
-        os.fspath(artefact),
-        "--nnef-tract-core",
-        "--nnef-tract-pulse",
-        "--nnef-tract-extra",
-        "--nnef-tract-transformers",
-        "-O",
-        "run",
-        "--input-from-bundle",
-        os.fspath(inputs),
-        "--assert-output-bundle",
-        os.fspath(outputs),
-        "--allow-float-casts",
-        *approx,
-    ]
-
-
 def _check_with_cli(
     artefact: Path,
     ins: dict[str, np.ndarray],
@@ -371,11 +349,15 @@ def _check_with_cli(
     debug_bundle_path: Optional[os.PathLike],
 ) -> None:
     # The one place fastnnef starts a process: the user asked for a specific tract binary.
+    # Its command comes from TractCli, which gives each version only the flags it knows
+    # (imported here: inference_target.tract builds on this module).
+    from fastnnef.inference_target.tract import TractCli
+
     with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
         inputs, outputs = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")
         np.savez(inputs, **ins)
         np.savez(outputs, **outs)
-        cmd = _tract_cli_command(tract, artefact, inputs, outputs, tolerance)
+        cmd = TractCli(tract).assert_io_cmd_str(artefact, inputs, outputs, tolerance)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode == 0:
         return

@@ -40,6 +40,21 @@ def test_sliding_window_is_honoured_beyond_the_window(
     assert torch_generate(unwindowed, prompt, 16) != generation.torch_tokens
 
 
+def test_long_rope_switches_to_the_long_factors(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """Prompt (6) + 16 tokens pass original_max_position_embeddings (16): transformers
+    switches to the long factors and re-processes the sequence; tract's tokens follow, and
+    the long factors matter for these weights (short factors only give other tokens)."""
+    report = dump_llm(tmp_path / "out", local_dir=checkpoint("phi3-longrope"))
+    generation = report.generation
+    assert generation is not None and generation.tract_tokens == generation.torch_tokens
+    short_only = build("phi3-longrope")
+    rope = short_only.config.rope_parameters
+    assert len(generation.prompt) + len(generation.torch_tokens) > rope["original_max_position_embeddings"]
+    rope["long_factor"] = rope["short_factor"]
+    short_only.model.rotary_emb.long_inv_freq = short_only.model.rotary_emb.original_inv_freq
+    assert torch_generate(short_only, torch.tensor([generation.prompt]), 16) != generation.torch_tokens
+
+
 def test_positions_come_from_the_past_length(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     """phi computes positions from its cache's length (the reference pins it to 0): the
     continuation bundles and 16 generated tokens match Hugging Face."""

@@ -1,6 +1,7 @@
 """Half precision, bf16 checkpoints and Q4_0 weights: the artefact's dtypes follow the
-documented policy, every bundle runs in tract, and generation reports the first
-divergence and the agreement rate (these engines round differently)."""
+documented policy, every bundle passes in tract at the chosen tolerance (a failure fails
+the export, whatever the dtype), and generation reports the first divergence and the
+agreement rate (these engines round differently)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
+import pytest
 import torch
 
 from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO
 from fastnnef.llm import dump_llm
 
 
@@ -47,6 +50,8 @@ def test_bf16_checkpoint_runs_in_f32(checkpoint: Callable[..., Path], tmp_path: 
     artefact = TractArtefact.load(report.model_path)
     assert [dtype for dtype, _ in artefact.input_facts] == ["i64"] + ["f32"] * 4
     assert artefact.properties["main_base_weight_dtype"] == "bf16"
+    assert [c.name for c in report.bundle_checks] == ["export", "prompt", "prompt_with_past", "text_generation"]
+    assert all(c.ok for c in report.bundle_checks), report.summary()
     _generation_reported(report)
 
 
@@ -60,3 +65,12 @@ def test_q4_0(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
         assert q_proj.size == 128 + 32 * 32 // 32 * 18  # 18 bytes per block of 32 weights
     assert all(c.ok for c in report.bundle_checks), report.summary()
     _generation_reported(report)
+
+
+def test_a_failed_bundle_fails_a_half_precision_export(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """f16 rounds differently in PyTorch and tract: tract's exact check cannot pass, and
+    the export fails (it was a warning before) leaving nothing behind."""
+    with pytest.raises(T2NErrorIOPytorchTractNotISO, match=r"differ from PyTorch's at tolerance exact on bundle"):
+        dump_llm(tmp_path / "out", local_dir=checkpoint("llama"), force_module_dtype="f16",
+                 tract_check_io_tolerance="exact")
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ export directory exists (or with an existing one untouched), and no staging left
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -15,10 +16,12 @@ from safetensors.torch import load_file, save_file
 from fastnnef.exceptions import (
     T2NError,
     T2NErrorInvalidArgument,
+    T2NErrorIOPytorchTractNotISO,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
 )
-from fastnnef.llm import dump_llm
+from fastnnef.llm import architectures, dump_llm
+from tests.llm.tiny import REFUSED
 
 
 def _copy(checkpoint: Path, tmp_path: Path) -> Path:
@@ -106,16 +109,86 @@ def test_remote_code_is_not_run_unless_allowed(checkpoint: Callable[..., Path], 
            r"\['AutoModelForCausalLM'\]\).*pass --trust-remote-code", local_dir=directory)
 
 
-def test_unsupported_architecture_lists_the_supported_ones(tmp_path: Path) -> None:
+REFUSALS = {
+    "deepseek_v3": r"it uses multi-head latent attention \(kv_lora_rank=16\)",
+    "deepseek_v2": r"it uses multi-head latent attention \(kv_lora_rank=16\)",
+    "qwen3_next": r"layer 0 is a 'linear_attention' layer: linear-attention layers \(gated delta net, Mamba\) keep a recurrent",
+    "mpt": r"its ALiBi attention biases are sliced from a table by the sequence length",
+    "lfm2": r"layer 0 is a 'conv' layer: short-convolution layers keep a convolution state",
+    "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 with a Python branch on the sequence length",
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSALS))
+def test_known_failures_are_refused_up_front(model_type: str, tmp_path: Path) -> None:
+    """Refused from config.json alone, before any weight is read (there are none here)."""
+    directory = tmp_path / model_type
+    REFUSED[model_type]().save_pretrained(directory)
+    _fails(tmp_path, T2NErrorNotImplemented, rf"model_type '{model_type}' cannot be exported by the LLM exporter: "
+           rf"{REFUSALS[model_type]}.*Tested families: apertus, ", local_dir=directory)
+
+
+def test_mla_without_its_refusal_fails_in_the_generic_wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why MLA is refused: attempted anyway, the generic wrapper's cache does not fit it;
+    the model's own error comes back as a fastnnef error naming the family."""
     import transformers
 
-    directory = tmp_path / "opt"
-    config = transformers.OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2,
-                                    vocab_size=64, max_position_embeddings=64, word_embed_proj_dim=16)
-    transformers.OPTForCausalLM(config).save_pretrained(directory)
-    _fails(tmp_path, T2NErrorNotImplemented, r"model_type 'opt' is not supported by the LLM exporter; supported: "
-           r"gemma, gemma2, gpt2, gpt_neox, llama, mistral, mixtral, phi, phi3, qwen2, qwen2_moe, qwen3\.",
-           local_dir=directory)
+    torch.manual_seed(0)
+    directory = tmp_path / "deepseek_v3"
+    transformers.AutoModelForCausalLM.from_config(REFUSED["deepseek_v3"]()).save_pretrained(directory)
+    monkeypatch.setattr(architectures, "refusal", lambda config: None)
+    _fails(tmp_path, T2NErrorNotImplemented, r"the generic LLM wrapper cannot run this deepseek_v3 model \(not a tested "
+           r"family\): DeepseekV3ForCausalLM raised RuntimeError: ", local_dir=directory)
+
+
+def test_a_config_missing_a_field_names_it(tmp_path: Path) -> None:
+    import transformers
+
+    directory = tmp_path / "bloom"
+    transformers.BloomConfig(n_layer=1, hidden_size=16, n_head=2, vocab_size=64).save_pretrained(directory)
+    _fails(tmp_path, T2NErrorInvalidArgument, r"config\.json of this bloom model has no max_position_embeddings, "
+           r"which the LLM exporter needs to lay out the KV cache", local_dir=directory)
+
+
+def _untested(monkeypatch: pytest.MonkeyPatch, model_type: str) -> None:
+    """``model_type`` as a family outside the tested table (an unknown one to the exporter)."""
+    monkeypatch.setattr(architectures, "TESTED", {k: v for k, v in architectures.TESTED.items() if k != model_type})
+
+
+def test_an_untested_family_is_attempted_and_verified(checkpoint: Callable[..., Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _untested(monkeypatch, "opt")
+    report = dump_llm(tmp_path / "out", local_dir=checkpoint("opt"))
+    generation = report.generation
+    assert report.model_type == "opt" and generation is not None
+    assert generation.tract_tokens == generation.torch_tokens and all(c.ok for c in report.bundle_checks)
+
+
+def test_an_untested_family_without_verification_is_a_warning(
+    checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _untested(monkeypatch, "opt")
+    with caplog.at_level(logging.WARNING, logger="fastnnef.llm"):
+        dump_llm(tmp_path / "out", local_dir=checkpoint("opt"), no_verify=True)
+    assert "model_type 'opt' is not among the tested families and was exported without verification (-nv)" \
+        in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fastnnef.llm"):
+        dump_llm(tmp_path / "tested", local_dir=checkpoint("llama"), no_verify=True)
+    assert "not among the tested families" not in caplog.text
+
+
+def test_a_family_failing_verification_names_the_divergence(
+    checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """phi3's generation re-processes the sequence when long-rope switches factors; an
+    exporter unaware of it (phi3 as an untested family) gets other tokens from tract."""
+    _untested(monkeypatch, "phi3")
+    _fails(tmp_path, T2NErrorIOPytorchTractNotISO, r"greedy generation in tract differs from Hugging Face's for this "
+           r"f32 phi3 model \(not a tested family\): at generated token \d+ of 16 \(after the 6-token prompt "
+           r"\[[\d, ]+\] and \[[\d, ]*\]\), PyTorch picks token \d+ and tract \d+; teacher-forced agreement "
+           r"[\d.]+%; layers: 2 full_attention \(Phi3DecoderLayer\)\. Nothing was written",
+           local_dir=checkpoint("phi3-longrope"))
 
 
 def test_existing_directory_is_left_alone(checkpoint: Callable[..., Path], tmp_path: Path) -> None:

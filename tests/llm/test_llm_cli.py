@@ -3,7 +3,9 @@ exit code 2. (Named apart from tests/test_cli.py: pytest needs unique basenames.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,8 @@ from typing import Callable
 import pytest
 
 import fastnnef
-from fastnnef.llm.cli import UNSUPPORTED_FLAGS, build_parser, main
+from fastnnef.check import TractArtefact
+from fastnnef.llm.cli import NOT_APPLICABLE, build_parser, main
 
 
 def test_export_verify_and_display(checkpoint: Callable[..., Path], tmp_path: Path,
@@ -55,16 +58,95 @@ def test_choices_come_from_the_enums_and_registry(capsys: pytest.CaptureFixture[
     assert "{min_max_q4_0,min_max_q4_0_all,min_max_q4_0_with_embeddings,min_max_q4_0_with_embeddings_99}" in text
     assert "--export-dir-struct {deep,flat}" in text
     assert "{exact,approximate,close,very,super,ultra}" in text
-    assert "Supported model types: gemma, gemma2, gpt2" in text
+    assert "tested model types: apertus, arcee, codegen, cohere, cohere2" in text
 
 
-@pytest.mark.parametrize("flag", sorted(UNSUPPORTED_FLAGS))
-def test_reference_only_flags_are_explained(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["-s", "x/y", "-e", "out", flag, "1"]) == 2
-    assert capsys.readouterr().err == (
-        f"fastnnef-llm: error: {flag} (a torch_to_nnef_llm flag) is not available in fastnnef-llm: "
-        f"{UNSUPPORTED_FLAGS[flag]}\n"
+def _fake_tract(tmp_path: Path, version: str, exit_code: int = 0) -> tuple[Path, Path]:
+    """A stand-in tract binary (no real one on this machine, none is downloaded): answers
+    ``--version`` and records each command line."""
+    script, log = tmp_path / "tract", tmp_path / "argv.txt"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "--version" ]; then echo "tract {version}"; exit 0; fi\n'
+        f'echo "$@" >> {log}\necho "fake tract: mismatch" >&2\nexit {exit_code}\n'
     )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, log
+
+
+def test_tract_specific_path_checks_every_bundle_with_the_flags_its_version_knows(
+    checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary, log = _fake_tract(tmp_path, "0.21.13")
+    out = tmp_path / "out"
+    assert main(["-d", str(checkpoint("llama")), "-e", str(out), "--tract-specific-path", str(binary),
+                 "-tt", "very"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    modes = ["export", "prompt", "prompt_with_past", "text_generation"]
+    assert [line for line in lines if line.startswith(str(binary))] == [f"{binary} {m}: ok" for m in modes]
+    commands = [line.split() for line in log.read_text().splitlines()]
+    assert [c[c.index("--input-from-bundle") + 1].rsplit("/", 1)[1] for c in commands] == \
+        [f"{m}_inputs.npz" for m in modes]
+    for command in commands:
+        assert command[1:6] == ["--nnef-tract-core", "--nnef-tract-pulse", "--nnef-tract-extra", "-O", "run"]
+        assert command[-3:] == ["--allow-float-casts", "--approx", "very"]  # no --nnef-tract-transformers
+    assert TractArtefact.load(out / "model" / "model.nnef.tgz").properties["tract_target_version"] == "0.21.13"
+
+
+def test_a_tract_binary_rejecting_a_bundle_fails_the_export(
+    checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    binary, _ = _fake_tract(tmp_path, "0.23.8", exit_code=1)
+    out = tmp_path / "out"
+    assert main(["-d", str(checkpoint("llama")), "-e", str(out), "--tract-specific-path", str(binary)]) == 2
+    err = capsys.readouterr().err
+    assert "T2NErrorIOPytorchTractNotISO" in err and "--nnef-tract-transformers" in err
+    assert "exited with code 1:\nfake tract: mismatch" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["argv.txt", "tract"]  # nothing left behind
+
+
+def test_tract_specific_path_and_version_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["-s", "a/b", "-e", "out", "--tract-specific-path", "t", "--tract-specific-version", "0.21.13"])
+    assert "not allowed with argument --tract-specific-path" in capsys.readouterr().err
+
+
+def test_tract_specific_version_is_the_target(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    assert main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "out"), "--tract-specific-version",
+                 "0.22.0", "-nv"]) == 0
+    props = TractArtefact.load(tmp_path / "out" / "model" / "model.nnef.tgz").properties
+    assert props["tract_target_version"] == "0.22.0"
+
+
+def test_reference_flags_without_effect_are_accepted(
+    checkpoint: Callable[..., Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    flags = ["--hf-download-n-retries", "3", "--device-map", "t2n_offload_disk", "-mp", "--upcast-quant", "any",
+             "--transformers-experts-implementation", "batched_mm", "-idt", "f32"]
+    with caplog.at_level(logging.INFO, logger="fastnnef.llm"):
+        assert main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "out"), "-nv", "-v", *flags]) == 0
+    for dest, reason in NOT_APPLICABLE.items():
+        assert f"--{dest.replace('_', '-')} ignored: {reason}" in caplog.text
+
+
+def test_force_inputs_dtype_other_than_the_models_is_explained(
+    checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "out"), "-idt", "f16"]) == 2
+    assert "-idt/--force-inputs-dtype f16: the cache inputs take the model's dtype, f32 here; load the model in " \
+        "f16 with -dt/--force-module-dtype instead" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_check_exits_non_zero(checkpoint: Callable[..., Path], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """phi3 as an untested family (the long-rope recompute unknown): generation diverges."""
+    from fastnnef.llm import architectures
+
+    monkeypatch.setattr(architectures, "TESTED", {k: v for k, v in architectures.TESTED.items() if k != "phi3"})
+    assert main(["-d", str(checkpoint("phi3-longrope")), "-e", str(tmp_path / "out")]) == 2
+    assert "greedy generation in tract differs from Hugging Face's" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_errors_are_messages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -50,7 +50,151 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.Qwen2MoeConfig, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
         shared_expert_intermediate_size=48, decoder_sparse_step=1,
     ),
+    "gemma3_text": lambda: _decoder(
+        transformers.Gemma3TextConfig, head_dim=8, sliding_window=4, query_pre_attn_scalar=8,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
+    "gemma3": lambda: transformers.Gemma3Config(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=VOCAB, max_position_embeddings=64, initializer_range=INIT, head_dim=8, sliding_window=4,
+            query_pre_attn_scalar=8, layer_types=["sliding_attention", "full_attention"], bos_token_id=1,
+            eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+            patch_size=8,
+        ),
+        mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2, eoi_token_index=VOCAB - 3,
+        initializer_range=INIT, tie_word_embeddings=False,
+    ),
+    "qwen3_moe": lambda: _decoder(
+        transformers.Qwen3MoeConfig, head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    ),
+    "gpt_oss": lambda: _decoder(
+        transformers.GptOssConfig, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], swiglu_limit=1.0, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+        },
+    ),
+    "olmo": lambda: _decoder(transformers.OlmoConfig, clip_qkv=1.0),
+    "olmo2": lambda: _decoder(transformers.Olmo2Config),
+    "olmoe": lambda: _decoder(transformers.OlmoeConfig, num_experts=4, num_experts_per_tok=2, clip_qkv=1.0),
+    "granite": lambda: _decoder(
+        transformers.GraniteConfig, embedding_multiplier=3.0, logits_scaling=2.0, residual_multiplier=0.5,
+        attention_multiplier=0.2,
+    ),
+    "granitemoe": lambda: _decoder(
+        transformers.GraniteMoeConfig, num_local_experts=4, num_experts_per_tok=2, embedding_multiplier=3.0,
+        logits_scaling=2.0, residual_multiplier=0.5, attention_multiplier=0.2,
+    ),
+    "smollm3": lambda: _decoder(transformers.SmolLM3Config, no_rope_layer_interval=2),
+    "glm": lambda: _decoder(transformers.GlmConfig, head_dim=8),
+    "glm4": lambda: _decoder(transformers.Glm4Config, head_dim=8),
+    "stablelm": lambda: _decoder(transformers.StableLmConfig, qk_layernorm=True, use_qkv_bias=True),
+    "starcoder2": lambda: _decoder(transformers.Starcoder2Config, sliding_window=4),
+    "cohere": lambda: _decoder(transformers.CohereConfig, logit_scale=0.5, use_qk_norm=False),
+    "helium": lambda: _decoder(transformers.HeliumConfig, head_dim=8),
+    "exaone4": lambda: _decoder(
+        transformers.Exaone4Config, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+    ),
+    "ernie4_5": lambda: _decoder(transformers.Ernie4_5Config, head_dim=8),
+    "gptj": lambda: transformers.GPTJConfig(
+        n_layer=2, n_embd=32, n_head=4, rotary_dim=4, vocab_size=VOCAB, n_positions=64, initializer_range=INIT,
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    ),
+    "falcon": lambda: transformers.FalconConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=64,
+        initializer_range=INIT, bos_token_id=1, eos_token_id=2, new_decoder_architecture=True, num_kv_heads=2,
+    ),
+    "phi3-longrope": lambda: _decoder(
+        transformers.Phi3Config, num_key_value_heads=4, original_max_position_embeddings=16, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 5.0, 8.0],
+        },
+    ),
+    "olmo3": lambda: _decoder(
+        transformers.Olmo3Config, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+    ),
+    "cohere2": lambda: _decoder(
+        transformers.Cohere2Config, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+    ),
+    "seed_oss": lambda: _decoder(transformers.SeedOssConfig, head_dim=8),
+    "apertus": lambda: _decoder(transformers.ApertusConfig),
+    "arcee": lambda: _decoder(transformers.ArceeConfig),
+    "hunyuan_v1_dense": lambda: _decoder(transformers.HunYuanDenseV1Config, head_dim=8),
+    "nemotron": lambda: _decoder(transformers.NemotronConfig, head_dim=8),
+    "persimmon": lambda: _decoder(transformers.PersimmonConfig, num_key_value_heads=None),
+    "diffllama": lambda: _decoder(transformers.DiffLlamaConfig),
+    "glm4_moe": lambda: _decoder(
+        transformers.Glm4MoeConfig, head_dim=8, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        first_k_dense_replace=1, n_group=1, topk_group=1,
+    ),
+    "ernie4_5_moe": lambda: _decoder(
+        transformers.Ernie4_5_MoeConfig, head_dim=8, moe_num_experts=4, moe_k=2, moe_intermediate_size=32,
+        moe_layer_start_index=0,
+    ),
+    "codegen": lambda: transformers.CodeGenConfig(
+        n_layer=2, n_embd=32, n_head=4, rotary_dim=4, vocab_size=VOCAB, n_positions=64, n_ctx=64,
+        initializer_range=INIT, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    ),
+    "gpt_bigcode": lambda: transformers.GPTBigCodeConfig(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=VOCAB, n_positions=64, initializer_range=INIT,
+        bos_token_id=1, eos_token_id=2,
+    ),
+    "opt": lambda: transformers.OPTConfig(
+        num_hidden_layers=2, hidden_size=32, ffn_dim=64, num_attention_heads=4, vocab_size=VOCAB,
+        max_position_embeddings=64, word_embed_proj_dim=32, init_std=INIT, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0,
+    ),
+    "phimoe": lambda: _decoder(
+        transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 5.0, 8.0], "short_mscale": 1.0,
+            "long_mscale": 1.0,
+        },
+    ),
 }
+
+
+# Configs of families refused up front (architectures.refusal): only their config.json
+# is written, as the refusal comes before any weight is read.
+REFUSED: dict[str, Callable[[], Any]] = {
+    "deepseek_v3": lambda: _decoder(
+        transformers.DeepseekV3Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+        first_k_dense_replace=1, n_group=1, topk_group=1, num_key_value_heads=4,
+    ),
+    "deepseek_v2": lambda: _decoder(
+        transformers.DeepseekV2Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+        first_k_dense_replace=1, num_key_value_heads=4,
+    ),
+    "qwen3_next": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
+    ),
+    "mpt": lambda: transformers.MptConfig(
+        n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
+    ),
+    "lfm2": lambda: _decoder(transformers.Lfm2Config, layer_types=["conv", "full_attention"]),
+    "phimoe": lambda: _decoder(
+        transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,
+        rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "short_factor": [1.0, 1.1, 1.2, 1.3], "long_factor": [2.0, 3.0, 5.0, 8.0], "short_mscale": 1.0,
+            "long_mscale": 1.2,
+        },
+    ),
+}
+
+
+def model_type_of(name: str) -> str:
+    """The model_type a config name tests (``mistral-window`` tests ``mistral``)."""
+    return name.split("-")[0]
 
 
 def build(name: str, dtype: torch.dtype = torch.float32) -> Any:

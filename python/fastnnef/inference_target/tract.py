@@ -440,6 +440,16 @@ def _identity_properties() -> Dict[str, str]:
     return props
 
 
+CUSTOM_TOLERANCE_PREFIX = "custom:"  # custom:ATOL,RTOL,OUTLIERS, tract's --approx-custom
+
+
+def _tolerance_value(tolerance: Any) -> str:
+    """A tolerance level's name, or a ``custom:ATOL,RTOL,OUTLIERS`` string as given."""
+    if isinstance(tolerance, str) and tolerance.startswith(CUSTOM_TOLERANCE_PREFIX):
+        return tolerance
+    return str(_to_enum(TractCheckTolerance, tolerance, "check_tolerance").value)
+
+
 def _to_enum(enum_cls: Any, value: Any, param: str) -> Any:
     try:
         return enum_cls(value)
@@ -582,11 +592,11 @@ class TractCli:
         nnef_path: Path,
         input_bundle_path: Path,
         output_bundle_path: Path,
-        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> List[str]:
         """The command that checks ``nnef_path`` on the input bundle against the output
         bundle at ``check_tolerance`` (``fastnnef check ...`` for the linked tract)."""
-        tolerance = _to_enum(TractCheckTolerance, check_tolerance, "check_tolerance").value
+        tolerance = _tolerance_value(check_tolerance)
         if self.tract_path is None:
             return [
                 "fastnnef", "check", str(nnef_path), "--inputs", str(input_bundle_path),
@@ -598,9 +608,18 @@ class TractCli:
         else:
             cmd += ["run", "--input-from-bundle", str(input_bundle_path)]
         cmd += ["--assert-output-bundle", str(output_bundle_path), "--allow-float-casts"]
-        if self.version >= "0.21.7":
-            cmd += ["--approx", tolerance]
-        return cmd
+        return cmd + self._approx_flags(tolerance)
+
+    def _approx_flags(self, tolerance: str) -> List[str]:
+        """The tolerance flags this version knows: none before 0.21.7 (its check is exact);
+        0.21.7 lacks ``very`` and ``ultra`` (``super`` instead, as the reference does)."""
+        if self.version < "0.21.7":
+            return []
+        if tolerance.startswith(CUSTOM_TOLERANCE_PREFIX):
+            return ["--approx-custom", tolerance[len(CUSTOM_TOLERANCE_PREFIX):]]
+        if self.version == "0.21.7" and tolerance in ("very", "ultra"):
+            tolerance = "super"
+        return ["--approx", tolerance]
 
     def run_save_outputs_cmd_str(
         self, nnef_path: Path, input_bundle_path: Path, output_bundle_path: Path
@@ -618,12 +637,12 @@ class TractCli:
         input_bundle_path: Path,
         output_bundle_path: Path,
         raise_exception: bool = True,
-        check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
+        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> bool:
         """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
         raises ``T2NErrorIOPytorchTractNotISO`` (or, without ``raise_exception``, is logged
         and gives ``False``). A binary's verdict is its exit code."""
-        tolerance = _to_enum(TractCheckTolerance, check_tolerance, "check_tolerance").value
+        tolerance = _tolerance_value(check_tolerance)
         try:
             if self.tract_path is None:
                 from fastnnef.check import check_artefact

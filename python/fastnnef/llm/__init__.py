@@ -8,7 +8,7 @@
 ``cli.py``          the command line (flags from ``options.py`` and the registries)
 ``options.py``      the option choices (dtypes, layouts, attention implementations)
 ``load.py``         finding, checking and loading a checkpoint (offline only)
-``architectures.py``  supported ``model_type`` values and the cache layout of a config
+``architectures.py``  tested and refused ``model_type`` values, the cache layout of a config
 ``wrapper.py``      the traced module: flat cache in and out, positions and masks
 ``cache.py``        flat tensors <-> transformers' cache object
 ``moe.py``          mixture-of-experts blocks in a traceable (dense) form

@@ -29,10 +29,16 @@ import torch
 
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
-from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO
+from fastnnef.exceptions import (
+    T2NError,
+    T2NErrorInvalidArgument,
+    T2NErrorIOPytorchTractNotISO,
+    T2NErrorNotImplemented,
+)
 from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
-from fastnnef.llm.architectures import kv_layout
+from fastnnef.inference_target.base import as_version
+from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
+from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts, moe_export_forms
@@ -47,6 +53,7 @@ from fastnnef.llm.verify import (
 )
 from fastnnef.llm.wrapper import KVCacheLM, assertions, dynamic_axes, io_names
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
+from fastnnef.utils import SemanticVersion
 
 log = logging.getLogger("fastnnef.llm")
 
@@ -76,6 +83,8 @@ class LLMExportReport:
     bundle_checks: list[BundleCheck] = field(default_factory=list)
     generation: Optional[GenerationCheck] = None
     verified: bool = False  # False with no_verify
+    tract_binary: Optional[str] = None  # tract_specific_path
+    binary_checks: list[str] = field(default_factory=list)  # the bundles that binary passed
 
     def summary(self) -> str:
         lines = [f"exported {self.model_type} ({self.n_parameters:,} parameters, {self.weight_dtype}"
@@ -85,6 +94,8 @@ class LLMExportReport:
             lines.append("not verified (no_verify)")
         for check in self.bundle_checks:
             lines.append(f"tract {check.name}: {'ok' if check.ok else 'FAILED'}")
+        for name in self.binary_checks:
+            lines.append(f"{self.tract_binary} {name}: ok")
         if self.generation is not None:
             lines.append(f"generation: {self.generation.summary()}")
         return "\n".join(lines)
@@ -112,6 +123,9 @@ def dump_llm(
     sample_generation_total_size: int = 6,
     no_verify: bool = False,
     trust_remote_code: bool = False,
+    tract_specific_path: Optional[PathLike] = None,
+    tract_specific_version: Optional[str] = None,
+    force_inputs_dtype: Optional[str] = None,
     progress: Optional[Progress] = None,
 ) -> LLMExportReport:
     """Export a causal LM from the local disk to ``export_dirpath`` (see the module docstring).
@@ -119,6 +133,14 @@ def dump_llm(
     The parameters are torch_to_nnef_llm's ``dump_llm`` keywords that make sense offline
     (``fastnnef-llm --help`` describes each); ``trust_remote_code`` defaults to False.
     ``progress`` shows phases and the weight writing (default: on a terminal only).
+
+    ``tract_specific_path``: a tract binary that also checks every test bundle (through
+    ``TractCli``: only the flags its version knows); the artefact then targets that
+    version. ``tract_specific_version``: the tract version the artefact targets (nothing is
+    downloaded: verification runs in the linked tract). They exclude each other, as in
+    the reference. ``force_inputs_dtype`` (``-idt``) is accepted when it is the cache dtype
+    the model gives (f32, or f16 for half-precision models); the cache takes the model's
+    dtype, so ``-dt`` chooses it.
 
     Example::
 
@@ -134,6 +156,7 @@ def dump_llm(
     tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
     compress = _compressor(compression_method, compression_registry)
     _check_counts(num_logits_to_keep, sample_generation_total_size)
+    tract_binary, target_version = _tract_target(tract_specific_path, tract_specific_version)
     target = Path(export_dirpath)
     if target.exists() and not ignore_already_exist_dir:
         raise T2NErrorInvalidArgument(
@@ -159,6 +182,7 @@ def dump_llm(
     _check_positions(layout.max_positions, sample_generation_total_size)
     # tract has no bf16: a bf16 model computes in f32 there, with f32 caches.
     cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
+    _check_inputs_dtype(force_inputs_dtype, cache_dtype)
     wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
     runner = TorchRunner(wrapper, model.dtype)
 
@@ -172,7 +196,8 @@ def dump_llm(
         with _timed(timings, "bundles"), dense_experts(model):
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
-            modes = runner.mode_bundles(tokens, total)
+            with _generic_wrapper_errors(checkpoint):
+                modes = runner.mode_bundles(tokens, total)
             for bundle in modes:
                 bundle.save(tests_dir)
             write_modes_json(staging, modes)
@@ -181,7 +206,7 @@ def dump_llm(
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
         inference_target = _KeepOutputs(
-            TractNNEF.latest_version(), check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
+            target_version, check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
             specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
             dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
@@ -202,17 +227,23 @@ def dump_llm(
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 
         bundle_checks: list[BundleCheck] = []
+        binary_checks: list[str] = []
         generation: Optional[GenerationCheck] = None
-        if not no_verify:
+        if no_verify:
+            _warn_if_untested(checkpoint)
+        else:
             progress.phase("verifying in tract: test bundles and greedy generation")
-            # f32 end to end: tract must match PyTorch. Half precision and Q4_0 round
-            # differently in each engine: their differences are reported, not fatal.
+            # Bundles must pass at the chosen tolerance whatever the dtype; greedy tokens
+            # must be equal for f32 only (verify.py's docstring says why).
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
             with _timed(timings, "verify"):
                 bundle_checks, generation = _verify(
                     artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
-                    tokens[:, :total], checkpoint,
+                    tokens[:, :total], checkpoint, layout,
                 )
+                if tract_binary is not None:
+                    binary_checks = _check_with_binary(tract_binary, artefact_path, tests_dir,
+                                                       [example, *modes], tolerance)
             if test_display_token_gens:
                 sys.stdout.write(_display(generation))
         files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
@@ -226,6 +257,7 @@ def dump_llm(
         modes=[b.name for b in modes], model_type=checkpoint.architecture.model_type, n_parameters=n_parameters,
         weight_dtype=weight_dtype, cache_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
         timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not no_verify,
+        binary_checks=binary_checks, tract_binary=str(tract_binary.tract_path) if tract_binary else None,
     )
     progress.phase(f"done in {timings['total']:.1f} s: {report.model_path}")
     return report
@@ -234,21 +266,81 @@ def dump_llm(
 # --- helpers ---------------------------------------------------------------------------
 def _verify(
     artefact_path: Path, bundles: list[Bundle], tolerance: str, exact: bool, empty_cache: list[torch.Tensor],
-    prompt: torch.Tensor, checkpoint: Checkpoint,
+    prompt: torch.Tensor, checkpoint: Checkpoint, layout: KVLayout,
 ) -> tuple[list[BundleCheck], GenerationCheck]:
-    """Every bundle, then greedy generation, in the linked tract; raises when ``exact``
-    and tract differs from PyTorch."""
+    """Every bundle, then greedy generation, in the linked tract; raises when a bundle
+    differs from PyTorch at ``tolerance``, or when ``exact`` and the tokens differ."""
     artefact = TractArtefact.load(artefact_path)
     checks = [check_bundle(artefact, b, tolerance) for b in bundles]
-    raise_on_failed_bundles(checks, tolerance, fatal=exact)
-    generation = check_generation(checkpoint.model, artefact, empty_cache, prompt, GENERATED_TOKENS, exact,
-                                  checkpoint.tokenizer)
+    raise_on_failed_bundles(checks, tolerance)
+    model = checkpoint.model
+    generation = check_generation(model, artefact, empty_cache, prompt, GENERATED_TOKENS, exact,
+                                  checkpoint.tokenizer, checkpoint.architecture.recompute_length(model.config))
     if not generation.ok:
         raise T2NErrorIOPytorchTractNotISO(
-            f"greedy generation in tract differs from PyTorch's for this f32 model: {generation.summary()}\n"
-            f"torch: {generation.torch_tokens}\ntract: {generation.tract_tokens}"
+            f"greedy generation in tract differs from Hugging Face's for this f32 "
+            f"{checkpoint.architecture.model_type} model ({_family_status(checkpoint)}): "
+            f"{generation.divergence()}; layers: {layout.describe()} ({_layer_classes(model)}). "
+            "Nothing was written. The generic wrapper does not export this family correctly: please report it"
         )
+    if generation.first_divergence is not None:
+        log.warning("generation in tract (%s) departs from PyTorch's: %s", _dtype_str(model.dtype),
+                    generation.divergence())
     return checks, generation
+
+
+def _check_inputs_dtype(forced: Optional[str], cache_dtype: torch.dtype) -> None:
+    if forced is not None and forced != _dtype_str(cache_dtype):
+        raise T2NErrorNotImplemented(
+            f"-idt/--force-inputs-dtype {forced}: the cache inputs take the model's dtype, {_dtype_str(cache_dtype)} "
+            f"here; load the model in {forced} with -dt/--force-module-dtype instead"
+        )
+
+
+def _tract_target(path: Optional[PathLike], version: Optional[str]) -> tuple[Optional[TractCli], SemanticVersion]:
+    """The tract binary that also checks the bundles (None: only the linked tract), and the
+    version the artefact targets: the binary's, the one asked for, or the latest."""
+    if path is not None and version is not None:
+        raise T2NErrorInvalidArgument(
+            "--tract-specific-path and --tract-specific-version exclude each other (as in torch_to_nnef_llm): the "
+            "binary's version is the target version"
+        )
+    if path is not None:
+        binary = TractCli(Path(path))
+        return binary, binary.version
+    if version is not None:
+        return None, as_version(version)
+    return None, TractNNEF.latest_version()
+
+
+def _check_with_binary(binary: TractCli, artefact_path: Path, tests_dir: Path, bundles: list[Bundle],
+                       tolerance: str) -> list[str]:
+    """Every saved bundle through the tract binary's own check (its exit code decides)."""
+    for bundle in bundles:
+        binary.assert_io(artefact_path, tests_dir / f"{bundle.name}_inputs.npz",
+                         tests_dir / f"{bundle.name}_outputs.npz", check_tolerance=tolerance)
+    return [b.name for b in bundles]
+
+
+def _family_status(checkpoint: Checkpoint) -> str:
+    return "a tested family" if checkpoint.architecture.tested else "not a tested family"
+
+
+def _layer_classes(model: Any) -> str:
+    """The decoder layer classes of ``model`` (``LlamaDecoderLayer``), for messages."""
+    names = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.endswith(("Layer", "Block"))
+                    and not type(m).__name__.endswith(("CacheLayer", "DynamicLayer"))})
+    return ", ".join(names) or type(model).__name__
+
+
+def _warn_if_untested(checkpoint: Checkpoint) -> None:
+    architecture = checkpoint.architecture
+    if not architecture.tested:
+        log.warning(
+            "model_type %r is not among the tested families and was exported without verification (-nv): "
+            "the artefact may compute something else than transformers. Export without -nv to verify it "
+            "(tested: %s)", architecture.model_type, tested_list(),
+        )
 
 
 class _KeepOutputs(TractNNEF):
@@ -261,6 +353,22 @@ class _KeepOutputs(TractNNEF):
                     debug_bundle_path: Optional[Path] = None) -> Any:
         self.traced_outputs = list(model_info.flat_outputs)
         return super().post_export(model_info, nnef_graph, exported_filepath, debug_bundle_path)
+
+
+@contextmanager
+def _generic_wrapper_errors(checkpoint: Checkpoint) -> Iterator[None]:
+    """The model's own errors when the generic wrapper runs it (a cache or mask layout this
+    family does not take) as a fastnnef error naming the family."""
+    try:
+        yield
+    except (RuntimeError, TypeError, ValueError, AttributeError, IndexError) as err:
+        if isinstance(err, T2NError):
+            raise
+        architecture = checkpoint.architecture
+        raise T2NErrorNotImplemented(
+            f"the generic LLM wrapper cannot run this {architecture.model_type} model "
+            f"({_family_status(checkpoint)}): {type(checkpoint.model).__name__} raised {type(err).__name__}: {err}"
+        ) from err
 
 
 @contextmanager

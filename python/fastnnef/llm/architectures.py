@@ -1,10 +1,23 @@
-"""Which Hugging Face causal LMs the exporter supports, and what it reads from their config.
+"""Which Hugging Face causal LMs the exporter attempts, which are tested, and what it
+reads from their config.
 
-Every architecture in ``SUPPORTED`` is exported by the same wrapper (``wrapper.py``); the
-table only records what differs: whether routing to experts must be made traceable. Each
-entry is tested from a tiny random config (tests/llm/test_architectures.py): greedy
-generation in tract equals Hugging Face's ``generate``. An architecture is added here
-once it passes that test.
+There is no whitelist: any ``model_type`` that ``AutoModelForCausalLM`` builds is
+exported by the same generic wrapper (``wrapper.py``), and verification decides (an f32
+export must generate exactly Hugging Face's greedy tokens in tract, or it fails).
+
+- ``TESTED`` is the one table of families known to work: each is exported in
+  tests/llm/test_architectures.py from a tiny random config (tests/llm/tiny.py) and its
+  16 greedy tokens in tract equal Hugging Face's ``generate``; README.md's table is
+  generated from it (``families_markdown``), and a test keeps the two equal. A family
+  outside it is attempted; with ``no_verify`` it is exported with a warning that it is
+  unverified.
+- ``refusal`` names what is known not to work, before anything is loaded: layers the
+  wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent and convolution states
+  of ``linear_attention`` (gated delta net, Mamba), ``conv`` and ``hybrid`` layers),
+  multi-head latent attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi; the generic
+  wrapper's cache has the wrong shape for it), configs of a family known to export
+  wrongly (``REFUSED_CONFIGS``); ``architecture_of`` also names a config field the cache
+  layout needs and lacks.
 
 ``KVLayout`` is read from the config: the cache shape ``[1, n_kv_heads, P, head_dim]``
 per layer, and each layer's attention window (transformers' own per-layer table, so
@@ -14,62 +27,168 @@ gemma2's alternating sliding/full layers and windowed Mistral are honoured).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
-
-# transformers' experts implementation that traces: every token's top-k experts are
-# gathered and applied with batched matmuls (the default loops over the experts a
-# batch hits, which tracing would freeze to the example's routing).
-TRACEABLE_EXPERTS = "batched_mm"
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 
+# Layer types (transformers' config.layer_types) whose state is not a key/value cache:
+# their recurrent or convolution state would need extra cache inputs the wrapper lacks.
+REFUSED_LAYER_TYPES = {
+    "linear_attention": "linear-attention layers (gated delta net, Mamba) keep a recurrent and a "
+                        "convolution state, not a key/value cache",
+    "conv": "short-convolution layers keep a convolution state, not a key/value cache",
+    "mamba": "Mamba layers keep a recurrent state, not a key/value cache",
+    "hybrid": "hybrid attention + Mamba layers keep a recurrent state besides the key/value cache",
+}
+
+# Multi-head latent attention: the config's compressed key/value rank.
+MLA_FIELD = "kv_lora_rank"
+
 
 @dataclass(frozen=True)
 class Architecture:
-    """A supported ``config.model_type``."""
+    """A ``config.model_type`` and what is known of it: ``tested`` families are in
+    ``TESTED`` (the README's table); others are attempted and left to verification."""
 
     model_type: str
-    family: str  # the model families it covers, for docs and error messages
-    moe: bool = False  # experts routed per token: exported with TRACEABLE_EXPERTS
+    family: str  # the model families it covers, for docs and messages
+    exercised: str = ""  # what its tiny test exercises beyond a plain decoder
+    tested: bool = True
+    # A config field F: Hugging Face's generation drops the cache and re-processes the whole
+    # sequence once, when it reaches F + 1 tokens (phi3's long-rope switch from short to long
+    # factors, which re-rotates the past keys). Runtimes must do the same with the artefact.
+    recompute_past_field: str = ""
+
+    def recompute_length(self, config: Any) -> Optional[int]:
+        """The sequence length at which generation re-processes everything with an empty
+        cache (see ``recompute_past_field``), or None."""
+        value = getattr(config, self.recompute_past_field, None) if self.recompute_past_field else None
+        return int(value) + 1 if isinstance(value, int) else None
 
 
-SUPPORTED: dict[str, Architecture] = {
+TESTED: dict[str, Architecture] = {
     a.model_type: a
     for a in (
         Architecture("llama", "Llama 2/3, SmolLM, TinyLlama"),
-        Architecture("mistral", "Mistral 7B (with or without a sliding window)"),
-        Architecture("qwen2", "Qwen2, Qwen2.5"),
-        Architecture("qwen3", "Qwen3"),
-        Architecture("phi3", "Phi-3, Phi-3.5, Phi-4-mini"),
-        Architecture("phi", "Phi-1, Phi-1.5, Phi-2"),
+        Architecture("mistral", "Mistral 7B", "with and without a sliding window"),
+        Architecture("qwen2", "Qwen2, Qwen2.5", "q/k/v biases"),
+        Architecture("qwen3", "Qwen3", "q/k RMSNorm"),
+        Architecture("phi3", "Phi-3, Phi-3.5, Phi-4-mini", "long-rope (short and long factors)",
+                     recompute_past_field="original_max_position_embeddings"),
+        Architecture("phimoe", "Phi-3.5-MoE", "long-rope with scales, mixture of experts",
+                     recompute_past_field="original_max_position_embeddings"),
+        Architecture("phi", "Phi-1, Phi-1.5, Phi-2", "partial rotary, parallel block"),
         Architecture("gemma", "Gemma"),
-        Architecture("gemma2", "Gemma 2 (alternating sliding-window and full layers, soft-capping)"),
-        Architecture("gpt2", "GPT-2, DistilGPT-2"),
-        Architecture("gpt_neox", "GPT-NeoX, Pythia"),
-        Architecture("mixtral", "Mixtral (mixture of experts)", moe=True),
-        Architecture("qwen2_moe", "Qwen1.5-MoE, Qwen2-MoE (mixture of experts, shared expert)", moe=True),
+        Architecture("gemma2", "Gemma 2", "alternating sliding/global layers, soft-capping"),
+        Architecture("gemma3_text", "Gemma 3 1B, 270M (text-only checkpoints)", "sliding/global layers"),
+        Architecture("gemma3", "Gemma 3 4B and larger (multimodal checkpoints)", "the text decoder alone"),
+        Architecture("gpt2", "GPT-2, DistilGPT-2", "learned positions, Conv1D"),
+        Architecture("gpt_neox", "GPT-NeoX, Pythia", "partial rotary"),
+        Architecture("gptj", "GPT-J", "interleaved partial rotary, parallel block"),
+        Architecture("codegen", "CodeGen", "interleaved partial rotary, fused qkv"),
+        Architecture("gpt_bigcode", "StarCoder, SantaCoder (GPTBigCode)", "multi-query attention"),
+        Architecture("opt", "OPT", "learned positions with offset"),
+        Architecture("falcon", "Falcon", "new decoder architecture, parallel block"),
+        Architecture("mixtral", "Mixtral", "mixture of experts"),
+        Architecture("qwen2_moe", "Qwen1.5-MoE, Qwen2-MoE", "mixture of experts, shared expert"),
+        Architecture("qwen3_moe", "Qwen3-MoE", "mixture of experts"),
+        Architecture("gpt_oss", "GPT-OSS", "attention sinks, sliding window, clamped SwiGLU experts, YaRN"),
+        Architecture("olmo", "OLMo", "clipped q/k/v"),
+        Architecture("olmo2", "OLMo 2", "post-norms, q/k RMSNorm"),
+        Architecture("olmo3", "OLMo 3", "sliding/global layers"),
+        Architecture("olmoe", "OLMoE", "mixture of experts"),
+        Architecture("granite", "Granite 3", "embedding, attention, residual and logit multipliers"),
+        Architecture("granitemoe", "Granite 3 MoE", "multipliers, mixture of experts"),
+        Architecture("smollm3", "SmolLM3", "layers without rotary embedding"),
+        Architecture("glm", "GLM-4 (glm)", "partial interleaved rotary"),
+        Architecture("glm4", "GLM-4-0414 (glm4)", "post-norms"),
+        Architecture("glm4_moe", "GLM-4.5 (glm4_moe)", "mixture of experts, dense first layer"),
+        Architecture("stablelm", "StableLM", "q/k LayerNorm per head, partial rotary"),
+        Architecture("starcoder2", "StarCoder2", "sliding window, biases"),
+        Architecture("cohere", "Command-R (cohere)", "parallel block, logit scale"),
+        Architecture("cohere2", "Command-R7B (cohere2)", "sliding/global layers, rotary on sliding layers only"),
+        Architecture("helium", "Helium"),
+        Architecture("exaone4", "EXAONE 4", "sliding/global layers, q/k RMSNorm"),
+        Architecture("ernie4_5", "ERNIE 4.5"),
+        Architecture("ernie4_5_moe", "ERNIE 4.5 MoE", "mixture of experts"),
+        Architecture("seed_oss", "Seed-OSS"),
+        Architecture("apertus", "Apertus", "xIELU activation, q/k RMSNorm"),
+        Architecture("arcee", "Arcee (AFM)", "ReLU² MLP"),
+        Architecture("hunyuan_v1_dense", "Hunyuan (dense)", "q/k RMSNorm"),
+        Architecture("nemotron", "Nemotron", "partial rotary, LayerNorm1P"),
+        Architecture("persimmon", "Persimmon", "q/k LayerNorm, partial rotary"),
+        Architecture("diffllama", "DiffLlama", "differential attention"),
     )
 }
 
 
-def supported_list() -> str:
-    return ", ".join(sorted(SUPPORTED))
+def tested_list() -> str:
+    return ", ".join(sorted(TESTED))
+
+
+def families_markdown() -> str:
+    """README.md's table of tested families, generated from ``TESTED``."""
+    rows = ["| `model_type` | models | what its test exercises |", "|---|---|---|"]
+    rows += [f"| `{a.model_type}` | {a.family} | {a.exercised or 'a plain decoder'} |"
+             for a in sorted(TESTED.values(), key=lambda a: a.model_type)]
+    return "\n".join(rows)
 
 
 def architecture_of(config: Any) -> Architecture:
-    """The entry for ``config.model_type``; an unsupported type lists the supported ones."""
-    model_type = getattr(config, "model_type", None)
-    arch = SUPPORTED.get(model_type or "")
-    if arch is None:
+    """The table entry for ``config.model_type`` (an untested one when absent); raises
+    ``T2NErrorNotImplemented`` with the reason for a family known not to work, and
+    ``T2NErrorInvalidArgument`` naming a config field the cache layout needs and lacks."""
+    model_type = str(getattr(config, "model_type", None) or "")
+    if not model_type:
+        raise T2NErrorInvalidArgument("config.json has no model_type: it is not a Hugging Face model config")
+    reason = refusal(config)
+    if reason is not None:
         raise T2NErrorNotImplemented(
-            f"model_type {model_type!r} is not supported by the LLM exporter; supported: "
-            f"{supported_list()}. Export another architecture with fastnnef.export_model_to_nnef "
-            "and a wrapper of your own"
+            f"model_type {model_type!r} cannot be exported by the LLM exporter: {reason}. Tested families: "
+            f"{tested_list()}"
         )
-    return arch
+    kv_layout(config)  # every field the cache layout needs, named when missing
+    return TESTED.get(model_type) or Architecture(model_type, model_type, tested=False)
+
+
+def _phimoe_mscales(config: Any) -> Optional[str]:
+    rope = getattr(config, "rope_parameters", None) or {}
+    short, long = rope.get("short_mscale"), rope.get("long_mscale")
+    if short != long:
+        return (f"its rotary embedding picks short_mscale={short} or long_mscale={long} with a Python branch on the "
+                "sequence length, which a traced graph freezes to one of them")
+    return None
+
+
+def _mpt(config: Any) -> Optional[str]:
+    return ("its ALiBi attention biases are sliced from a table by the sequence length, which the exported graph "
+            "fails to run in tract")
+
+
+# Families of which some configs are known to export wrongly: model_type -> the reason
+# for a given config, or None.
+REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
+
+
+def refusal(config: Any) -> Optional[str]:
+    """Why the generic wrapper cannot export this config, or None when it is attempted."""
+    text = config.get_text_config(decoder=True)
+    specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
+    if specific is not None and specific(text) is not None:
+        return specific(text)
+    if getattr(text, MLA_FIELD, None):
+        return (f"it uses multi-head latent attention ({MLA_FIELD}={getattr(text, MLA_FIELD)}), whose cache the "
+                "generic wrapper does not lay out (DeepSeek-V2/V3, Kimi-K2)")
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    layer_types, _ = get_layer_types_and_kwargs(text)
+    for layer, kind in enumerate(layer_types):
+        if kind in REFUSED_LAYER_TYPES:
+            return f"layer {layer} is a {kind!r} layer: {REFUSED_LAYER_TYPES[kind]}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,6 +206,14 @@ class KVLayout:
     def mixed(self) -> bool:
         """Several layer types: the model takes one mask per layer type (a dict)."""
         return len(self.windows) > 1
+
+    def describe(self) -> str:
+        """The layer types, counted: ``2 full_attention`` or ``1 sliding_attention (window 4), 1 ...``."""
+        parts = []
+        for kind, window in self.windows.items():
+            count = self.layer_types.count(kind)
+            parts.append(f"{count} {kind}" + (f" (window {window})" if window is not None else ""))
+        return ", ".join(parts)
 
 
 def kv_layout(config: Any) -> KVLayout:
@@ -120,6 +247,11 @@ def kv_layout(config: Any) -> KVLayout:
 
 def _int_attr(config: Any, name: str) -> int:
     value = getattr(config, name, None)
+    if value is None:
+        raise T2NErrorInvalidArgument(
+            f"config.json of this {getattr(config, 'model_type', '?')} model has no {name}, which the LLM "
+            "exporter needs to lay out the KV cache: add it to config.json"
+        )
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise T2NErrorInvalidArgument(
             f"config.json of this {getattr(config, 'model_type', '?')} model has {name}={value!r}; "

@@ -2,8 +2,10 @@
 offline. Flags keep the reference's names; their choices come from ``options.py``, the
 naming schemes, tract's tolerances and the compression registry.
 
-Reference flags that need the network or a feature fastnnef does not have are refused
-with the reason (``UNSUPPORTED_FLAGS``), rather than argparse's bare "unrecognized".
+Every reference flag is accepted: with its effect, or, where it does not apply offline
+(``NOT_APPLICABLE``: downloads, device placement, PEFT and natively quantized
+checkpoints, the experts implementation), accepted and ignored with the reason in
+``--help`` (and in the log with -v).
 """
 
 from __future__ import annotations
@@ -18,27 +20,25 @@ from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registr
 from fastnnef.exceptions import T2NError
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
-from fastnnef.llm.architectures import supported_list
+from fastnnef.llm.architectures import tested_list
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct
 from fastnnef.llm.progress import Progress
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 
-UNSUPPORTED_FLAGS = {
-    "--hf-download-n-retries": "fastnnef-llm never downloads: models come from -d or the local Hugging Face cache",
-    "--tract-specific-path": "verification runs the tract linked into fastnnef, in-process",
-    "--tract-specific-version": "verification runs the tract linked into fastnnef, in-process",
-    "--device-map": "not supported: the model is loaded on the CPU",
-    "-mp": "PEFT adapters are not supported: merge them into the checkpoint first",
-    "--merge-peft": "PEFT adapters are not supported: merge them into the checkpoint first",
-    "--upcast-quant": "natively quantized checkpoints are not supported: dequantize them first",
-    "-idt": "the cache inputs take the model's dtype: use -dt",
-    "--force-inputs-dtype": "the cache inputs take the model's dtype: use -dt",
-    "--transformers-experts-implementation": "mixture-of-experts blocks are always exported in a dense, traceable form",
+# Reference flags accepted without effect: dest -> why it does not apply.
+NOT_APPLICABLE = {
+    "hf_download_n_retries": "fastnnef-llm never downloads: models come from -d or the local Hugging Face cache",
+    "device_map": "the model runs on the CPU with its weights streamed from the checkpoint, which bounds memory "
+                  "as disk offload would",
+    "merge_peft": "PEFT adapters are not loaded: merge them into the checkpoint first",
+    "upcast_quant": "natively quantized checkpoints are refused at load: dequantize them first",
+    "transformers_experts_implementation": "the exporter chooses the traceable form of mixture-of-experts blocks itself",
 }
 
 DESCRIPTION = (
     "Export a Hugging Face causal LM with its KV cache to NNEF for tract, from the local disk, and verify it "
-    f"by greedy generation in tract. Supported model types: {supported_list()}."
+    "by greedy generation in tract. Any model type transformers builds is attempted and verification decides; "
+    f"tested model types: {tested_list()}."
 )
 
 
@@ -67,11 +67,19 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
     source.add_argument("-d", "--local-dir", help="a checkpoint directory (config.json + safetensors)")
     source.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False,
                         help="run model code shipped with the checkpoint (auto_map); off by default")
+    source.add_argument("-mp", "--merge-peft", action="store_true",
+                        help=f"accepted, not applicable: {NOT_APPLICABLE['merge_peft']}")
+    source.add_argument("--hf-download-n-retries", type=int, default=5,
+                        help=f"accepted, not applicable: {NOT_APPLICABLE['hf_download_n_retries']}")
+    source.add_argument("--upcast-quant", help=f"accepted, not applicable: {NOT_APPLICABLE['upcast_quant']}")
 
     export = parser.add_argument_group("export")
     export.add_argument("-e", "--export-dirpath", required=True, help="the directory to create")
     export.add_argument("-dt", "--force-module-dtype", choices=_values(DtypeStr),
                         help="load the model in this dtype (default: the checkpoint's; bf16 runs in f32 in tract)")
+    export.add_argument("-idt", "--force-inputs-dtype", choices=["f32", "f16"],
+                        help="the cache inputs' dtype: accepted when it is the model's (-dt chooses it)")
+    export.add_argument("--device-map", help=f"accepted, not applicable: {NOT_APPLICABLE['device_map']}")
     export.add_argument("-c", "--compression-method", choices=compression_choices,
                         help="compress the weights with this registry entry (Q4_0)")
     export.add_argument("--compression-registry", default=DEFAULT_COMPRESSION_REGISTRY,
@@ -99,6 +107,8 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
     numerics.add_argument("--transformers-attn-implementation", dest="attn_implementation",
                           default=AttnImplementation.AUTO.value, choices=_values(AttnImplementation),
                           help="attention implementation at load (auto: eager, or sdpa with --reify-sdpa-operator)")
+    numerics.add_argument("--transformers-experts-implementation",
+                          help=f"accepted, not applicable: {NOT_APPLICABLE['transformers_experts_implementation']}")
 
     verify = parser.add_argument_group("verification")
     verify.add_argument("-tt", "--tract-check-io-tolerance", default=TractCheckTolerance.APPROXIMATE.value,
@@ -108,24 +118,19 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
     verify.add_argument("-sgts", "--sample-generation-total-size", type=int, default=6,
                         help="tokens of the test modes' prompt (and of the generation prompt)")
     verify.add_argument("-nv", "--no-verify", action="store_true", help="skip every check in tract")
+    binary = verify.add_mutually_exclusive_group()
+    binary.add_argument("--tract-specific-path",
+                        help="a tract binary that also checks every test bundle, with the flags its version knows; "
+                             "the artefact targets its version")
+    binary.add_argument("--tract-specific-version",
+                        help="the tract version the artefact targets (never downloaded: verification runs in the "
+                             "tract linked into fastnnef)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
     return parser
 
 
-def _refuse_unsupported(argv: Sequence[str]) -> Optional[str]:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in UNSUPPORTED_FLAGS:
-            return f"{flag} (a torch_to_nnef_llm flag) is not available in fastnnef-llm: {UNSUPPORTED_FLAGS[flag]}"
-    return None
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    refused = _refuse_unsupported(argv)
-    if refused:
-        print(f"fastnnef-llm: error: {refused}", file=sys.stderr)
-        return 2
     # -c's choices depend on --compression-registry: read that one first.
     pre, _ = build_parser().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
     try:
@@ -133,12 +138,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except T2NError as err:
         print(f"fastnnef-llm: error: --compression-registry: {err}", file=sys.stderr)
         return 2
-    args = build_parser(choices).parse_args(argv)
+    parser = build_parser(choices)
+    args = parser.parse_args(argv)
     if (args.model_slug is None) == (args.local_dir is None):
         print("fastnnef-llm: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    for dest, reason in NOT_APPLICABLE.items():
+        if getattr(args, dest) != parser.get_default(dest):
+            logging.getLogger("fastnnef.llm").info("--%s ignored: %s", dest.replace("_", "-"), reason)
     try:
         report = _run(args)
     except T2NError as err:
@@ -178,7 +187,9 @@ def _run(args: argparse.Namespace) -> LLMExportReport:
                 attn_implementation=args.attn_implementation, tract_check_io_tolerance=args.tract_check_io_tolerance,
                 test_display_token_gens=args.test_display_token_gens,
                 sample_generation_total_size=args.sample_generation_total_size, no_verify=args.no_verify,
-                trust_remote_code=args.trust_remote_code, progress=Progress.for_terminal(),
+                trust_remote_code=args.trust_remote_code, tract_specific_path=args.tract_specific_path,
+                tract_specific_version=args.tract_specific_version, force_inputs_dtype=args.force_inputs_dtype,
+                progress=Progress.for_terminal(),
             )
         finally:
             hf_logging.set_verbosity(verbosity)

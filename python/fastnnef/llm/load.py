@@ -21,7 +21,7 @@ resolved in the local Hugging Face cache only. Nothing is ever downloaded, and c
 shipped with a checkpoint runs only with ``trust_remote_code``.
 
 Every problem found here is a fastnnef error raised before anything is written: a
-missing ``config.json``, an unsupported architecture, code that is not allowed to run,
+missing ``config.json``, a family known not to export (``architectures.refusal``), code that is not allowed to run,
 a missing or corrupt shard, weights of the wrong shape, weights missing for the config.
 """
 
