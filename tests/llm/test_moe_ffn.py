@@ -18,7 +18,6 @@ import transformers
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.llm import dump_llm
-from fastnnef.llm.architectures import SUPPORTED, Architecture
 from fastnnef.llm.load import load_checkpoint, resolve_source
 from fastnnef.llm.moe import moe_export_forms
 from fastnnef.op.custom_extractors.moe import expert_weights, moe_ffn_plan
@@ -76,17 +75,6 @@ def moe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], 
     return make
 
 
-@pytest.fixture
-def exportable(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Lets dump_llm attempt a family its architecture table does not list yet."""
-
-    def allow(name: str) -> None:
-        if name not in SUPPORTED:
-            monkeypatch.setitem(SUPPORTED, name, Architecture(name, name, moe=True))
-
-    return allow
-
-
 def _graph_text(model_path: Path) -> str:
     with tarfile.open(model_path) as tar:
         member = tar.extractfile("graph.nnef")
@@ -105,9 +93,8 @@ def _export(checkpoint: Path, out: Path) -> Any:
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_generation_with_moe_ffn(
-    name: str, moe_checkpoint: Callable[[str], Path], exportable: Callable[[str], None], tmp_path: Path
+    name: str, moe_checkpoint: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    exportable(name)
     report = _export(moe_checkpoint(name), tmp_path / "out")
     text = _graph_text(report.model_path)
     calls = [line for line in text.splitlines() if "tract_moe_ffn(" in line]
@@ -149,11 +136,10 @@ def test_streamed_experts_split_without_reading(moe_checkpoint: Callable[[str], 
 
 @pytest.mark.parametrize(("name", "layout"), [("granitemoe", "linear"), ("gpt_oss", "canonical")])
 def test_fused_experts_are_sliced_without_reading(
-    name: str, layout: str, moe_checkpoint: Callable[[str], Path], exportable: Callable[[str], None]
+    name: str, layout: str, moe_checkpoint: Callable[[str], Path]
 ) -> None:
     """Granite-MoE and gpt-oss checkpoints store gate and up fused (gpt-oss interleaved,
     transposed): the halves are slices of that checkpoint tensor, read when written."""
-    exportable(name)
     checkpoint = load_checkpoint(resolve_source(None, moe_checkpoint(name)), None, "eager", False)
     experts = next(m for m in checkpoint.model.modules() if hasattr(m, "gate_up_proj"))
     fused = experts.gate_up_proj

@@ -182,9 +182,7 @@ def refusal(config: Any) -> Optional[str]:
     if getattr(text, MLA_FIELD, None):
         return (f"it uses multi-head latent attention ({MLA_FIELD}={getattr(text, MLA_FIELD)}), whose cache the "
                 "generic wrapper does not lay out (DeepSeek-V2/V3, Kimi-K2)")
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    layer_types, _ = get_layer_types_and_kwargs(text)
+    layer_types, _ = cache_layer_types(text)
     for layer, kind in enumerate(layer_types):
         if kind in REFUSED_LAYER_TYPES:
             return f"layer {layer} is a {kind!r} layer: {REFUSED_LAYER_TYPES[kind]}"
@@ -216,15 +214,25 @@ class KVLayout:
         return ", ".join(parts)
 
 
-def kv_layout(config: Any) -> KVLayout:
-    """Read the cache layout from the (decoder) config."""
+def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each layer's cache type and the keywords its cache layer is built with, as transformers
+    decides them. Releases before 5.19 return one keyword dict for all layers (detected by
+    its type, not by version): it is repeated per layer."""
     from transformers.cache_utils import get_layer_types_and_kwargs
 
+    layer_types, kwargs = get_layer_types_and_kwargs(text_config)
+    if isinstance(kwargs, dict):
+        kwargs = [kwargs] * len(layer_types)
+    return list(layer_types), list(kwargs)
+
+
+def kv_layout(config: Any) -> KVLayout:
+    """Read the cache layout from the (decoder) config."""
     text = config.get_text_config(decoder=True)
     n_heads = _int_attr(text, "num_attention_heads")
     n_kv = getattr(text, "num_key_value_heads", None) or n_heads
     head_dim = getattr(text, "head_dim", None) or _int_attr(text, "hidden_size") // n_heads
-    layer_types, kwargs = get_layer_types_and_kwargs(text)
+    layer_types, kwargs = cache_layer_types(text)
     windows: dict[str, Optional[int]] = {}
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
         if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
