@@ -10,8 +10,7 @@ constants are folded (``fold.py``), in-place writes and views go through the sto
 from __future__ import annotations
 
 import math
-import operator
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -19,7 +18,8 @@ from torch import nn
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
 from fastnnef.tensor.named import export_labels, storage_labels
 from fastnnef.torch_graph import fold as folding
-from fastnnef.torch_graph import functionalize, symexpr
+from fastnnef.torch_graph import functionalize
+from fastnnef.torch_graph import ir_sizes as sizes
 from fastnnef.torch_graph.ir_data import (
     CUSTOMOP_KIND,
     UNKNOWN,
@@ -32,6 +32,7 @@ from fastnnef.torch_graph.ir_data import (
     ModuleRef,
     ParamValue,
     SymInt,
+    SymRatio,
     TensorValue,
 )
 from fastnnef.torch_graph.ir_dynamic import const_ints, propagate_dyn
@@ -49,31 +50,6 @@ NOOP_KINDS = frozenset(
 # Of those, the ones that return a new tensor (contiguous too, of a non-contiguous one);
 # the others return input 0 itself, so a write into their output writes into input 0.
 _COPIES = frozenset({"aten::clone", "aten::lift_fresh_copy"})
-
-_FOLD: dict[str, Callable[..., Any]] = {
-    "aten::add": operator.add,
-    "aten::sub": operator.sub,
-    "aten::mul": operator.mul,
-    "aten::floordiv": operator.floordiv,
-    "aten::floor_divide": operator.floordiv,
-    "aten::div": operator.truediv,
-    "aten::remainder": operator.mod,
-    "aten::neg": operator.neg,
-    "aten::eq": operator.eq,
-    "aten::ne": operator.ne,
-    "aten::lt": operator.lt,
-    "aten::gt": operator.gt,
-    "aten::le": operator.le,
-    "aten::ge": operator.ge,
-}
-_SYM_FMT = {
-    "aten::add": "({a}+{b})",
-    "aten::sub": "({a}-{b})",
-    "aten::mul": "{a}*{b}",
-    "aten::floordiv": "({a})/{b}",
-    "aten::floor_divide": "({a})/{b}",
-}
-
 
 def scope_path(scope_name: str) -> str:
     """``__module.model/__module.model.l.0`` -> ``l.0`` (the user's module path)."""
@@ -213,6 +189,11 @@ class _Builder:
                 self.alias(outs[0], sources[idx.value])
             else:
                 self.set(outs[0], seq.items[idx.value])
+        elif kind in sizes.CASTS and self.scalar_cast(kind, ins[0], outs[0]):
+            pass
+        elif kind in sizes.ROUNDING and sizes.is_scalar(self.get(ins[0])):
+            floating = _scalar_kind(outs[0]) is False
+            self.set(outs[0], sizes.rounding(kind, self.get(ins[0]), outs[0].debugName(), floating))
         elif kind in NOOP_KINDS:
             if kind in _COPIES or (kind == "aten::contiguous" and not _contiguous(ins[0])):
                 self.set(outs[0], self.get(ins[0]))  # a new tensor, holding the value as it is now
@@ -226,8 +207,8 @@ class _Builder:
             self.set(outs[0], Const(outs[0].debugName(), t.rank))
         elif kind == "aten::numel":
             self.numel(ins[0], outs[0])
-        elif kind in _FOLD and self.foldable(ins):
-            self.fold(kind, ins, outs[0])
+        elif kind in sizes.ARITHMETIC and self.foldable(ins):
+            self.set(outs[0], sizes.arithmetic(kind, [self.number(i) for i in ins], outs[0].debugName()))
         else:
             self.op(node, kind, ins, outs)
 
@@ -326,11 +307,17 @@ class _Builder:
         self.set(out, SymInt(name, math.prod(t.shape), expr))
 
     def number(self, v: torch._C.Value) -> IRValue:
-        """A value for folding: 0-d int/float tensor constants read as numbers (tracing
-        records ``x.size(1) * 2`` as ``mul(NumToTensor(size), tensor(2))``)."""
+        """A value for size arithmetic: 0-d int/float tensor constants and 0-d integer
+        buffers read as numbers (tracing records ``x.size(1) * 2`` as
+        ``mul(NumToTensor(size), tensor(2))``)."""
         value = self.get(v)
         if isinstance(value, ConstTensor) and value.tensor.dim() == 0 and value.tensor.dtype != torch.bool \
                 and not value.tensor.is_complex():
+            return Const(value.name, value.tensor.item())
+        if isinstance(value, ParamValue) and value.tensor.dim() == 0 and not value.tensor.is_floating_point() \
+                and not value.tensor.is_complex() and value.tensor.dtype != torch.bool:
+            # An integer buffer of the module's configuration (a codec's kernel size), not
+            # a learned weight: its value enters size arithmetic.
             return Const(value.name, value.tensor.item())
         return value
 
@@ -338,39 +325,23 @@ class _Builder:
         vals = [self.number(i) for i in ins]
         if len(vals) == 3 and isinstance(vals[2], Const) and isinstance(vals[2].value, str):
             vals = vals[:2]  # aten::div(a, b, rounding_mode)
-        return all(isinstance(v, (Const, SymInt)) for v in vals) and any(
+        return all(isinstance(v, (Const, SymInt, SymRatio)) for v in vals) and any(
             not isinstance(v, Const) or isinstance(v.value, (int, float)) for v in vals
         ) and all(not isinstance(v, Const) or isinstance(v.value, (int, float, bool)) for v in vals)
 
-    def fold(self, kind: str, ins: list[torch._C.Value], out: torch._C.Value) -> None:
-        vals = [self.number(i) for i in ins]
-        # aten::add(Scalar a, Scalar b, alpha) on NumToTensor values: alpha is 1 here.
-        a_b = vals[:2] if kind != "aten::neg" else vals[:1]
-        mode = vals[2].value if kind == "aten::div" and len(vals) == 3 and isinstance(vals[2], Const) else None
-        if mode is not None:  # torch.div(a, b, rounding_mode="floor" | "trunc")
-            if not all(isinstance(v, Const) for v in a_b):
-                raise T2NErrorNotImplemented(
-                    f"torch.div with rounding_mode on a size that depends on a dynamic axis "
-                    f"({_source(out.node())}): use `//` (floor division) instead"
-                )
-            q = a_b[0].value / a_b[1].value  # type: ignore[union-attr]
-            self.set(out, Const(out.debugName(), math.floor(q) if mode == "floor" else math.trunc(q)))
-            return
-        if all(isinstance(v, Const) for v in a_b):
-            self.set(out, Const(out.debugName(), _FOLD[kind](*[v.value for v in a_b])))
-            return
-        traced = _FOLD[kind](*[v.traced if isinstance(v, SymInt) else v.value for v in a_b])
-        fmt = _SYM_FMT.get(kind)
-        exprs = [v.expr if isinstance(v, SymInt) else str(v.value) for v in a_b]
-        if fmt is None or UNKNOWN in exprs:
-            self.set(out, SymInt(out.debugName(), traced, UNKNOWN))
-            return
-        # Canonical form, so that sizes computed two ways compare equal (P+S vs S+P).
-        expr = symexpr.simplify(fmt.format(a=exprs[0], b=exprs[-1]))
-        if isinstance(expr, int):  # the symbols cancelled out: a constant after all
-            self.set(out, Const(out.debugName(), expr))
-            return
-        self.set(out, SymInt(out.debugName(), traced, expr))
+    def scalar_cast(self, kind: str, src: torch._C.Value, out: torch._C.Value) -> bool:
+        """A number, size or ratio converted (``int(n)``, ``torch.tensor(n)``, ``n.to(int64)``):
+        the same scalar, rounded to an integer where the output is. Conversions to a
+        Python number also read 0-d tensor constants (``int(torch.tensor(3))``). False
+        when the input is a tensor: the op is recorded as usual."""
+        integral = _scalar_kind(out)
+        if integral is None and isinstance(out.type(), torch._C.TensorType):
+            return False  # a bool, complex or unknown dtype
+        value = self.number(src) if not isinstance(out.type(), torch._C.TensorType) else self.get(src)
+        if not sizes.is_scalar(value):
+            return False
+        self.set(out, sizes.cast(value, out.debugName(), integral))
+        return True
 
     def op(self, node: torch._C.Node, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
         if kind == MODULE_CALL:
@@ -389,7 +360,7 @@ class _Builder:
             return
         how = self.view_how(kind, ins, outs)
         parent = self.ref_of(ins[0]) if how or kind in functionalize.LIST_VIEWS else None
-        inputs = [self.get(i) for i in ins]
+        inputs = self.scalars_as_tensors(ins, [self.get(i) for i in ins], site)
         if parent is not None and how == "slice" and isinstance(inputs[0], TensorValue) \
                 and functionalize.is_whole_slice(inputs[1:], inputs[0]):
             self.store.alias(outs[0].unique(), parent)  # y[:, i] records y[:] first
@@ -405,6 +376,44 @@ class _Builder:
             self.store.view(outs[0].unique(), parent, step, view)
         elif parent is not None:
             self.list_views[id(results[0])] = (parent, kind, inputs, site)
+
+    def scalars_as_tensors(
+        self, ins: list[torch._C.Value], inputs: list[IRValue], site: functionalize.Site,
+    ) -> list[IRValue]:
+        """Numbers and sizes that the trace holds as 0-d tensors, where the op reads a
+        tensor: with only constant inputs, a constant tensor (so that the op folds, e.g.
+        ``torch.sqrt(torch.tensor(d) * 3)``); a size, where no other input is a tensor
+        computed at run time (``torch.sqrt(n)``), or a ratio of sizes anywhere, a tensor
+        built in the graph. Next to a run-time tensor (``x * x.size(1)``) a size stays a
+        number: handlers write it as a scalar."""
+        runtime = any(isinstance(v, TensorValue) and not isinstance(v, ConstTensor) for v in inputs)
+        constant = not runtime and not any(sizes.is_symbolic(v) for v in inputs)
+        out = list(inputs)
+        for k, (src, value) in enumerate(zip(ins, inputs)):
+            ty = src.type()
+            if not (isinstance(ty, torch._C.TensorType) and ty.dtype() is not None and sizes.is_scalar(value)):
+                continue
+            dtype = ty.dtype()
+            if isinstance(value, Const) and constant:
+                data = torch.tensor(value.value, dtype=dtype)
+                out[k] = ConstTensor(value.name, dtype, (), (), self.const_label(site[0]), data)
+            elif isinstance(value, SymRatio) or (isinstance(value, SymInt) and not runtime):
+                out[k] = self.size_tensor(value, dtype, site)
+        return out
+
+    def size_tensor(self, value: IRValue, dtype: torch.dtype, site: functionalize.Site) -> IRValue:
+        """A 0-d tensor of ``dtype`` holding a size (``scalar_tensor``), or a ratio of
+        sizes (its numerator divided by its denominator)."""
+        if isinstance(value, SymRatio):
+            num = sizes.size(value.name, value.traced * value.den, value.num)
+            numerator = self.size_tensor(num, dtype, site)
+            quotient = TensorValue(f"{value.name}.ratio", dtype, ())
+            return self.emit("aten::div", [numerator, Const("", value.den)], quotient, site, None)
+        if isinstance(value, Const):
+            return value
+        none = Const("", None)
+        tensor = TensorValue(f"{value.name}.tensor", dtype, ())
+        return self.emit("aten::scalar_tensor", [value, none, none, none, none], tensor, site, None)
 
     def module_call(self, node: torch._C.Node, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> None:
         """A module kept whole by the trace (module_calls.py): one op for its extractor,
@@ -501,6 +510,22 @@ def _layout(v: torch._C.Value) -> Optional[tuple[list[int], list[int]]]:
 def _contiguous(v: torch._C.Value) -> bool:
     layout = _layout(v)
     return layout is None or functionalize.is_contiguous(*layout)
+
+
+def _scalar_kind(v: torch._C.Value) -> Optional[bool]:
+    """Whether a scalar value (a Python number or a 0-d tensor) is integral (True) or
+    floating (False); None for a bool, a complex or a type the trace does not give."""
+    ty = v.type()
+    if isinstance(ty, torch._C.TensorType):
+        dtype = ty.dtype()
+        if dtype is None or dtype == torch.bool or dtype.is_complex:
+            return None
+        return not dtype.is_floating_point
+    if isinstance(ty, torch._C.IntType):
+        return True
+    if isinstance(ty, torch._C.FloatType):
+        return False
+    return None
 
 
 def _source(node: torch._C.Node) -> str:

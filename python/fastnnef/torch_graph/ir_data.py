@@ -12,7 +12,7 @@ A tensor value carries ``dyn``: per dim, ``None`` (static), a symbol expression 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
@@ -81,6 +81,17 @@ class SymInt(IRValue):
     name: str
     traced: int
     expr: str
+
+
+@dataclass(eq=False)
+class SymRatio(IRValue):
+    """A size divided by a constant, exactly (``(L - 3) / 3``, a float in torch): only
+    rounding it (ceil, floor, int()) makes it a size again (ir_sizes.py)."""
+
+    name: str
+    traced: float
+    num: Union[str, int]
+    den: int
 
 
 @dataclass(eq=False)

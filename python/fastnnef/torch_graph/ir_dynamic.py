@@ -433,16 +433,21 @@ def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Op
 
 def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
     """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
-    ``before + after`` to its dim."""
-    pads = const_ints(args[0])
-    if len(pads) % 2 or len(pads) // 2 > x.rank or out.rank != x.rank:
+    ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    amounts = [_int_expr(v) for v in items]
+    if len(amounts) % 2 or len(amounts) // 2 > x.rank or out.rank != x.rank:
         return None
     dyn = list(x.dyn)
-    for k in range(len(pads) // 2):
+    for k in range(len(amounts) // 2):
         d = x.rank - 1 - k
-        if dyn[d] is not None and dyn[d] != UNKNOWN:
-            grown = symexpr.add(dyn[d], pads[2 * k] + pads[2 * k + 1])  # type: ignore[arg-type]
-            dyn[d] = UNKNOWN if grown is None else None if isinstance(grown, int) else grown
+        before, after = amounts[2 * k], amounts[2 * k + 1]
+        if dyn[d] == UNKNOWN or (dyn[d] is None and isinstance(before, int) and isinstance(after, int)):
+            continue
+        size: Union[str, int] = x.shape[d] if dyn[d] is None else dyn[d]  # type: ignore[assignment]
+        grown = None if before is None or after is None else symexpr.add(size, before)
+        grown = None if grown is None else symexpr.add(grown, after)  # type: ignore[arg-type]
+        dyn[d] = UNKNOWN if grown is None else None if isinstance(grown, int) else grown
     return tuple(dyn)
 
 

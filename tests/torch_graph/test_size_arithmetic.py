@@ -1,0 +1,247 @@
+"""Sizes computed from shapes (window padding, patch sizes, codec padding, attention
+scales, position ranges) export folded for static inputs and, where tract can express
+them, symbolic for dynamic axes: each artefact is run by tract at the traced size and at
+two others, and compared with torch."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fastnnef.check import TractArtefact
+from fastnnef.exceptions import T2NError
+from fastnnef.inference_target import TractNNEF
+from tests.helpers import export_and_check
+
+
+class SwinWindowPad(nn.Module):
+    """Shifted-window vision transformers: pad H and W up to a multiple of the window,
+    then cut the image into windows (``(ws - W % ws) % ws``, ``Hp // ws``)."""
+
+    def __init__(self, window: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.window = window
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w, c = x.shape
+        ws = self.window
+        pad_r = (ws - w % ws) % ws
+        pad_b = (ws - h % ws) % ws
+        x = F.pad(self.proj(x), (0, 0, 0, pad_r, 0, pad_b))
+        hp, wp = x.shape[1], x.shape[2]
+        x = x.view(b, hp // ws, ws, wp // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        return x.reshape(-1, ws * ws, c)
+
+
+class CodecPadding(nn.Module):
+    """Neural audio codecs: pad the end of the signal so that a strided convolution sees
+    whole frames (``ceil`` of a fractional frame count), as EnCodec writes it, with the
+    kernel size and total padding held in integer buffers."""
+
+    def __init__(self, kernel: int = 7, stride: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stride = stride
+        self.register_buffer("kernel_size", torch.tensor(kernel), persistent=False)
+        self.register_buffer("padding_total", torch.tensor(kernel - stride), persistent=False)
+        self.conv = nn.Conv1d(2, 4, kernel, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[-1]
+        n_frames = (length - self.kernel_size + self.padding_total) / self.stride + 1
+        n_frames = torch.ceil(n_frames).to(torch.int64) - 1
+        ideal_length = n_frames * self.stride + self.kernel_size - self.padding_total
+        extra = ideal_length - length
+        x = F.pad(x, (self.padding_total, extra))
+        return self.conv(x)
+
+
+class CodecPaddingMath(nn.Module):
+    """The same padding with Python's ``math.ceil`` (DAC-style code)."""
+
+    def __init__(self, kernel: int = 7, stride: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.kernel, self.stride = kernel, stride
+        self.conv = nn.Conv1d(2, 4, kernel, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        padding_total = self.kernel - self.stride
+        length = x.shape[-1]
+        n_frames = (length - self.kernel + padding_total) / self.stride + 1
+        ideal = (math.ceil(n_frames) - 1) * self.stride + (self.kernel - padding_total)
+        return self.conv(F.pad(x, (padding_total, ideal - length)))
+
+
+def _ceil_to(size: int, multiple: int) -> int:
+    """As mobile vision transformers round a size up: torch.ceil while tracing (a traced
+    size is a tensor then), math.ceil in eager mode."""
+    if torch.jit.is_tracing():
+        return torch.ceil(size / multiple).mul(multiple).to(torch.int64)  # type: ignore[return-value]
+    return int(math.ceil(size / multiple) * multiple)
+
+
+class PatchResize(nn.Module):
+    """Mobile vision transformers: resize to a multiple of the patch size, then unfold
+    into patches."""
+
+    def __init__(self, patch: int = 2) -> None:
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        ph = pw = self.patch
+        new_h, new_w = _ceil_to(h, ph), _ceil_to(w, pw)
+        if new_h != h or new_w != w:
+            x = F.interpolate(x, size=(new_h, new_w), mode="bilinear", align_corners=False)
+        n_h, n_w = new_h // ph, new_w // pw
+        x = x.reshape(b * c * n_h, ph, n_w, pw).transpose(1, 2)
+        return x.reshape(b, c, n_h * n_w, ph * pw)
+
+
+class PatchResizeMath(nn.Module):
+    """The same rounding with Python's math.ceil also while tracing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        new_w = int(math.ceil(x.shape[-1] / 2) * 2)
+        return F.pad(x, (0, new_w - x.shape[-1])).reshape(x.shape[0], -1, 2)
+
+
+class DisentangledScale(nn.Module):
+    """Disentangled-attention encoders: the attention scale from the head size,
+    ``torch.sqrt(torch.tensor(size, dtype=float) * scale_factor)`` and ``1/math.sqrt``."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        scale = torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * 3)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / scale.to(dtype=q.dtype)
+        return scores * (1 / math.sqrt(q.size(-1) * 2))
+
+
+class SizeScale(nn.Module):
+    """A scale from a dynamic size, as a tensor (mean over a length written by hand)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = torch.tensor(x.size(1), dtype=torch.float32)
+        return x.sum(1) / torch.sqrt(n)
+
+
+class PositionRange(nn.Module):
+    """Llama-style positions: ``arange(past, past + S)`` with a cache of ``past`` entries."""
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        past = cache.shape[1]
+        pos = torch.arange(past, past + x.shape[1])
+        return x * pos.unsqueeze(-1).float()
+
+
+class SizeBounds(nn.Module):
+    """zeros/full/slices whose sizes are sums, products and differences of sizes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x.shape[1]
+        pad = torch.zeros(x.shape[0], s + 2, x.shape[2])
+        grid = torch.full((2 * s - 1, 2), 0.5)
+        y = torch.cat([x, x], 1)[:, s - 1 : 2 * s - 1]
+        return pad[:, 1 : s + 1] + y + grid[: s].sum() + grid[s - 1 :].sum()
+
+
+class TensorBounds(nn.Module):
+    """An arange whose end is a size held in a tensor (``torch.tensor(S) * 2``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = torch.tensor(x.shape[1]) * 2
+        steps = torch.arange(0, n, 2)
+        return x + steps.unsqueeze(-1)
+
+
+class ClampedSlice(nn.Module):
+    """A slice end past the traced size of a dynamic axis: torch clamps it to the size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :10] * 2
+
+
+class SizeMax(nn.Module):
+    """``max`` of a size and a constant, as a padding (Python's max on sizes)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        extra = max(8 - x.shape[-1], 0)
+        return F.pad(x, (0, extra))
+
+
+Case = tuple[Callable[[], nn.Module], Callable[[int], Sequence[torch.Tensor]], dict[str, dict[int, str]], int]
+
+# name -> (model, inputs at length n, dynamic axes, traced length)
+CASES: dict[str, Case] = {
+    "swin-window-pad": (SwinWindowPad, lambda n: [torch.randn(1, n, n + 1, 3)], {"x": {1: "H", 2: "W"}}, 6),
+    "codec-padding": (CodecPadding, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20),
+    "codec-padding-math": (CodecPaddingMath, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20),
+    "patch-resize": (PatchResize, lambda n: [torch.randn(1, 2, n, n + 1)], {"x": {2: "H", 3: "W"}}, 5),
+    "patch-resize-math": (PatchResizeMath, lambda n: [torch.randn(1, 2, n)], {"x": {2: "W"}}, 5),
+    "disentangled-scale": (
+        DisentangledScale, lambda n: [torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)],
+        {"q": {2: "S"}, "k": {2: "S"}}, 5,
+    ),
+    "size-scale": (SizeScale, lambda n: [torch.randn(1, n, 4)], {"x": {1: "S"}}, 5),
+    "position-range": (
+        PositionRange, lambda n: [torch.randn(1, n, 4), torch.randn(1, n + 3, 4)],
+        {"x": {1: "S"}, "cache": {1: "P"}}, 5,
+    ),
+    "size-bounds": (SizeBounds, lambda n: [torch.randn(2, n, 3)], {"x": {1: "S"}}, 5),
+    "tensor-bounds": (TensorBounds, lambda n: [torch.randn(1, n, 4)], {"x": {1: "S"}}, 5),
+    "clamped-slice": (ClampedSlice, lambda n: [torch.randn(1, n, 3)], {"x": {1: "S"}}, 5),
+    "size-max": (SizeMax, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 5),
+}
+
+# Sizes Python computes outside the trace (math.ceil, max of ints, comparisons): tracing
+# freezes them at the traced value, so a dynamic export refuses them.
+FROZEN = {"codec-padding-math", "patch-resize-math", "size-max"}
+
+
+# torch warns about torch.tensor(size) while tracing (a traced size is a tensor then), as
+# disentangled-attention encoders write it.
+COPY_WARNING = "ignore:To copy construct from a tensor"
+
+
+@pytest.mark.filterwarnings(COPY_WARNING)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_static(name: str, tmp_path: Path) -> None:
+    make, inputs, _axes, n = CASES[name]
+    torch.manual_seed(1)
+    export_and_check(make().eval(), tuple(inputs(n)), tmp_path, atol=1e-5)
+
+
+@pytest.mark.filterwarnings(COPY_WARNING)
+@pytest.mark.parametrize("name", sorted(set(CASES) - FROZEN))
+def test_dynamic(name: str, tmp_path: Path) -> None:
+    make, inputs, axes, n = CASES[name]
+    model = make().eval()
+    torch.manual_seed(1)
+    target = TractNNEF.latest().with_dynamic_axes(axes)
+    path = export_and_check(model, tuple(inputs(n)), tmp_path, target=target, input_names=list(axes), atol=1e-5)
+    artefact = TractArtefact.load(path)
+    for length in (n + 3, n + 6):
+        args = inputs(length)
+        with torch.no_grad():
+            expected = model(*args)
+        (got,) = artefact.run(args)
+        assert got.shape == tuple(expected.shape), (length, got.shape, expected.shape)
+        torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(FROZEN))
+def test_dynamic_frozen_refused(name: str, tmp_path: Path) -> None:
+    make, inputs, axes, n = CASES[name]
+    target = TractNNEF.latest().with_dynamic_axes(axes)
+    with pytest.raises(T2NError, match="frozen"):
+        export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))
+    assert not (tmp_path / "model.nnef").exists()
