@@ -202,9 +202,13 @@ CASES: dict[str, Case] = {
     "size-max": (SizeMax, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 5),
 }
 
-# Sizes Python computes outside the trace (math.ceil, max of ints, comparisons): tracing
-# freezes them at the traced value, so a dynamic export refuses them.
-FROZEN = {"codec-padding-math", "patch-resize-math", "size-max"}
+# Sizes turned into Python numbers while traced (math.ceil): tracing freezes them at the
+# traced value, so a dynamic export refuses them.
+FROZEN = {"codec-padding-math", "patch-resize-math"}
+# Sizes that decide a branch while traced (max of sizes, `if new_h != h`): the traced
+# branch is exported with a warning; right at some lengths only, so not run at others.
+# patch-resize then resizes to a size of a dynamic axis, which tract's resize refuses.
+BRANCHED = {"size-max", "patch-resize"}
 
 
 # torch warns about torch.tensor(size) while tracing (a traced size is a tensor then), as
@@ -221,7 +225,7 @@ def test_static(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings(COPY_WARNING)
-@pytest.mark.parametrize("name", sorted(set(CASES) - FROZEN))
+@pytest.mark.parametrize("name", sorted(set(CASES) - FROZEN - BRANCHED))
 def test_dynamic(name: str, tmp_path: Path) -> None:
     make, inputs, axes, n = CASES[name]
     model = make().eval()
@@ -245,3 +249,18 @@ def test_dynamic_frozen_refused(name: str, tmp_path: Path) -> None:
     with pytest.raises(T2NError, match="frozen"):
         export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))
     assert not (tmp_path / "model.nnef").exists()
+
+
+def test_dynamic_branch_on_size_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    make, inputs, axes, n = CASES["size-max"]
+    target = TractNNEF.latest().with_dynamic_axes(axes)
+    export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))
+    assert "takes the traced branch at every length" in caplog.text
+    assert "max(8 - x.shape[-1], 0)" in caplog.text
+
+
+def test_dynamic_resize_to_size_refused(tmp_path: Path) -> None:
+    make, inputs, axes, n = CASES["patch-resize"]
+    target = TractNNEF.latest().with_dynamic_axes(axes)
+    with pytest.raises(T2NError, match="upsample_bilinear2d"):
+        export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))

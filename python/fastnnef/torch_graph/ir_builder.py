@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
+from fastnnef.log import get_logger
 from fastnnef.tensor.named import export_labels, storage_labels
 from fastnnef.torch_graph import fold as folding
 from fastnnef.torch_graph import functionalize
@@ -38,6 +39,8 @@ from fastnnef.torch_graph.ir_data import (
 from fastnnef.torch_graph.ir_dynamic import const_ints, propagate_dyn
 from fastnnef.torch_graph.module_calls import OP_KIND as MODULE_CALL
 from fastnnef.torch_graph.trace import WRAPPED, TracedModel
+
+log = get_logger(__name__)
 
 # Ops that are identities for export: output = input 0.
 NOOP_KINDS = frozenset(
@@ -144,6 +147,27 @@ class _Builder:
             return lst
         return Const(v.debugName(), None)
 
+    def refuse_frozen_sizes(self, inputs: list[TensorValue]) -> None:
+        """A size of a dynamic axis turned into a Python number while traced is a constant
+        of the graph, wrong at any other length (torch_graph/size_watch.py)."""
+        lengths = {t.shape[d]: t.dyn[d] for t in inputs for d in range(t.rank) if t.dyn[d] is not None}
+        for conversion in self.traced.size_conversions:
+            hit = sorted(conversion.sizes & set(lengths))
+            if hit and conversion.branch:
+                log.warning(
+                    "%s: a size computed from dynamic axis %s (traced as %d) decides %s while traced: "
+                    "the exported graph takes the traced branch at every length", conversion.where,
+                    lengths[hit[0]], hit[0], conversion.how,
+                )
+            elif hit:
+                raise T2NErrorNotImplemented(
+                    f"{conversion.where}: a size computed from dynamic axis {lengths[hit[0]]} (traced as "
+                    f"{hit[0]}) is turned into a Python value by {conversion.how}, so the trace has it frozen "
+                    "at the traced length. Compute it with torch ops on the size instead (torch.ceil(n / k), "
+                    "n // k, n % k, torch.clamp) as transformers do under torch.jit.is_tracing(), or export "
+                    "with this axis static"
+                )
+
     def build(self) -> IRGraph:
         graph = self.traced.graph
         graph_inputs = list(graph.inputs())
@@ -158,6 +182,7 @@ class _Builder:
             tv.dyn = tuple(axes.get(d) for d in range(tv.rank))
             self.set(v, tv)
             inputs.append(tv)
+        self.refuse_frozen_sizes(inputs)
         for node in graph.nodes():
             self.visit(node)
         (ret,) = list(graph.return_node().inputs())

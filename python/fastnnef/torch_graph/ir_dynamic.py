@@ -411,7 +411,11 @@ def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opt
     if size == UNKNOWN:
         return None
     begin, end = _position(args[1], size, 0), _position(args[2], size, size)
+    if isinstance(size, str) and isinstance(end, int) and end > x.shape[a]:
+        end = f"min({size},{end})"  # torch clamps an end past the axis (the handler writes the same)
     length = None if begin is None or end is None else symexpr.add(end, begin, -1)
+    if length is None and begin == 0:
+        length = end
     if length is None:
         return None
     if isinstance(length, int):  # a static piece (of a dynamic axis, bounds within the traced size)

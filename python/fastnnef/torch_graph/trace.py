@@ -23,6 +23,7 @@ from fastnnef.exceptions import (
 )
 from fastnnef.log import get_logger
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
+from fastnnef.torch_graph.size_watch import SizeConversion, SizeWatch
 
 log = get_logger(__name__)
 
@@ -43,6 +44,8 @@ class TracedModel:
     has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
     names_from: Optional[nn.Module] = None  # where parameter names come from
     module_calls: dict[int, ModuleCall] = field(default_factory=dict)  # kept whole for extractors
+    # Sizes the model turned into Python numbers while traced (size_watch.py).
+    size_conversions: list[SizeConversion] = field(default_factory=list)
 
 
 class _FlatIO(nn.Module):
@@ -199,7 +202,7 @@ def trace_model(
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
-            kept_whole(model, keep) as module_calls, warnings.catch_warnings():
+            kept_whole(model, keep) as module_calls, warnings.catch_warnings(), SizeWatch() as watch:
         # jit.trace probes every attribute of every submodule (module_has_exports), which
         # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
         # although nothing uses them. Filters are process-wide: the trace lock serializes this.
@@ -239,4 +242,5 @@ def trace_model(
         input_names=in_names,
         output_names=out_names,
         module_calls=module_calls,
+        size_conversions=watch.conversions,
     )

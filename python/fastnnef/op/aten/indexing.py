@@ -47,10 +47,12 @@ def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, 
             raise ctx.unsupported(f"negative {what} {v} on a dynamic axis of unknown size")
         return plus(n, v)
     if v > traced:
-        raise ctx.unsupported(
-            f"{what} {v} is past the traced size {traced} of a dynamic axis",
-            "torch clamps it at run time; tract cannot: use x[..., start:] or a size expression",
-        )
+        if unknown(n):
+            raise ctx.unsupported(
+                f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
+                "torch clamps it at run time: use x[..., start:] or a size expression",
+            )
+        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
     return v
 
 
