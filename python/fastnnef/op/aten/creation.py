@@ -86,7 +86,8 @@ def full_like(ctx: OpContext, x: NTensor, value: object) -> NTensor:
 
 @handler("aten::scalar_tensor", args="_ *")
 def scalar_tensor(ctx: OpContext) -> NTensor:
-    """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also a size of a dynamic axis as a 0-d tensor)"""
+    """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
     value = ctx.node.inputs[0]
     if isinstance(value, SymInt):
         if value.expr == "?":
