@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 import torch
@@ -264,3 +264,39 @@ def test_dynamic_resize_to_size_refused(tmp_path: Path) -> None:
     target = TractNNEF.latest().with_dynamic_axes(axes)
     with pytest.raises(T2NError, match="upsample_bilinear2d"):
         export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))
+
+
+class _TanhGelu(torch.autograd.Function):
+    """A GELU written as a custom autograd function (its own backward), as some encoders do."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(1.702 * x)
+
+
+class CustomGelu(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _TanhGelu.apply(self.lin(x)) * 2
+
+
+def test_custom_autograd_function_traced_through(tmp_path: Path) -> None:
+    model = CustomGelu().eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
+    path = export_and_check(model, (torch.randn(1, 5, 4),), tmp_path, target=target, input_names=["x"])
+    artefact = TractArtefact.load(path)
+    for length in (2, 9):
+        x = torch.randn(1, length, 4)
+        with torch.no_grad():
+            expected = model(x)
+        torch.testing.assert_close(torch.from_numpy(artefact.run([x])[0]), expected, atol=1e-5, rtol=1e-5)

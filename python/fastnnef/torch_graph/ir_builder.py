@@ -214,6 +214,8 @@ class _Builder:
                 self.alias(outs[0], sources[idx.value])
             else:
                 self.set(outs[0], seq.items[idx.value])
+        elif kind == "prim::PythonOp":
+            self.python_op(node)
         elif kind in sizes.CASTS and self.scalar_cast(kind, ins[0], outs[0]):
             pass
         elif kind in sizes.ROUNDING and sizes.is_scalar(self.get(ins[0])):
@@ -236,6 +238,16 @@ class _Builder:
             self.set(outs[0], sizes.arithmetic(kind, [self.number(i) for i in ins], outs[0].debugName()))
         else:
             self.op(node, kind, ins, outs)
+
+    def python_op(self, node: torch._C.Node) -> None:
+        """A custom ``torch.autograd.Function`` whose forward the trace did not record as a
+        subgraph (those are inlined by trace.py)."""
+        name = node.pyname() if hasattr(node, "pyname") else "a Python op"
+        raise T2NErrorNotImplemented(
+            f"{name} ({_source(node)}): a Python op whose forward the trace did not record; "
+            "export the module that calls it with a ModuleInfoExtractor, or call its forward's "
+            "torch ops directly"
+        )
 
     def constant(self, node: torch._C.Node, out: torch._C.Value) -> None:
         value = out.toIValue()

@@ -232,8 +232,10 @@ def trace_model(
     top_out = pytree.tree_unflatten(list(flat_outputs), wrapper.out_spec)
     top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
+    graph = traced.graph if is_script else traced.inlined_graph
+    inline_autograd_functions(graph)
     return TracedModel(
-        graph=traced.graph if is_script else traced.inlined_graph,
+        graph=graph,
         has_self=not is_script,
         names_from=names_from if names_from is not None else model,
         wrapper=wrapper,
@@ -244,3 +246,26 @@ def trace_model(
         module_calls=module_calls,
         size_conversions=watch.conversions,
     )
+
+
+def inline_autograd_functions(graph: torch._C.Graph) -> None:
+    """Replace each custom ``torch.autograd.Function`` call (``prim::PythonOp``, a
+    hand-written GELU...) by the ops of its ``forward``, which tracing records as the
+    node's subgraph: only the forward is exported, its backward is not needed."""
+    changed = True
+    while changed:  # a forward may call another Function
+        changed = False
+        for node in list(graph.nodes()):
+            if node.kind() != "prim::PythonOp" or not node.hasAttribute("Subgraph"):
+                continue
+            body = node.g("Subgraph")
+            inputs = list(node.inputs())
+            if len(list(body.inputs())) != len(inputs) or len(list(body.outputs())) != node.outputsSize():
+                continue  # left for the IR builder to refuse, naming it
+            with graph.insert_point_guard(node):
+                results = graph.insertGraph(body, inputs)
+            for old, new in zip(node.outputs(), results):
+                new.setType(old.type())
+                old.replaceAllUsesWith(new)
+            node.destroy()
+            changed = True
