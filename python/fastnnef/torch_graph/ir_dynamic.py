@@ -391,7 +391,9 @@ def _position(v: IRValue, size: Union[str, int], default: Union[str, int]) -> Op
     if isinstance(v, Const) and v.value is None:
         return default
     if isinstance(v, SymInt):
-        return None if v.expr == UNKNOWN else v.expr
+        if v.expr == UNKNOWN:
+            return None
+        return symexpr.add(size, v.expr) if symexpr.is_negative(v.expr) else v.expr  # from the end
     if not (isinstance(v, Const) and isinstance(v.value, int)):
         return None
     k = v.value

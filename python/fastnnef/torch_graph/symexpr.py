@@ -167,6 +167,13 @@ def render(linear: Linear) -> Union[str, int]:
     return text[1:] if text.startswith("+") else "0" + text
 
 
+def is_negative(expr: Union[str, int]) -> bool:
+    """Whether ``expr`` is below zero for every size its symbols may take (``0-S``,
+    ``0-S-1``): a bound counted from the end, as torch reads a negative index."""
+    linear = parse(expr)
+    return linear is not None and any(linear.values()) and all(v <= 0 for v in linear.values())
+
+
 def simplify(expr: str) -> Union[str, int]:
     """``expr`` in canonical form if linear, else unchanged."""
     linear = parse(expr)
