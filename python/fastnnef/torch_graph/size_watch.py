@@ -14,6 +14,7 @@ length: ``if seq_len > max_cached``).
 from __future__ import annotations
 
 import traceback
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -69,11 +70,15 @@ class SizeWatch(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         kwargs = kwargs or {}
         how = _CONVERSIONS.get(func)
-        if how is not None and args:
-            sizes = self._sizes_of(args[0])
+        if how is None:
+            result = func(*args, **kwargs)
+        else:
+            sizes = self._sizes_of(args[0]) if args else None
+            frame = _user_frame()
             if sizes:
-                self.conversions.append(SizeConversion(how, func is torch.Tensor.__bool__, _user_line(), sizes))
-        result = func(*args, **kwargs)
+                where = f"{frame.filename}:{frame.lineno}: {frame.line}" if frame else "<unknown>"
+                self.conversions.append(SizeConversion(how, func is torch.Tensor.__bool__, where, sizes))
+            result = _warning_at(frame, func, args, kwargs)
         if func in _SHAPES:  # each entry comes from its own traced value
             for entry in result if isinstance(result, tuple) else (result,):
                 self._mark(entry, frozenset({_untraced_int(entry)}))
@@ -97,10 +102,21 @@ def _untraced_int(entry: Any) -> int:
         torch._C._set_tracing_state(state)
 
 
-def _user_line() -> str:
+def _user_frame() -> Optional[traceback.FrameSummary]:
     """The innermost frame outside torch and fastnnef: the line that converted."""
     frames = [f for f in traceback.extract_stack()[:-2] if "/torch/" not in f.filename and "/fastnnef/" not in f.filename]
-    if not frames:
-        return "<unknown>"
-    frame = frames[-1]
-    return f"{frame.filename}:{frame.lineno}: {frame.line}"
+    return frames[-1] if frames else None
+
+
+def _warning_at(frame: Optional[traceback.FrameSummary], func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)``, its warnings (the tracer's "converting a tensor to a
+    Python number") shown at the user's line rather than at this module's call."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = func(*args, **kwargs)
+    for w in caught:
+        if frame is None or frame.lineno is None:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        else:
+            warnings.warn_explicit(w.message, w.category, frame.filename, frame.lineno)
+    return result

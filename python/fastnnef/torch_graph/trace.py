@@ -180,11 +180,14 @@ def trace_model(
     output_names: Optional[Sequence[str]],
     names_from: Optional[nn.Module] = None,
     extractor_of: Optional[Callable[[nn.Module], Optional[Any]]] = None,
+    watch_sizes: bool = False,
 ) -> TracedModel:
     """Trace ``model(*args)`` once; return the inlined graph and the flat IO.
     ``names_from``: the module whose parameter names label the weights (for a frozen
     TorchScript model, the module before freezing). ``extractor_of``: the module extractor
-    of a submodule, or None; submodules that have one are kept whole (module_calls.py)."""
+    of a submodule, or None; submodules that have one are kept whole (module_calls.py).
+    ``watch_sizes``: record the sizes the model turns into Python numbers (size_watch.py;
+    asked for exports with dynamic axes, where those are frozen at the traced length)."""
     top_level = normalize_args(args)
     leaves, spec = pytree.tree_flatten(top_level)
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
@@ -202,7 +205,8 @@ def trace_model(
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
-            kept_whole(model, keep) as module_calls, warnings.catch_warnings(), SizeWatch() as watch:
+            kept_whole(model, keep) as module_calls, warnings.catch_warnings(), \
+            (SizeWatch() if watch_sizes else contextlib.nullcontext()) as watch:
         # jit.trace probes every attribute of every submodule (module_has_exports), which
         # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
         # although nothing uses them. Filters are process-wide: the trace lock serializes this.
@@ -244,7 +248,7 @@ def trace_model(
         input_names=in_names,
         output_names=out_names,
         module_calls=module_calls,
-        size_conversions=watch.conversions,
+        size_conversions=watch.conversions if watch is not None else [],
     )
 
 
