@@ -4,34 +4,37 @@ While tracing, ``x.shape[i]`` is a 0-d tensor and arithmetic on it is recorded, 
 ``math.ceil(n)``, ``int(n)``, ``float(n)``, ``max(n, 0)`` or ``if n > 4`` turn it into a
 Python number (or a branch taken) that the graph holds as a constant: right at the traced
 size, wrong at any other. For a static export that is what folding does anyway; with a
-dynamic axis it is a silent error. ``SizeWatch`` (a torch function mode, active during the
-trace only) follows the 0-d tensors computed from shapes and records each such conversion
-with the sizes that fed it; when one of those sizes is the traced length of a dynamic
-axis, the IR builder refuses a number and warns about a branch (often the same at every
-length: ``if seq_len > max_cached``).
+dynamic axis it is a silent error.
+
+torch's tracer warns at each such conversion, at the user's line. For exports with dynamic
+axes the trace keeps those warnings (``ConversionLog``) with the number of ops recorded
+at each; at the end of the traced function, before dead code is dropped, the value each
+one converted is the last scalar recorded before it that nothing reads, and the shape
+entries (``aten::size``) it was computed from are its sizes. The IR builder then refuses a number computed from the traced length of a
+dynamic axis, and warns about a branch on one (often the same at every length:
+``if seq_len > max_cached``). Nothing here changes how the model runs while traced.
 """
 
 from __future__ import annotations
 
-import traceback
+import linecache
+import re
 import warnings
-import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-# Python conversions of a tensor to a number or a truth value: tracing cannot record them.
-_CONVERSIONS: dict[Callable[..., Any], str] = {
-    torch.Tensor.__float__: "float() (math.ceil, math.sqrt... call it)",
-    torch.Tensor.__int__: "int()",
-    torch.Tensor.__bool__: "a comparison used as a bool (max, min, if)",
-    torch.Tensor.__index__: "an index",
-    torch.Tensor.item: ".item()",
-    torch.Tensor.tolist: ".tolist()",
+# The tracer's words for each conversion, and ours.
+_CONVERSION = re.compile(r"Converting a tensor to a Python (\w+)")
+_HOW = {
+    "boolean": "a comparison used as a bool (max, min, if)",
+    "float": "float() (math.ceil, math.sqrt... call it)",
+    "integer": "int()",
+    "index": "an index",
+    "number": ".item()",
+    "list": ".tolist()",
 }
-_SHAPES: frozenset[Callable[..., Any]] = frozenset({torch.Tensor.size, torch.Tensor.shape.__get__})  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -44,79 +47,124 @@ class SizeConversion:
     sizes: frozenset[int]  # traced values of the shape entries it was computed from
 
 
-class SizeWatch(TorchFunctionMode):
-    """Records ``SizeConversion``s while active; computes nothing itself."""
+class ConversionLog:
+    """Installed as ``warnings.showwarning`` while tracing: keeps the tracer's warnings,
+    each with the last value recorded when it was raised (the value converted is among the
+    last ones; later ops may be inserted before it, so a count would not do), and shows
+    the others as usual."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.conversions: list[SizeConversion] = []
-        # id(0-d tensor) -> (the tensor, weakly; sizes it comes from). Checked by identity,
-        # since an id may be reused once its tensor is gone.
-        self._from_sizes: dict[int, tuple[weakref.ref[torch.Tensor], frozenset[int]]] = {}
+        self.caught: list[tuple[warnings.WarningMessage, int]] = []  # (warning, id of the last value)
+        self._show = warnings.showwarning
 
-    def _sizes_of(self, value: Any) -> Optional[frozenset[int]]:
-        if not isinstance(value, torch.Tensor) or value.dim() != 0:
-            return None
-        entry = self._from_sizes.get(id(value))
-        return entry[1] if entry is not None and entry[0]() is value else None
+    def __call__(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: Optional[str] = None) -> None:
+        if not issubclass(category, torch.jit.TracerWarning):
+            self._show(message, category, filename, lineno, file, line)
+            return
+        state = torch._C._get_tracing_state()
+        last = -1
+        for node in _recorded(state.graph().nodes()) if state is not None else ():
+            if node.outputsSize():
+                last = node.outputsAt(0).unique()
+        self.caught.append((warnings.WarningMessage(message, category, filename, lineno), last))
 
-    def _mark(self, value: Any, sizes: frozenset[int]) -> None:
-        if isinstance(value, torch.Tensor) and value.dim() == 0:
-            self._from_sizes[id(value)] = (weakref.ref(value), sizes)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                self._mark(item, sizes)
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        kwargs = kwargs or {}
-        how = _CONVERSIONS.get(func)
-        if how is None:
-            result = func(*args, **kwargs)
-        else:
-            sizes = self._sizes_of(args[0]) if args else None
-            frame = _user_frame()
+    def conversions(self) -> list[SizeConversion]:
+        """The conversions of sizes among the warnings so far; call it at the end of the
+        traced function, before dead code is dropped (a value converted is dead)."""
+        state = torch._C._get_tracing_state()
+        if state is None or not self.caught:
+            return []
+        nodes = list(_recorded(state.graph().nodes()))
+        position = {node.outputsAt(0).unique(): i for i, node in enumerate(nodes) if node.outputsSize()}
+        found: list[SizeConversion] = []
+        for w, last in self.caught:
+            match = _CONVERSION.search(str(w.message))
+            if match is None or last not in position:
+                continue
+            sizes = _converted_sizes(nodes[: position[last] + 1])
             if sizes:
-                where = f"{frame.filename}:{frame.lineno}: {frame.line}" if frame else "<unknown>"
-                self.conversions.append(SizeConversion(how, func is torch.Tensor.__bool__, where, sizes))
-            result = _warning_at(frame, func, args, kwargs)
-        if func in _SHAPES:  # each entry comes from its own traced value
-            for entry in result if isinstance(result, tuple) else (result,):
-                self._mark(entry, frozenset({_untraced_int(entry)}))
-            return result
-        fed = [s for s in (self._sizes_of(a) for a in (*args, *kwargs.values())) if s is not None]
-        if fed:
-            self._mark(result, frozenset().union(*fed))
-        return result
+                kind = match.group(1)
+                where = f"{w.filename}:{w.lineno}: {linecache.getline(w.filename, w.lineno).strip()}"
+                found.append(SizeConversion(_HOW.get(kind, kind), kind == "boolean", where, frozenset(sizes)))
+        return found
+
+    def show_again(self) -> None:
+        """Show the kept warnings, each once, where they were raised (under the caller's
+        filters, which the trace set aside to see them all)."""
+        shown: set[tuple[str, str, int]] = set()
+        for w, _ in self.caught:
+            key = (str(w.message), w.filename, w.lineno)
+            if key not in shown:
+                shown.add(key)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def _untraced_int(entry: Any) -> int:
-    """The value of a shape entry, read without the tracer (which would warn that the
-    trace freezes it: this read is ours, not the model's)."""
-    if not isinstance(entry, torch.Tensor):
-        return int(entry)
-    state = torch._C._get_tracing_state()
-    torch._C._set_tracing_state(None)  # type: ignore[arg-type]
+def _recorded(nodes: Iterable[torch._C.Node]) -> Iterator[torch._C.Node]:
+    """Every op in the order recorded, those of submodule calls (a block of their
+    ``prim::TracedModuleForward`` node) included."""
+    for node in nodes:
+        yield node
+        for block in node.blocks():
+            yield from _recorded(block.nodes())
+
+
+# How far back from a conversion its value is looked for (ops recorded since it was computed).
+_LOOK_BACK = 64
+
+
+def _converted_sizes(before: list[torch._C.Node]) -> set[int]:
+    """The sizes feeding the value a conversion took: the last scalar recorded before it
+    that nothing in the graph reads (the tracer dropped the data flow there)."""
+    for node in reversed(before[-_LOOK_BACK:]):
+        outputs = list(node.outputs())
+        if outputs and all(_scalar(v) and not v.uses() for v in outputs) and node.kind() != "prim::Constant":
+            return _sizes_feeding(node)
+    return set()
+
+
+def _scalar(v: torch._C.Value) -> bool:
+    ty = v.type()
+    return not isinstance(ty, torch._C.TensorType) or ty.dim() == 0
+
+
+def _frames(node: torch._C.Node) -> str:
     try:
-        return int(entry)
-    finally:
-        torch._C._set_tracing_state(state)
+        return str(node.sourceRange())
+    except Exception:  # noqa: BLE001 - not all torch builds keep source ranges
+        return ""
 
 
-def _user_frame() -> Optional[traceback.FrameSummary]:
-    """The innermost frame outside torch and fastnnef: the line that converted."""
-    frames = [f for f in traceback.extract_stack()[:-2] if "/torch/" not in f.filename and "/fastnnef/" not in f.filename]
-    return frames[-1] if frames else None
+def _sizes_feeding(node: torch._C.Node) -> set[int]:
+    """Traced values of the ``aten::size`` entries that ``node`` is computed from, through
+    scalar arithmetic (the walk stops at tensors of rank > 0: data, not sizes)."""
+    sizes: set[int] = set()
+    seen: set[tuple[int, ...]] = set()  # nodes by their outputs (each wrapper is a new object)
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        key = tuple(o.unique() for o in n.outputs())
+        if key in seen:
+            continue
+        seen.add(key)
+        if n.kind() == "aten::size":
+            sizes |= _size_values(n)
+            continue
+        for v in n.inputs():
+            ty = v.type()
+            if isinstance(ty, torch._C.TensorType) and (ty.dim() or 0) > 0:
+                continue
+            stack.append(v.node())
+    return sizes
 
 
-def _warning_at(frame: Optional[traceback.FrameSummary], func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """``func(*args, **kwargs)``, its warnings (the tracer's "converting a tensor to a
-    Python number") shown at the user's line rather than at this module's call."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = func(*args, **kwargs)
-    for w in caught:
-        if frame is None or frame.lineno is None:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        else:
-            warnings.warn_explicit(w.message, w.category, frame.filename, frame.lineno)
-    return result
+def _size_values(node: torch._C.Node) -> set[int]:
+    inputs = list(node.inputs())
+    ty = inputs[0].type()
+    shape = ty.sizes() if isinstance(ty, torch._C.TensorType) else None
+    if not shape:
+        return set()
+    if len(inputs) == 1:
+        return set(shape)
+    dim = inputs[1].toIValue() if inputs[1].node().kind() == "prim::Constant" else None
+    return {shape[dim]} if isinstance(dim, int) else set(shape)

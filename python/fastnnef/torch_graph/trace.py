@@ -22,8 +22,9 @@ from fastnnef.exceptions import (
     T2NErrorTorchJitTraceFailed,
 )
 from fastnnef.log import get_logger
+from fastnnef.torch_graph import size_watch
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
-from fastnnef.torch_graph.size_watch import SizeConversion, SizeWatch
+from fastnnef.torch_graph.size_watch import SizeConversion
 
 log = get_logger(__name__)
 
@@ -60,6 +61,8 @@ class _FlatIO(nn.Module):
         self._tensor_slots = tensor_slots
         self.captured: Optional[list[torch.Tensor]] = None
         self.out_spec: Any = None
+        self.conversions: Optional[size_watch.ConversionLog] = None  # sizes frozen (size_watch.py)
+        self.frozen: list[SizeConversion] = []
 
     def call_model(self, *args: Any) -> Any:
         return self.model(*args)
@@ -78,6 +81,8 @@ class _FlatIO(nn.Module):
                 "output tensors only; return tensors (or wrap the model to drop the rest)"
             )
         self.captured = [o.detach() for o in out_leaves]
+        if self.conversions is not None:
+            self.frozen = self.conversions.conversions()
         return tuple(out_leaves)
 
 
@@ -205,12 +210,14 @@ def trace_model(
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
-            kept_whole(model, keep) as module_calls, warnings.catch_warnings(), \
-            (SizeWatch() if watch_sizes else contextlib.nullcontext()) as watch:
+            kept_whole(model, keep) as module_calls, warnings.catch_warnings():
         # jit.trace probes every attribute of every submodule (module_has_exports), which
         # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
         # although nothing uses them. Filters are process-wide: the trace lock serializes this.
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+        if watch_sizes:  # every conversion the tracer warns about, even one shown before
+            warnings.simplefilter("always", torch.jit.TracerWarning)
+            wrapper.conversions = warnings.showwarning = size_watch.ConversionLog()  # type: ignore[assignment]
         # The model may write into its inputs: trace on copies, keep the user's tensors.
         trace_inputs = tuple(t.clone() for t in flat_inputs)
         try:
@@ -230,6 +237,10 @@ def trace_model(
                 "what tracing records: data-dependent Python control flow, non-tensor "
                 "outputs and in-place ops on inputs are the usual causes"
             ) from err
+    frozen, log_of_conversions = wrapper.frozen, wrapper.conversions
+    wrapper.conversions, wrapper.frozen = None, []
+    if log_of_conversions is not None:
+        log_of_conversions.show_again()
     assert wrapper.captured is not None
     flat_outputs = wrapper.captured
     wrapper.captured = None
@@ -248,7 +259,7 @@ def trace_model(
         input_names=in_names,
         output_names=out_names,
         module_calls=module_calls,
-        size_conversions=watch.conversions if watch is not None else [],
+        size_conversions=frozen,
     )
 
 
