@@ -7,12 +7,14 @@ size, wrong at any other. For a static export that is what folding does anyway; 
 dynamic axis it is a silent error.
 
 torch's tracer warns at each such conversion, at the user's line. For exports with dynamic
-axes the trace keeps those warnings (``ConversionLog``) with the number of ops recorded
-at each; at the end of the traced function, before dead code is dropped, the value each
-one converted is the last scalar recorded before it that nothing reads, and the shape
-entries (``aten::size``) it was computed from are its sizes. The IR builder then refuses a number computed from the traced length of a
-dynamic axis, and warns about a branch on one (often the same at every length:
-``if seq_len > max_cached``). Nothing here changes how the model runs while traced.
+axes the trace keeps those warnings (``ConversionLog``), each with the last value recorded
+when it was raised; at the end of the traced function, before dead code is dropped, the
+value a conversion took is the last scalar recorded before it that nothing reads, and the
+shape entries (``aten::size``) it was computed from are its sizes. The IR builder then
+refuses a number computed from the traced length of a dynamic axis, and warns about a
+branch on one (often the same at every length: ``if seq_len > max_cached``). Nothing here
+changes how the model runs while traced (a torch function mode would: it turns off
+torch's fast paths, such as the nested-tensor transformer encoder).
 """
 
 from __future__ import annotations

@@ -209,38 +209,41 @@ def trace_model(
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
-    with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
-            kept_whole(model, keep) as module_calls, warnings.catch_warnings():
-        # jit.trace probes every attribute of every submodule (module_has_exports), which
-        # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
-        # although nothing uses them. Filters are process-wide: the trace lock serializes this.
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
-        if watch_sizes:  # every conversion the tracer warns about, even one shown before
-            warnings.simplefilter("always", torch.jit.TracerWarning)
-            wrapper.conversions = warnings.showwarning = size_watch.ConversionLog()  # type: ignore[assignment]
-        # The model may write into its inputs: trace on copies, keep the user's tensors.
-        trace_inputs = tuple(t.clone() for t in flat_inputs)
-        try:
-            if is_script:
-                # A function trace (a bound method would be traced as its module).
-                def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                    return wrapper(*flat)
+    conversions = size_watch.ConversionLog() if watch_sizes else None
+    try:
+        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
+                kept_whole(model, keep) as module_calls, warnings.catch_warnings():
+            # jit.trace probes every attribute of every submodule (module_has_exports), which
+            # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
+            # although nothing uses them. Filters are process-wide: the trace lock serializes this.
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+            if conversions is not None:  # every conversion the tracer warns about, even one shown before
+                warnings.simplefilter("always", torch.jit.TracerWarning)
+                wrapper.conversions = warnings.showwarning = conversions  # type: ignore[assignment]
+            # The model may write into its inputs: trace on copies, keep the user's tensors.
+            trace_inputs = tuple(t.clone() for t in flat_inputs)
+            try:
+                if is_script:
+                    # A function trace (a bound method would be traced as its module).
+                    def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                        return wrapper(*flat)
 
-                traced = torch.jit.trace(run_script, trace_inputs, check_trace=False, strict=False)
-            else:
-                traced = torch.jit.trace(wrapper, trace_inputs, check_trace=False, strict=False)
-        except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
-            raise
-        except Exception as err:  # torch raises many kinds; keep its message whole
-            raise T2NErrorTorchJitTraceFailed(
-                f"torch.jit.trace failed on {type(model).__name__}: {err}. fastnnef exports "
-                "what tracing records: data-dependent Python control flow, non-tensor "
-                "outputs and in-place ops on inputs are the usual causes"
-            ) from err
-    frozen, log_of_conversions = wrapper.frozen, wrapper.conversions
-    wrapper.conversions, wrapper.frozen = None, []
-    if log_of_conversions is not None:
-        log_of_conversions.show_again()
+                    traced = torch.jit.trace(run_script, trace_inputs, check_trace=False, strict=False)
+                else:
+                    traced = torch.jit.trace(wrapper, trace_inputs, check_trace=False, strict=False)
+            except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
+                raise
+            except Exception as err:  # torch raises many kinds; keep its message whole
+                raise T2NErrorTorchJitTraceFailed(
+                    f"torch.jit.trace failed on {type(model).__name__}: {err}. fastnnef exports "
+                    "what tracing records: data-dependent Python control flow, non-tensor "
+                    "outputs and in-place ops on inputs are the usual causes"
+                ) from err
+    finally:
+        wrapper.conversions = None
+        if conversions is not None:  # under the caller's filters again
+            conversions.show_again()
+    frozen, wrapper.frozen = wrapper.frozen, []
     assert wrapper.captured is not None
     flat_outputs = wrapper.captured
     wrapper.captured = None
