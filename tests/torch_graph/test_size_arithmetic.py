@@ -213,6 +213,22 @@ class LastRows(nn.Module):
         return torch.ones(1, total, 4).cumsum(1)[:, -x.shape[1] :] * x
 
 
+class StridedFrames(nn.Module):
+    """A strided convolution, then its frames grouped by 4 (padded up): the frame count
+    ``(L - 3) / 2 + 1`` is a size expression the padding builds on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv1d(2, 3, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        frames = y.shape[-1]
+        y = F.pad(y, (0, (4 - frames % 4) % 4))
+        return y.reshape(y.shape[0], 3, -1, 4).sum(-1)
+
+
 class HalveAxis(nn.Module):
     """A dynamic axis split in halves (``view(b, s // 2, 2 * c)``): right for an even S
     only, which tract cannot prove, so a dynamic export refuses it."""
@@ -252,6 +268,7 @@ CASES: dict[str, Case] = {
     "last-rows": (
         LastRows, lambda n: [torch.randn(1, n, 4), torch.randn(1, n + 2, 4)], {"x": {1: "S"}, "cache": {1: "P"}}, 5,
     ),
+    "strided-frames": (StridedFrames, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 17),
     "halve-axis": (HalveAxis, lambda n: [torch.randn(1, 2 * n, 3)], {"x": {1: "S"}}, 5),
 }
 
@@ -362,3 +379,84 @@ def test_dynamic_halving_refused(tmp_path: Path) -> None:
     target = TractNNEF.latest().with_dynamic_axes(axes)
     with pytest.raises(T2NError, match=r"aten::reshape .*3\*S elements into sizes that hold 6\*\(S/2\)"):
         export_and_check(make().eval(), tuple(inputs(n)), tmp_path, target=target, input_names=list(axes))
+
+
+# --- the same patterns in transformers' models (tiny configs, random weights) -----------------
+class _Hidden(nn.Module):
+    """A transformers model with its last hidden state as the output."""
+
+    def __init__(self, model: nn.Module, keyword: str = ""):
+        super().__init__()
+        self.model, self.keyword = model, keyword
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(**{self.keyword: x}) if self.keyword else self.model(x)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out
+
+
+def _encodec_encoder() -> nn.Module:
+    from transformers import EncodecConfig, EncodecModel
+
+    config = EncodecConfig(hidden_size=8, num_filters=4, num_residual_layers=1, upsampling_ratios=[2, 2],
+                           codebook_size=16, codebook_dim=8, audio_channels=1, num_lstm_layers=1)
+    return _Hidden(EncodecModel(config).encoder)
+
+
+def _swin() -> nn.Module:
+    from transformers import SwinConfig, SwinModel
+
+    config = SwinConfig(image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2], window_size=2)
+    return _Hidden(SwinModel(config))
+
+
+def _mobilevit() -> nn.Module:
+    from transformers import MobileViTConfig, MobileViTModel
+
+    config = MobileViTConfig(image_size=32, hidden_sizes=[16, 20, 24], neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32],
+                             num_attention_heads=2, patch_size=2)
+    return _Hidden(MobileViTModel(config))
+
+
+def _deberta_v2() -> nn.Module:
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    config = DebertaV2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=32, max_position_embeddings=64, relative_attention=True,
+                             position_buckets=8, pos_att_type=["p2c", "c2p"])
+    return _Hidden(DebertaV2Model(config), "inputs_embeds")
+
+
+# name -> (model, input at size n, traced size): odd sizes, so that the padding is taken.
+MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[int], torch.Tensor], int]] = {
+    "encodec-encoder": (_encodec_encoder, lambda n: torch.randn(1, 1, n), 37),
+    "swin": (_swin, lambda n: torch.randn(1, 3, 28, 4 * n), 7),
+    "mobilevit": (_mobilevit, lambda n: torch.randn(1, 3, n, n), 36),
+    "deberta-v2": (_deberta_v2, lambda n: torch.randn(1, n, 16), 7),
+}
+
+
+@pytest.mark.filterwarnings(COPY_WARNING)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_transformers_model_static(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    make, inputs, n = MODELS[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    export_and_check(model, (inputs(n),), tmp_path, atol=1e-4)
+
+
+@pytest.mark.filterwarnings(COPY_WARNING)
+def test_disentangled_attention_dynamic_length(tmp_path: Path) -> None:
+    """DeBERTa-v2's scale (torch.sqrt(torch.tensor(size) * factor)) and relative positions
+    at lengths other than the traced one."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = _deberta_v2().eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
+    path = export_and_check(model, (torch.randn(1, 7, 16),), tmp_path, target=target, input_names=["x"], atol=1e-4)
+    artefact = TractArtefact.load(path)
+    for length in (5, 12):
+        x = torch.randn(1, length, 16)
+        with torch.no_grad():
+            expected = model(x)
+        torch.testing.assert_close(torch.from_numpy(artefact.run([x])[0]), expected, atol=1e-4, rtol=1e-4)

@@ -521,6 +521,59 @@ def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return q.dyn[:-1] + v.dyn[-1:]
 
 
+def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
+    as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
+    d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
+    and integer division agree). String paddings: 'same' keeps the size."""
+    weight = args[0] if args else None
+    if not isinstance(weight, TensorValue) or out.rank != x.rank or x.rank != weight.rank:
+        return None
+    n = x.rank - 2
+    transposed = False
+    if len(args) >= 8 and isinstance(args[5], Const) and isinstance(args[5].value, bool):  # _convolution
+        stride, padding, dilation, output_padding = args[2], args[3], args[4], args[6]
+        transposed = args[5].value
+    else:  # convNd(input, weight, bias, stride, padding, dilation, groups)
+        stride, padding, dilation, output_padding = args[2], args[3], args[4] if len(args) > 4 else None, None
+    strides, dilations = _per_axis(stride, n, 1), _per_axis(dilation, n, 1)
+    out_pads = _per_axis(output_padding, n, 0)
+    same = isinstance(padding, Const) and padding.value == "same"
+    valid = isinstance(padding, Const) and padding.value == "valid"
+    pads = [0] * n if valid or same else _per_axis(padding, n, 0)
+    if None in (strides, dilations, pads, out_pads):
+        return None
+    kernel = weight.shape[2:]
+    dyn: list[Optional[str]] = [x.dyn[0], None]
+    for a in range(n):
+        size = x.dyn[a + 2]
+        if size is None or size == UNKNOWN or same:
+            dyn.append(size if same or size == UNKNOWN else None)
+            continue
+        k, s_, d, p = kernel[a], strides[a], dilations[a], pads[a]  # type: ignore[index]
+        if transposed:
+            grown = symexpr.add(symexpr.times(symexpr.add(size, -1) or 0, s_) or 0,
+                                -2 * p + d * (k - 1) + out_pads[a] + 1)  # type: ignore[index]
+        else:
+            start = symexpr.add(size, 2 * p - d * (k - 1) - 1)
+            quotient = None if start is None else symexpr.floordiv(start, s_)
+            grown = None if quotient is None else symexpr.add(quotient, 1)
+        dyn.append(UNKNOWN if grown is None else None if isinstance(grown, int) else grown)
+    return tuple(dyn)
+
+
+def _per_axis(value: Optional[IRValue], n: int, default: int) -> Optional[list[int]]:
+    """A convolution's per-axis ints (one value expands to every axis); None if unknown."""
+    if value is None or (isinstance(value, Const) and value.value is None):
+        return [default] * n
+    items = const_ints(value)
+    if isinstance(value, ListValue) and len(items) != len(value.items):
+        return None
+    if len(items) == 1:
+        return items * n
+    return items if len(items) == n else None
+
+
 DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[str], ...]]]
 # A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
 _DYN_RULES: dict[str, DynRule] = {
@@ -555,6 +608,10 @@ _DYN_RULES: dict[str, DynRule] = {
     "aten::constant_pad_nd": _pad_dyn,
     "aten::pad": _pad_dyn,
     "aten::stft": _stft_dyn,
+    "aten::_convolution": _conv_dyn,
+    "aten::conv1d": _conv_dyn,
+    "aten::conv2d": _conv_dyn,
+    "aten::conv3d": _conv_dyn,
     "aten::expand": _expand_dyn,
     "aten::expand_as": _expand_as_dyn,
     "aten::broadcast_to": _expand_as_dyn,
