@@ -64,6 +64,21 @@ class CodecPadding(nn.Module):
         return self.conv(x)
 
 
+class CodecReflectPadding(CodecPadding):
+    """The same padding by reflection or replication at the ends (EnCodec's pad_mode)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[-1]
+        n_frames = torch.ceil((length - self.kernel_size + self.padding_total) / self.stride + 1).to(torch.int64) - 1
+        extra = n_frames * self.stride + self.kernel_size - self.padding_total - length
+        right = self.padding_total // 2
+        return self.conv(F.pad(x, (self.padding_total - right, right + extra), mode=self.mode))
+
+
 class CodecPaddingMath(nn.Module):
     """The same padding with Python's ``math.ceil`` (DAC-style code)."""
 
@@ -244,6 +259,10 @@ Case = tuple[Callable[[], nn.Module], Callable[[int], Sequence[torch.Tensor]], d
 CASES: dict[str, Case] = {
     "swin-window-pad": (SwinWindowPad, lambda n: [torch.randn(1, n, n + 1, 3)], {"x": {1: "H", 2: "W"}}, 6),
     "codec-padding": (CodecPadding, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20),
+    "codec-reflect": (lambda: CodecReflectPadding("reflect"), lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20),
+    "codec-replicate": (
+        lambda: CodecReflectPadding("replicate"), lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20,
+    ),
     "codec-padding-math": (CodecPaddingMath, lambda n: [torch.randn(1, 2, n)], {"x": {2: "L"}}, 20),
     "patch-resize": (PatchResize, lambda n: [torch.randn(1, 2, n, n + 1)], {"x": {2: "H", 3: "W"}}, 5),
     "patch-resize-math": (PatchResizeMath, lambda n: [torch.randn(1, 2, n)], {"x": {2: "W"}}, 5),
@@ -445,18 +464,25 @@ def test_transformers_model_static(name: str, tmp_path: Path) -> None:
     export_and_check(model, (inputs(n),), tmp_path, atol=1e-4)
 
 
+# name -> (dynamic axis, two other sizes): DeBERTa-v2's scale (torch.sqrt(torch.tensor(size)
+# * factor)) and relative positions; EnCodec's extra padding (torch.ceil of a frame count)
+# by reflection.
+DYNAMIC_MODELS = {"deberta-v2": ({1: "S"}, (5, 12)), "encodec-encoder": ({2: "L"}, (50, 64))}
+
+
 @pytest.mark.filterwarnings(COPY_WARNING)
-def test_disentangled_attention_dynamic_length(tmp_path: Path) -> None:
-    """DeBERTa-v2's scale (torch.sqrt(torch.tensor(size) * factor)) and relative positions
-    at lengths other than the traced one."""
+@pytest.mark.parametrize("name", sorted(DYNAMIC_MODELS))
+def test_transformers_model_dynamic(name: str, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
+    make, inputs, n = MODELS[name]
+    axes, lengths = DYNAMIC_MODELS[name]
     torch.manual_seed(0)
-    model = _deberta_v2().eval()
-    target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
-    path = export_and_check(model, (torch.randn(1, 7, 16),), tmp_path, target=target, input_names=["x"], atol=1e-4)
+    model = make().eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": axes})
+    path = export_and_check(model, (inputs(n),), tmp_path, target=target, input_names=["x"], atol=1e-4)
     artefact = TractArtefact.load(path)
-    for length in (5, 12):
-        x = torch.randn(1, length, 16)
+    for length in lengths:
+        x = inputs(length)
         with torch.no_grad():
             expected = model(x)
         torch.testing.assert_close(torch.from_numpy(artefact.run([x])[0]), expected, atol=1e-4, rtol=1e-4)

@@ -12,10 +12,11 @@ import re
 from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
-from fastnnef.nnef.shapes import add_dims
+from fastnnef.nnef.shapes import add_dims, unknown
 from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
+from fastnnef.torch_graph import symexpr
 
 # ----------------------------------------------------------------------------------------
 # padding
@@ -111,6 +112,52 @@ def _pad_by_concat(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], val
     return ctx.emit("copy", [x])
 
 
+def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], mode: str) -> NTensor:
+    """Reflect or replicate padding by amounts that are sizes of dynamic axes (a codec's
+    extra padding): each padded axis is gathered from positions computed in the graph.
+    With ``t = j - before`` over the padded range, reflect reads ``min(|t|, 2(n-1) - |t|)``
+    and replicate ``clamp(t, 0, n-1)`` (torch needs amounts below n for reflect)."""
+    if ctx.strict:
+        raise ctx.unsupported(f"{mode} padding by an amount that depends on a dynamic axis in strict NNEF")
+    for axis, (before, after) in enumerate(pairs):
+        if _static(before) and _static(after) and before == after == 0:
+            continue
+        n = x.shape[axis]
+        if unknown(n):
+            raise ctx.unsupported(f"{mode} padding of an axis whose dynamic size is unknown")
+        total = add_dims(add_dims(n, before), after)
+        positions = ctx.tmp("tract_core_range", [0, total, 1], dtype="i64", shape=(total,), suffix="positions")
+        t = ctx.tmp("sub", [positions, typed_scalar(ctx, before, "i64")], suffix="from")
+        last = typed_scalar(ctx, _dim_plus(n, -1), "i64")
+        if mode == "reflect":
+            distance = ctx.tmp("abs", [t], suffix="distance")
+            mirrored = ctx.tmp("sub", [typed_scalar(ctx, _dim_times(_dim_plus(n, -1), 2), "i64"), distance],
+                               suffix="mirrored")
+            index = ctx.tmp("min", [distance, mirrored], suffix="index")
+        else:
+            index = ctx.tmp("max", [ctx.tmp("min", [t, last], suffix="below"), typed_scalar(ctx, 0, "i64")],
+                            suffix="index")
+        shape = list(x.shape)
+        shape[axis] = total
+        x = ctx.tmp("tract_core_gather", [x, index], {"axis": axis}, dtype=x.dtype, shape=tuple(shape),
+                    suffix="padded")
+    return ctx.emit("copy", [x])
+
+
+def _dim_plus(d: Dim, k: int) -> Dim:
+    if _static(d):
+        return int(d) + k
+    value = symexpr.add(str(d), k)
+    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"{d}+{k}")
+
+
+def _dim_times(d: Dim, k: int) -> Dim:
+    if _static(d):
+        return int(d) * k
+    value = symexpr.times(str(d), k)
+    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"({d})*{k}")
+
+
 def _pad(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
@@ -128,8 +175,7 @@ def _pad(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optio
         return ctx.emit("copy", [x])
     if not all(_static(a) and _static(b) for a, b in grow):
         if border != "constant":
-            raise ctx.unsupported(f"{mode} padding by an amount that depends on a dynamic axis ({list(pad)})",
-                                  "pad with constant mode, or export with this axis static")
+            return _pad_by_gather(ctx, x, grow, mode)
         return _pad_by_concat(ctx, x, grow, float(value or 0.0))
     attrs = {"padding": [Tuple(p) for p in grow], "border": border}
     if border == "constant":
