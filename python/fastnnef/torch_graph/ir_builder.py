@@ -149,7 +149,8 @@ class _Builder:
 
     def refuse_frozen_sizes(self, inputs: list[TensorValue]) -> None:
         """A size of a dynamic axis turned into a Python number while traced is a constant
-        of the graph, wrong at any other length (torch_graph/size_watch.py)."""
+        of the graph, wrong at any other length (torch_graph/size_watch.py). Sizes are told
+        apart by their traced values, as the generic dynamic-dim rule does."""
         lengths = {t.shape[d]: t.dyn[d] for t in inputs for d in range(t.rank) if t.dyn[d] is not None}
         for conversion in self.traced.size_conversions:
             hit = sorted(conversion.sizes & set(lengths))
@@ -165,7 +166,8 @@ class _Builder:
                     f"{hit[0]}) is turned into a Python value by {conversion.how}, so the trace has it frozen "
                     "at the traced length. Compute it with torch ops on the size instead (torch.ceil(n / k), "
                     "n // k, n % k, torch.clamp) as transformers do under torch.jit.is_tracing(), or export "
-                    "with this axis static"
+                    "with this axis static. (Sizes are matched by their traced value: if it is a static size "
+                    "equal to the traced length by chance, trace with another length.)"
                 )
 
     def build(self) -> IRGraph:
@@ -428,9 +430,9 @@ class _Builder:
         out = list(inputs)
         for k, (src, value) in enumerate(zip(ins, inputs)):
             ty = src.type()
-            if not (isinstance(ty, torch._C.TensorType) and ty.dtype() is not None and sizes.is_scalar(value)):
+            dtype = ty.dtype() if isinstance(ty, torch._C.TensorType) else None
+            if dtype is None or not sizes.is_scalar(value):
                 continue
-            dtype = ty.dtype()
             if isinstance(value, Const) and constant:
                 data = torch.tensor(value.value, dtype=dtype)
                 out[k] = ConstTensor(value.name, dtype, (), (), self.const_label(site[0]), data)

@@ -530,12 +530,15 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     if not isinstance(weight, TensorValue) or out.rank != x.rank or x.rank != weight.rank:
         return None
     n = x.rank - 2
+    if len(args) < 4:
+        return None
+    stride, padding = args[2], args[3]
+    dilation: Optional[IRValue] = args[4] if len(args) > 4 else None
+    output_padding: Optional[IRValue] = None
     transposed = False
     if len(args) >= 8 and isinstance(args[5], Const) and isinstance(args[5].value, bool):  # _convolution
-        stride, padding, dilation, output_padding = args[2], args[3], args[4], args[6]
-        transposed = args[5].value
-    else:  # convNd(input, weight, bias, stride, padding, dilation, groups)
-        stride, padding, dilation, output_padding = args[2], args[3], args[4] if len(args) > 4 else None, None
+        output_padding, transposed = args[6], args[5].value
+    # else convNd(input, weight, bias, stride, padding, dilation, groups)
     strides, dilations = _per_axis(stride, n, 1), _per_axis(dilation, n, 1)
     out_pads = _per_axis(output_padding, n, 0)
     same = isinstance(padding, Const) and padding.value == "same"

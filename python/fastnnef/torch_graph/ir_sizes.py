@@ -109,11 +109,12 @@ def arithmetic(kind: str, values: list[IRValue], name: str) -> IRValue:
     """``kind`` on numbers, sizes and ratios (at least one of them symbolic)."""
     a_b = values[:1] if kind == "aten::neg" else values[:2]
     mode = values[2].value if kind == "aten::div" and len(values) == 3 and isinstance(values[2], Const) else None
-    if all(isinstance(v, Const) for v in a_b):
+    numbers = [v.value for v in a_b if isinstance(v, Const)]
+    if len(numbers) == len(a_b):
         if mode is not None:  # torch.div(a, b, rounding_mode="floor" | "trunc")
-            q = a_b[0].value / a_b[1].value  # type: ignore[union-attr]
+            q = numbers[0] / numbers[1]
             return Const(name, math.floor(q) if mode == "floor" else math.trunc(q))
-        return Const(name, ARITHMETIC[kind](*[v.value for v in a_b]))  # type: ignore[union-attr]
+        return Const(name, ARITHMETIC[kind](*numbers))
     traced = ARITHMETIC[kind](*[_traced(v) for v in a_b])
     if mode is not None:
         traced = math.floor(traced) if mode == "floor" else math.trunc(traced)

@@ -190,7 +190,8 @@ def floordiv(a: Union[str, int], k: int) -> Optional[Union[str, int]]:
 def mod(a: Union[str, int], k: int) -> Optional[Union[str, int]]:
     """``a % k`` for a constant ``k > 0``, as ``a - (a/k)*k``."""
     q = floordiv(a, k)
-    return None if q is None else add(a, times(q, k), -1)
+    multiple = None if q is None else times(q, k)
+    return None if multiple is None else add(a, multiple, -1)
 
 
 def times(a: Union[str, int], k: int) -> Optional[Union[str, int]]:
