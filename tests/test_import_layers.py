@@ -16,11 +16,6 @@ from typing import Iterator
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "fastnnef"
 
-# Circles that exist today and are being broken elsewhere; each one names its fix.
-KNOWN_CIRCLES = [
-    # broken by the irsplit branch
-    frozenset({"fastnnef.torch_graph.fold", "fastnnef.torch_graph.functionalize", "fastnnef.torch_graph.ir"}),
-]
 
 
 def module_name(path: Path) -> str:
@@ -107,5 +102,4 @@ def test_the_walk_finds_a_circle():
 
 def test_no_import_circle():
     circles = import_circles(import_graph())
-    unexpected = [c for c in circles if not any(c <= known for known in KNOWN_CIRCLES)]
-    assert not unexpected, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in unexpected)
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)

@@ -180,7 +180,8 @@ def _export(
         model = harden_jit_for_export(model, args)
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor)
+    traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor,
+                         watch_sizes=inference_target.has_dynamic_axes)
     if check_io_names_qte_match:
         n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
         if n_graph_inputs != len(traced.flat_inputs):

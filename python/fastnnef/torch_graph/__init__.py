@@ -5,16 +5,13 @@ and its passes: ``jit_passes``, ``jit_inline``, ``jit_mutation``), re-exported h
 
 from fastnnef.torch_graph.compat import (
     MAP_TO_NOP,
-    Data,
-    FixedTensorList,
-    PythonConstant,
-    TensorVariable,
     TorchModuleIRGraph,
     TorchModuleTracer,
     TorchOp,
     module_tracer_into_ir_graph,
 )
 from fastnnef.torch_graph.harden import harden_jit_for_export
+from fastnnef.torch_graph.ir_data import Data, FixedTensorList, PythonConstant, TensorVariable
 from fastnnef.torch_graph.jit_inline import inline_unresolvable_submodules
 from fastnnef.torch_graph.jit_mutation import functionalize_view_inplace_copy
 from fastnnef.torch_graph.jit_passes import (

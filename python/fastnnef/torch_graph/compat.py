@@ -1,9 +1,10 @@
 """torch_to_nnef's IR names, over fastnnef's IR, for code that imports them from
 ``torch_to_nnef.torch_graph`` (module extractors, test harnesses).
 
-fastnnef's IR (torch_graph/ir.py) is not the reference's: it is built in one pass from
+fastnnef's IR (torch_graph/ir.py and the modules it re-exports) is not the reference's: it is built in one pass from
 one trace, and its values carry shapes, dtypes and dynamic marks. These names are the
-closest fastnnef classes, so ``isinstance`` checks and type hints keep working:
+closest fastnnef classes, so ``isinstance`` checks and type hints keep working (the
+value names are defined in ``ir_data.py``, at the reference's path):
 
 | torch_to_nnef | fastnnef |
 |---|---|
@@ -25,22 +26,9 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.torch_graph.ir import (
-    NOOP_KINDS,
-    Const,
-    IRGraph,
-    IROp,
-    IRValue,
-    ListValue,
-    TensorValue,
-    build_ir,
-)
+from fastnnef.torch_graph.ir import NOOP_KINDS, IRGraph, IROp, build_ir
 from fastnnef.torch_graph.trace import TracedModel, trace_model
 
-Data = IRValue
-TensorVariable = TensorValue
-PythonConstant = Const
-FixedTensorList = ListValue
 TorchOp = IROp
 TorchModuleIRGraph = IRGraph
 MAP_TO_NOP = NOOP_KINDS

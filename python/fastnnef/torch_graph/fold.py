@@ -18,8 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-# ir.py imports this module: read its value classes at call time.
-from fastnnef.torch_graph import ir
+from fastnnef.torch_graph import ir_data
 
 # A computation on the inputs' Python values (tensors, numbers, lists...).
 Thunk = Callable[[list[Any]], Any]
@@ -89,24 +88,24 @@ def _call_schema(schema: str, values: list[Any]) -> Any:
     return op(*args, **kwargs)
 
 
-def python_value(value: ir.IRValue, weights: frozenset[str]) -> Any:
+def python_value(value: ir_data.IRValue, weights: frozenset[str]) -> Any:
     """The Python value of a constant input, or ``_NOT_CONSTANT``."""
-    if isinstance(value, ir.ConstTensor):
+    if isinstance(value, ir_data.ConstTensor):
         return _NOT_CONSTANT if value.label in weights else value.tensor
-    if isinstance(value, ir.TensorValue):  # computed at run time, or a parameter
+    if isinstance(value, ir_data.TensorValue):  # computed at run time, or a parameter
         return _NOT_CONSTANT
-    if isinstance(value, ir.Const):
+    if isinstance(value, ir_data.Const):
         return value.value
-    if isinstance(value, ir.ListValue):
+    if isinstance(value, ir_data.ListValue):
         items = [python_value(v, weights) for v in value.items]
         return _NOT_CONSTANT if any(i is _NOT_CONSTANT for i in items) else items
     return _NOT_CONSTANT  # a size of a dynamic axis, a module
 
 
 def evaluate(
-    thunk: Thunk, inputs: Sequence[ir.IRValue], outputs: Sequence[ir.IRValue], weights: frozenset[str],
+    thunk: Thunk, inputs: Sequence[ir_data.IRValue], outputs: Sequence[ir_data.IRValue], weights: frozenset[str],
     label: Callable[[], str],
-) -> Optional[list[ir.IRValue]]:
+) -> Optional[list[ir_data.IRValue]]:
     """The outputs of ``thunk`` on the inputs' values as constants, or ``None`` when the op
     must stay an op (an input not constant, a result too large or not as traced)."""
     values = []
@@ -116,7 +115,7 @@ def evaluate(
             return None
         values.append(value)
     budget = max([FOLD_MAX_ELEMENTS] + [_numel(v) for v in values])
-    if any(isinstance(o, ir.TensorValue) and math.prod(o.shape) > budget for o in outputs):
+    if any(isinstance(o, ir_data.TensorValue) and math.prod(o.shape) > budget for o in outputs):
         return None  # known from the trace: never compute what would not be kept
     try:
         with torch.no_grad():
@@ -128,7 +127,7 @@ def evaluate(
     results = list(result) if isinstance(result, (tuple, list)) and len(outputs) > 1 else [result]
     if len(results) != len(outputs):
         return None
-    folded: list[ir.IRValue] = []
+    folded: list[ir_data.IRValue] = []
     for out, res in zip(outputs, results):
         value = _constant(out, res, budget, label)
         if value is None:
@@ -145,24 +144,24 @@ def _numel(value: Any) -> int:
     return 0
 
 
-def _constant(out: ir.IRValue, res: Any, budget: int, label: Callable[[], str]) -> Optional[ir.IRValue]:
-    if isinstance(out, ir.TensorValue):
+def _constant(out: ir_data.IRValue, res: Any, budget: int, label: Callable[[], str]) -> Optional[ir_data.IRValue]:
+    if isinstance(out, ir_data.TensorValue):
         if not isinstance(res, torch.Tensor) or res.is_complex() or res.numel() > budget \
                 or res.dtype != out.dtype or tuple(res.shape) != tuple(out.shape):
             return None
         # A view of an input would keep the input's storage: store what is seen.
         data = res.detach().clone() if res._is_view() else res.detach().contiguous()
-        return ir.ConstTensor(out.name, data.dtype, tuple(data.shape), (), label(), data)
-    if isinstance(out, ir.ListValue) and isinstance(res, (list, tuple)):
-        items: list[ir.IRValue] = []
+        return ir_data.ConstTensor(out.name, data.dtype, tuple(data.shape), (), label(), data)
+    if isinstance(out, ir_data.ListValue) and isinstance(res, (list, tuple)):
+        items: list[ir_data.IRValue] = []
         for k, item in enumerate(res):
-            template = ir.TensorValue(f"{out.name}.{k}", item.dtype, tuple(item.shape)) \
+            template = ir_data.TensorValue(f"{out.name}.{k}", item.dtype, tuple(item.shape)) \
                 if isinstance(item, torch.Tensor) else None
             value = _constant(template, item, budget, label) if template is not None else None
             if value is None:
                 return None
             items.append(value)
-        return ir.ListValue(out.name, items)
-    if isinstance(out, ir.Const) and isinstance(res, (bool, int, float)):
-        return ir.Const(out.name, res)
+        return ir_data.ListValue(out.name, items)
+    if isinstance(out, ir_data.Const) and isinstance(res, (bool, int, float)):
+        return ir_data.Const(out.name, res)
     return None

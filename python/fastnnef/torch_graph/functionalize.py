@@ -3,7 +3,7 @@
 The IR holds values, not storage. Every traced tensor reaches its storage through a
 ``Ref``: the root of a storage (its current value, and a version that every write bumps)
 or a view of a parent ``Ref`` by one view op (a ``ViewStep``), with the value it had at
-some version. The IR builder (ir.py) reads tensors through ``Storages.resolve`` and hands
+some version. The IR builder (ir_builder.py) reads tensors through ``Storages.resolve`` and hands
 in-place ops to ``Storages.write``:
 
 - ``x.add_(1)`` where ``x`` views nothing: ``add(x, 1)`` becomes the root's value;
@@ -25,15 +25,13 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from fastnnef.exceptions import T2NErrorNotImplemented
-
-# ir.py imports this module: read its value classes at call time.
-from fastnnef.torch_graph import ir
+from fastnnef.torch_graph import ir_data
 from fastnnef.torch_graph.fold import Thunk, aten_thunk
 
 # Where an op comes from: (module path, user source line), as IROp.scope and IROp.source.
 Site = tuple[str, str]
 # Records one single-output op (or folds it) and returns its output value.
-Emit = Callable[[str, list["ir.IRValue"], "ir.TensorValue", Site, Optional[Thunk]], "ir.IRValue"]
+Emit = Callable[[str, list["ir_data.IRValue"], "ir_data.TensorValue", Site, Optional[Thunk]], "ir_data.IRValue"]
 
 # View ops (output 0 shares input 0's storage), by how a write into the view reaches
 # the viewed tensor: the inverse of the view.
@@ -97,8 +95,8 @@ class ViewStep:
     """One view op from a parent tensor: how to take the view again, and how to undo it."""
 
     kind: str
-    args: list[ir.IRValue]  # the op's inputs after the viewed tensor
-    template: ir.TensorValue  # its traced output: dtype, shape, dynamic dims
+    args: list[ir_data.IRValue]  # the op's inputs after the viewed tensor
+    template: ir_data.TensorValue  # its traced output: dtype, shape, dynamic dims
     how: str  # VIEWS' category: slice, select, narrow, diagonal, permute, unsqueeze, reshape, opaque
     site: Site
     thunk: Optional[Thunk]  # the op on constant inputs, for folding
@@ -109,7 +107,7 @@ class Ref:
     """How a traced tensor reaches its storage: a root (``parent`` is None; ``value`` is
     the current one) or a view of ``parent`` holding ``value`` as of ``version``."""
 
-    value: ir.IRValue
+    value: ir_data.IRValue
     version: int = 0
     parent: Optional[Ref] = None
     step: Optional[ViewStep] = None
@@ -133,7 +131,7 @@ class Storages:
         self.recorded: set[int] = set()
         self._renamed = 0
 
-    def root(self, key: int, value: ir.IRValue) -> Ref:
+    def root(self, key: int, value: ir_data.IRValue) -> Ref:
         """``value`` is a storage of its own (an input, a computed tensor, a copy)."""
         ref = Ref(value, recorded=key in self.recorded)
         self.refs[key] = ref
@@ -143,7 +141,7 @@ class Storages:
         """Traced value ``key`` is the same tensor as ``ref`` (detach, the result of x.add_)."""
         self.refs[key] = ref
 
-    def view(self, key: int, parent: Ref, step: ViewStep, value: ir.IRValue) -> None:
+    def view(self, key: int, parent: Ref, step: ViewStep, value: ir_data.IRValue) -> None:
         """Traced value ``key`` is ``value``, a view of ``parent`` by ``step``."""
         self.refs[key] = Ref(value, parent.root().version, parent, step)
 
@@ -163,7 +161,7 @@ class Storages:
             a, b = a.parent, b.parent
         return False
 
-    def resolve(self, ref: Ref) -> ir.IRValue:
+    def resolve(self, ref: Ref) -> ir_data.IRValue:
         """The value of ``ref`` now: a view older than its storage is taken again."""
         if ref.parent is None:
             return ref.value
@@ -176,7 +174,7 @@ class Storages:
             ref.version = version
         return ref.value
 
-    def write(self, ref: Ref, new: ir.IRValue, kind: str, site: Site) -> None:
+    def write(self, ref: Ref, new: ir_data.IRValue, kind: str, site: Site) -> None:
         """``ref``'s tensor now holds ``new``: write it back into each tensor it views,
         up to the root, whose version is bumped."""
         step_ref: Optional[Ref] = ref
@@ -211,22 +209,22 @@ class Storages:
             r.version = current.version
 
     # --- inverses of views ----------------------------------------------------------------
-    def _like(self, value: ir.IRValue) -> ir.TensorValue:
+    def _like(self, value: ir_data.IRValue) -> ir_data.TensorValue:
         """A new value with the dtype, shape and dynamic dims of ``value``."""
-        assert isinstance(value, ir.TensorValue)
+        assert isinstance(value, ir_data.TensorValue)
         self._renamed += 1
-        return ir.TensorValue(f"{value.name}.v{self._renamed}", value.dtype, value.shape, value.dyn)
+        return ir_data.TensorValue(f"{value.name}.v{self._renamed}", value.dtype, value.shape, value.dyn)
 
-    def _write_back(self, step: ViewStep, parent: ir.IRValue, new: ir.IRValue, site: Site) -> ir.IRValue:
+    def _write_back(self, step: ViewStep, parent: ir_data.IRValue, new: ir_data.IRValue, site: Site) -> ir_data.IRValue:
         """``parent`` with its view by ``step`` replaced by ``new``."""
         out = self._like(parent)
-        assert isinstance(parent, ir.TensorValue)
+        assert isinstance(parent, ir_data.TensorValue)
         if step.how == "slice":
             return self.emit("fastnnef::slice_scatter", [parent, new, *step.args], out, site,
                              aten_thunk("aten::slice_scatter"))
         if step.how == "narrow":
             dim, start, length = step.args
-            args = [dim, start, _narrow_end(start, length, where(step.kind, step.site)), ir.Const("step", 1)]
+            args = [dim, start, _narrow_end(start, length, where(step.kind, step.site)), ir_data.Const("step", 1)]
             return self.emit("fastnnef::slice_scatter", [parent, new, *args], out, site,
                              aten_thunk("aten::slice_scatter"))
         if step.how == "select":
@@ -238,48 +236,48 @@ class Storages:
         if step.how == "permute":
             perm = permutation(step.kind, step.args, parent.rank)
             inverse = [perm.index(axis) for axis in range(parent.rank)]
-            dims = ir.ListValue("dims", [ir.Const("dim", d) for d in inverse])
+            dims = ir_data.ListValue("dims", [ir_data.Const("dim", d) for d in inverse])
             return self.emit("aten::permute", [new, dims], out, site, aten_thunk("aten::permute"))
         if step.how == "unsqueeze":
             axis = _ints(step.args[0])[0] % step.template.rank
-            dims = ir.ListValue("dims", [ir.Const("dim", axis)])
+            dims = ir_data.ListValue("dims", [ir_data.Const("dim", axis)])
             return self.emit("aten::squeeze", [new, dims], out, site, aten_thunk("aten::squeeze"))
         assert step.how == "reshape", step.how
         return self.emit("aten::reshape_as", [new, parent], out, site, aten_thunk("aten::reshape_as"))
 
 
-def _key(value: ir.IRValue) -> object:
+def _key(value: ir_data.IRValue) -> object:
     """What an argument of a view op says (equal keys: the same view)."""
-    if isinstance(value, ir.Const):
+    if isinstance(value, ir_data.Const):
         return ("const", value.value)
-    if isinstance(value, ir.SymInt):
-        return ("sym", value.expr) if value.expr != ir.UNKNOWN else ("value", id(value))
-    if isinstance(value, ir.ListValue):
+    if isinstance(value, ir_data.SymInt):
+        return ("sym", value.expr) if value.expr != ir_data.UNKNOWN else ("value", id(value))
+    if isinstance(value, ir_data.ListValue):
         return tuple(_key(v) for v in value.items)
     return ("value", id(value))
 
 
-def _ints(value: ir.IRValue) -> list[int]:
-    items = value.items if isinstance(value, ir.ListValue) else [value]
+def _ints(value: ir_data.IRValue) -> list[int]:
+    items = value.items if isinstance(value, ir_data.ListValue) else [value]
     out = []
     for item in items:
-        assert isinstance(item, ir.Const) and isinstance(item.value, int), item
+        assert isinstance(item, ir_data.Const) and isinstance(item.value, int), item
         out.append(item.value)
     return out
 
 
-def _narrow_end(start: ir.IRValue, length: ir.IRValue, what: str) -> ir.IRValue:
+def _narrow_end(start: ir_data.IRValue, length: ir_data.IRValue, what: str) -> ir_data.IRValue:
     """``start + length`` for narrow (``None``, to the end, when a negative start ends there)."""
-    if not (isinstance(length, ir.Const) and isinstance(length.value, int)):
+    if not (isinstance(length, ir_data.Const) and isinstance(length.value, int)):
         raise T2NErrorNotImplemented(f"{what}: a write through narrow with a length that depends on a dynamic axis")
-    if isinstance(start, ir.SymInt):
-        expr = ir.UNKNOWN if start.expr == ir.UNKNOWN else f"({start.expr}+{length.value})"
-        return ir.SymInt("end", start.traced + length.value, expr)
+    if isinstance(start, ir_data.SymInt):
+        expr = ir_data.UNKNOWN if start.expr == ir_data.UNKNOWN else f"({start.expr}+{length.value})"
+        return ir_data.SymInt("end", start.traced + length.value, expr)
     end = _ints(start)[0] + length.value
-    return ir.Const("end", None if end == 0 and length.value > 0 else end)
+    return ir_data.Const("end", None if end == 0 and length.value > 0 else end)
 
 
-def permutation(kind: str, args: Sequence[ir.IRValue], rank: int) -> list[int]:
+def permutation(kind: str, args: Sequence[ir_data.IRValue], rank: int) -> list[int]:
     """Axis ``i`` of a permuting view's output is axis ``perm[i]`` of its input."""
     perm = list(range(rank))
     if kind in ("aten::transpose", "aten::swapaxes", "aten::swapdims") or (kind == "aten::mT" and rank >= 2):
@@ -298,10 +296,10 @@ def permutation(kind: str, args: Sequence[ir.IRValue], rank: int) -> list[int]:
     return perm
 
 
-def is_whole_slice(args: Sequence[ir.IRValue], x: ir.TensorValue) -> bool:
+def is_whole_slice(args: Sequence[ir_data.IRValue], x: ir_data.TensorValue) -> bool:
     """``x[:]`` along an axis (as ``y[:, i]`` records first): the same tensor, no view."""
     dim, start, end, step = args
-    if not all(isinstance(v, ir.Const) for v in args) or not isinstance(dim.value, int):  # type: ignore[union-attr]
+    if not all(isinstance(v, ir_data.Const) for v in args) or not isinstance(dim.value, int):  # type: ignore[union-attr]
         return False
     axis = dim.value % x.rank  # type: ignore[union-attr]
     stop = end.value  # type: ignore[union-attr]
@@ -309,19 +307,19 @@ def is_whole_slice(args: Sequence[ir.IRValue], x: ir.TensorValue) -> bool:
     return start.value in (None, 0) and step.value == 1 and to_end  # type: ignore[union-attr]
 
 
-def list_view_steps(kind: str, x: ir.TensorValue, dim: int, items: Sequence[ir.IRValue], site: Site) -> list[ViewStep]:
+def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue], site: Site) -> list[ViewStep]:
     """The view step of each item of split/chunk/unbind: a slice (or a select) of ``x``."""
     axis = dim % x.rank
     steps = []
     begin = 0
     for k, item in enumerate(items):
-        assert isinstance(item, ir.TensorValue)
+        assert isinstance(item, ir_data.TensorValue)
         if LIST_VIEWS[kind] == "select":
-            args: list[ir.IRValue] = [ir.Const("dim", axis), ir.Const("index", k)]
+            args: list[ir_data.IRValue] = [ir_data.Const("dim", axis), ir_data.Const("index", k)]
             steps.append(ViewStep("aten::select", args, item, "select", site, aten_thunk("aten::select")))
             continue
         end = begin + item.shape[axis]
-        args = [ir.Const("dim", axis), ir.Const("start", begin), ir.Const("end", end), ir.Const("step", 1)]
+        args = [ir_data.Const("dim", axis), ir_data.Const("start", begin), ir_data.Const("end", end), ir_data.Const("step", 1)]
         steps.append(ViewStep("aten::slice", args, item, "slice", site, aten_thunk("aten::slice")))
         begin = end
     return steps

@@ -1,7 +1,143 @@
-"""torch_to_nnef's ``torch_graph.ir_data`` names (its IR data nodes), for code that imports
-them from there: a re-export of the closest fastnnef IR classes (the correspondence is in
-torch_graph/compat.py)."""
+"""The values and ops of fastnnef's IR (``torch_to_nnef.torch_graph.ir_data``'s place).
 
-from fastnnef.torch_graph.compat import Data, FixedTensorList, PythonConstant, TensorVariable
+Every module of ``torch_graph`` that reads or makes IR values imports them from here: the
+builder (``ir_builder.py``), its dynamic-dimension rules (``ir_dynamic.py``), constant
+folding (``fold.py``) and functionalization (``functionalize.py``). Nothing here imports
+another module of the package, so none of them forms a circle through it.
 
-__all__ = ["Data", "FixedTensorList", "PythonConstant", "TensorVariable"]
+A tensor value carries ``dyn``: per dim, ``None`` (static), a symbol expression (``"S"``,
+``"P+S"``) or ``UNKNOWN`` (dynamic, expression unknown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+from torch import nn
+
+# IR kind prefix of a module call converted by its extractor (torch_to_nnef's name).
+CUSTOMOP_KIND = "wired_custom::"
+
+UNKNOWN = "?"
+
+
+class IRValue:
+    """Base of every value of the IR."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class TensorValue(IRValue):
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    dyn: tuple[Optional[str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.dyn:
+            self.dyn = (None,) * len(self.shape)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def is_dynamic(self, dim: Optional[int] = None) -> bool:
+        if dim is None:
+            return any(d is not None for d in self.dyn)
+        return self.dyn[dim] is not None
+
+
+@dataclass(eq=False)
+class ParamValue(TensorValue):
+    """A parameter or buffer of the model, by its canonical qualified name."""
+
+    qualname: str = ""
+    tensor: torch.Tensor = field(default=None)  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class ConstTensor(TensorValue):
+    """A tensor constant recorded by the trace (created inside ``forward``)."""
+
+    label: str = ""
+    tensor: torch.Tensor = field(default=None)  # type: ignore[assignment]
+
+
+@dataclass(eq=False)
+class Const(IRValue):
+    """A Python constant: int, float, bool, None, str, dtype code, device..."""
+
+    name: str
+    value: Any
+
+
+@dataclass(eq=False)
+class SymInt(IRValue):
+    """An integer that depends on a dynamic axis: its traced value and expression."""
+
+    name: str
+    traced: int
+    expr: str
+
+
+@dataclass(eq=False)
+class SymRatio(IRValue):
+    """A size divided by a constant, exactly (``(L - 3) / 3``, a float in torch): only
+    rounding it (ceil, floor, int()) makes it a size again (ir_sizes.py)."""
+
+    name: str
+    traced: float
+    num: Union[str, int]
+    den: int
+
+
+@dataclass(eq=False)
+class ListValue(IRValue):
+    name: str
+    items: list[IRValue]
+
+
+@dataclass(eq=False)
+class ModuleRef(IRValue):
+    """A submodule reached by ``prim::GetAttr`` (only used to resolve parameters)."""
+
+    name: str
+    module: nn.Module
+    path: str
+
+
+@dataclass(eq=False)
+class IROp:
+    """One aten (or custom) call."""
+
+    kind: str
+    inputs: list[IRValue]
+    outputs: list[IRValue]
+    scope: str  # module path, e.g. "layers.0.attn" ("" at the root)
+    source: str  # user source location, for errors
+    extractor: Optional[Any] = None  # a ModuleInfoExtractor that emits this op (a module call)
+    module: Optional[nn.Module] = None  # the module of a module call
+
+    def where(self) -> str:
+        scope = self.scope or "<root module>"
+        src = f" ({self.source})" if self.source else ""
+        return f"{self.kind} in {scope}{src}"
+
+
+@dataclass
+class IRGraph:
+    inputs: list[TensorValue]
+    outputs: list[IRValue]
+    ops: list[IROp]
+    param_names: dict[int, str] = field(default_factory=dict)  # id(parameter/buffer) -> its name
+
+
+# torch_to_nnef's names of the value classes, at its module path (``torch_graph.ir_data``);
+# torch_graph/compat.py re-exports them with the rest of its IR names.
+Data = IRValue
+TensorVariable = TensorValue
+PythonConstant = Const
+FixedTensorList = ListValue

@@ -22,7 +22,9 @@ from fastnnef.exceptions import (
     T2NErrorTorchJitTraceFailed,
 )
 from fastnnef.log import get_logger
+from fastnnef.torch_graph import size_watch
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
+from fastnnef.torch_graph.size_watch import SizeConversion
 
 log = get_logger(__name__)
 
@@ -43,6 +45,8 @@ class TracedModel:
     has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
     names_from: Optional[nn.Module] = None  # where parameter names come from
     module_calls: dict[int, ModuleCall] = field(default_factory=dict)  # kept whole for extractors
+    # Sizes the model turned into Python numbers while traced (size_watch.py).
+    size_conversions: list[SizeConversion] = field(default_factory=list)
 
 
 class _FlatIO(nn.Module):
@@ -57,6 +61,8 @@ class _FlatIO(nn.Module):
         self._tensor_slots = tensor_slots
         self.captured: Optional[list[torch.Tensor]] = None
         self.out_spec: Any = None
+        self.conversions: Optional[size_watch.ConversionLog] = None  # sizes frozen (size_watch.py)
+        self.frozen: list[SizeConversion] = []
 
     def call_model(self, *args: Any) -> Any:
         return self.model(*args)
@@ -75,6 +81,8 @@ class _FlatIO(nn.Module):
                 "output tensors only; return tensors (or wrap the model to drop the rest)"
             )
         self.captured = [o.detach() for o in out_leaves]
+        if self.conversions is not None:
+            self.frozen = self.conversions.conversions()
         return tuple(out_leaves)
 
 
@@ -177,11 +185,14 @@ def trace_model(
     output_names: Optional[Sequence[str]],
     names_from: Optional[nn.Module] = None,
     extractor_of: Optional[Callable[[nn.Module], Optional[Any]]] = None,
+    watch_sizes: bool = False,
 ) -> TracedModel:
     """Trace ``model(*args)`` once; return the inlined graph and the flat IO.
     ``names_from``: the module whose parameter names label the weights (for a frozen
     TorchScript model, the module before freezing). ``extractor_of``: the module extractor
-    of a submodule, or None; submodules that have one are kept whole (module_calls.py)."""
+    of a submodule, or None; submodules that have one are kept whole (module_calls.py).
+    ``watch_sizes``: record the sizes the model turns into Python numbers (size_watch.py;
+    asked for exports with dynamic axes, where those are frozen at the traced length)."""
     top_level = normalize_args(args)
     leaves, spec = pytree.tree_flatten(top_level)
     tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
@@ -198,39 +209,51 @@ def trace_model(
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
-    with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
-            kept_whole(model, keep) as module_calls, warnings.catch_warnings():
-        # jit.trace probes every attribute of every submodule (module_has_exports), which
-        # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
-        # although nothing uses them. Filters are process-wide: the trace lock serializes this.
-        warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
-        # The model may write into its inputs: trace on copies, keep the user's tensors.
-        trace_inputs = tuple(t.clone() for t in flat_inputs)
-        try:
-            if is_script:
-                # A function trace (a bound method would be traced as its module).
-                def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                    return wrapper(*flat)
+    conversions = size_watch.ConversionLog() if watch_sizes else None
+    try:
+        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
+                kept_whole(model, keep) as module_calls, warnings.catch_warnings():
+            # jit.trace probes every attribute of every submodule (module_has_exports), which
+            # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
+            # although nothing uses them. Filters are process-wide: the trace lock serializes this.
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+            if conversions is not None:  # every conversion the tracer warns about, even one shown before
+                warnings.simplefilter("always", torch.jit.TracerWarning)
+                wrapper.conversions = warnings.showwarning = conversions  # type: ignore[assignment]
+            # The model may write into its inputs: trace on copies, keep the user's tensors.
+            trace_inputs = tuple(t.clone() for t in flat_inputs)
+            try:
+                if is_script:
+                    # A function trace (a bound method would be traced as its module).
+                    def run_script(*flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                        return wrapper(*flat)
 
-                traced = torch.jit.trace(run_script, trace_inputs, check_trace=False, strict=False)
-            else:
-                traced = torch.jit.trace(wrapper, trace_inputs, check_trace=False, strict=False)
-        except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
-            raise
-        except Exception as err:  # torch raises many kinds; keep its message whole
-            raise T2NErrorTorchJitTraceFailed(
-                f"torch.jit.trace failed on {type(model).__name__}: {err}. fastnnef exports "
-                "what tracing records: data-dependent Python control flow, non-tensor "
-                "outputs and in-place ops on inputs are the usual causes"
-            ) from err
+                    traced = torch.jit.trace(run_script, trace_inputs, check_trace=False, strict=False)
+                else:
+                    traced = torch.jit.trace(wrapper, trace_inputs, check_trace=False, strict=False)
+            except (T2NErrorInvalidArgument, T2NErrorIoQuantity):
+                raise
+            except Exception as err:  # torch raises many kinds; keep its message whole
+                raise T2NErrorTorchJitTraceFailed(
+                    f"torch.jit.trace failed on {type(model).__name__}: {err}. fastnnef exports "
+                    "what tracing records: data-dependent Python control flow, non-tensor "
+                    "outputs and in-place ops on inputs are the usual causes"
+                ) from err
+    finally:
+        wrapper.conversions = None
+        if conversions is not None:  # under the caller's filters again
+            conversions.show_again()
+    frozen, wrapper.frozen = wrapper.frozen, []
     assert wrapper.captured is not None
     flat_outputs = wrapper.captured
     wrapper.captured = None
     top_out = pytree.tree_unflatten(list(flat_outputs), wrapper.out_spec)
     top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
+    graph = traced.graph if is_script else traced.inlined_graph
+    inline_autograd_functions(graph)
     return TracedModel(
-        graph=traced.graph if is_script else traced.inlined_graph,
+        graph=graph,
         has_self=not is_script,
         names_from=names_from if names_from is not None else model,
         wrapper=wrapper,
@@ -239,4 +262,28 @@ def trace_model(
         input_names=in_names,
         output_names=out_names,
         module_calls=module_calls,
+        size_conversions=frozen,
     )
+
+
+def inline_autograd_functions(graph: torch._C.Graph) -> None:
+    """Replace each custom ``torch.autograd.Function`` call (``prim::PythonOp``, a
+    hand-written GELU...) by the ops of its ``forward``, which tracing records as the
+    node's subgraph: only the forward is exported, its backward is not needed."""
+    changed = True
+    while changed:  # a forward may call another Function
+        changed = False
+        for node in list(graph.nodes()):
+            if node.kind() != "prim::PythonOp" or not node.hasAttribute("Subgraph"):
+                continue
+            body = node.g("Subgraph")
+            inputs = list(node.inputs())
+            if len(list(body.inputs())) != len(inputs) or len(list(body.outputs())) != node.outputsSize():
+                continue  # left for the IR builder to refuse, naming it
+            with graph.insert_point_guard(node):
+                results = graph.insertGraph(body, inputs)
+            for old, new in zip(node.outputs(), results):
+                new.setType(old.type())
+                old.replaceAllUsesWith(new)
+            node.destroy()
+            changed = True

@@ -84,10 +84,16 @@ def full_like(ctx: OpContext, x: NTensor, value: object) -> NTensor:
     return _fill(ctx, _number(ctx, value), x.shape, x)
 
 
-@handler("aten::scalar_tensor", args="n *")
-def scalar_tensor(ctx: OpContext, value: object) -> NTensor:
+@handler("aten::scalar_tensor", args="_ *")
+def scalar_tensor(ctx: OpContext) -> NTensor:
     """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
-    return _fill(ctx, _number(ctx, value), ())
+    # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
+    value = ctx.node.inputs[0]
+    if isinstance(value, SymInt):
+        if value.expr == "?":
+            raise ctx.unsupported("a tensor of a size whose dynamic expression is unknown")
+        return _fill(ctx, Sym(value.expr), ())
+    return _fill(ctx, _number(ctx, value.value if isinstance(value, Const) else value), ())
 
 
 @handler("aten::tensor", args="_ *")

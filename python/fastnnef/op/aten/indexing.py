@@ -14,6 +14,7 @@ from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negat
 from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
+from fastnnef.torch_graph import symexpr
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
 
 # torch writes "to the end" as INT64_MAX; anything this large means the same.
@@ -32,6 +33,11 @@ def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, 
     if v is None:
         return default
     if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
+        if symexpr.is_negative(v):  # x[:, -x.size(1):] counts from the end
+            if unknown(n):
+                raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
+            end = symexpr.add(n, v)
+            return Sym(end) if isinstance(end, str) else end if end is not None else Sym(f"{n}+{v}")
         return v
     if not isinstance(n, Sym):
         return min(max(v + n if v < 0 else v, 0), n)
@@ -47,10 +53,12 @@ def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, 
             raise ctx.unsupported(f"negative {what} {v} on a dynamic axis of unknown size")
         return plus(n, v)
     if v > traced:
-        raise ctx.unsupported(
-            f"{what} {v} is past the traced size {traced} of a dynamic axis",
-            "torch clamps it at run time; tract cannot: use x[..., start:] or a size expression",
-        )
+        if unknown(n):
+            raise ctx.unsupported(
+                f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
+                "torch clamps it at run time: use x[..., start:] or a size expression",
+            )
+        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
     return v
 
 

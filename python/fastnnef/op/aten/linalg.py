@@ -1,11 +1,14 @@
 """Linear algebra: linear, matmul/mm/bmm, addmm/baddbmm, einsum; dot/vdot/inner/mv/outer,
 tensordot, addmv/addr, chain_matmul/multi_dot, kron, cross, vector and matrix norms
-(linalg_norm, matrix_norm, frobenius_norm), renorm, vander, bilinear."""
+(linalg_norm, matrix_norm, frobenius_norm), renorm, vander, bilinear; _grouped_mm (the
+experts of mixture-of-experts layers, rows grouped by expert)."""
 
 from __future__ import annotations
 
 import math
 from typing import Optional, Sequence
+
+import torch
 
 from fastnnef.nnef.graph import Dim, NTensor
 from fastnnef.nnef.shapes import is_static, times
@@ -403,3 +406,41 @@ def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: Op
         return c.result(y)
     (b,) = c.inputs(bias, rank=y.rank)
     return c.out("add", y, b)
+
+
+@handler("aten::_grouped_mm", args="t t t? t? *")
+def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: Optional[NTensor], bias: Optional[NTensor]) -> NTensor:
+    """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""
+    # transformers' grouped experts: rows of x sorted by expert, offs the end of each
+    # expert's rows (histc + cumsum). Every expert runs on every row and each row keeps
+    # its own expert's result: E times the arithmetic of the routed rows, with no
+    # data-dependent shape (a row past the last end, which torch leaves undefined, is 0).
+    if offs is None or x.rank != 2 or weights.rank != 3 or offs.rank != 1:
+        raise ctx.unsupported(
+            f"_grouped_mm of a rank-{x.rank} input by rank-{weights.rank} weights"
+            f"{'' if offs is not None else ' without offsets'}",
+            "only the 2-D input x 3-D experts form (mixture-of-experts layers) is exported",
+        )
+    dtype = ctx.out_dtype() if ctx.out_dtype() in FLOAT_DTYPES else "f32"
+    experts = weights.shape[0]
+    if not is_static(experts):
+        raise ctx.unsupported("_grouped_mm with a dynamic number of experts")
+    rows = x.shape[0]
+    every = ctx.tmp("matmul", [ctx.tmp("unsqueeze", [ctx.cast(x, dtype)], {"axes": [0]}, suffix="x3"),
+                               ctx.cast(weights, dtype)], {"transposeA": False, "transposeB": False},
+                    dtype=dtype, shape=(experts, rows, weights.shape[2]), suffix="every")  # [E, S, N]
+    if bias is not None:
+        every = ctx.tmp("add", [every, ctx.tmp("unsqueeze", [ctx.cast(bias, dtype)], {"axes": [1]}, suffix="bias3")],
+                        suffix="biased")
+    # The expert of row i: how many ends are <= i.
+    position = ctx.tmp("tract_core_range", [0, rows, 1], dtype="i64", shape=(rows,), suffix="row")
+    ends = ctx.tmp("unsqueeze", [ctx.cast(offs, "i64")], {"axes": [0]}, suffix="ends")  # [1, E]
+    passed = ctx.tmp("le", [ends, ctx.tmp("unsqueeze", [position], {"axes": [1]}, suffix="rowcol")], suffix="passed")
+    expert = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [passed], {"to": "i64"}, suffix="passedn")],
+                     {"axes": [1]}, suffix="expert")  # [S, 1]
+    ids = ctx.constant(torch.arange(int(experts), dtype=torch.int64).reshape(int(experts), 1, 1), suffix="experts")
+    own = ctx.tmp("eq", [ctx.tmp("unsqueeze", [expert], {"axes": [0]}, suffix="expert3"), ids], suffix="own")
+    kept = ctx.tmp("mul", [every, ctx.tmp("tract_core_cast", [own], {"to": dtype}, suffix="ownf")], suffix="kept")
+    total = ctx.tmp("sum_reduce", [kept], {"axes": [0]}, suffix="total")
+    out = ctx.tmp("squeeze", [total], {"axes": [0]}, suffix="rows")
+    return ctx.emit("copy", [out]) if ctx.out_dtype() == dtype else ctx.emit("tract_core_cast", [out], {"to": ctx.out_dtype()})

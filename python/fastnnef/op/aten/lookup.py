@@ -1,4 +1,4 @@
-"""Lookups: take, take_along_dim, embedding_bag, bucketize, searchsorted; and the ops whose
+"""Lookups: take, take_along_dim, embedding_bag, bucketize, searchsorted, histc; and the ops whose
 output size depends on the data (nonzero, masked_select, unique...), refused with what to
 use instead.
 
@@ -166,6 +166,33 @@ def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, rig
         raise ctx.unsupported("searchsorted with values and a sorted sequence of different ranks",
                               "torch needs the same leading dims (or a 1-D sequence)")
     return _search(ctx, seq, x, right or side == "right")
+
+
+@handler("aten::histc", args="t i f f")
+def histc(ctx: OpContext, x: NTensor, bins: int, low: float, high: float) -> NTensor:
+    """aten::histc(Tensor self, int bins=100, Scalar min=0, Scalar max=0) -> Tensor"""
+    # Mixture-of-experts layers count the tokens routed to each expert this way.
+    if low == high:
+        raise ctx.unsupported("histc over the range of its data (min == max)", "give min and max explicitly")
+    dtype = ctx.out_dtype()
+    v = ctx.cast(_flat(ctx, x, "flat"), dtype)  # [N]
+    # torch's bin: (x - min) / (max - min) * bins truncated, the max itself in the last bin;
+    # values outside [min, max] are not counted.
+    lo, hi = typed_scalar(ctx, low, dtype), typed_scalar(ctx, high, dtype)
+    offset = ctx.tmp("sub", [v, lo], suffix="offset")
+    scaled = ctx.tmp("mul", [ctx.tmp("div", [offset, typed_scalar(ctx, high - low, dtype)], suffix="unit"),
+                             typed_scalar(ctx, float(bins), dtype)], suffix="scaled")
+    index = ctx.tmp("min", [ctx.tmp("floor", [scaled], suffix="floor"), typed_scalar(ctx, float(bins - 1), dtype)],
+                    suffix="bin")
+    inside = ctx.tmp("and", [ctx.tmp("ge", [v, lo], suffix="above"), ctx.tmp("le", [v, hi], suffix="below")],
+                     suffix="inside")
+    every = ctx.constant(torch.arange(bins, dtype=ctx.out_value().dtype).reshape(1, bins), suffix="bins")
+    column = ctx.tmp("unsqueeze", [index], {"axes": [1]}, suffix="col")  # [N, 1]
+    hit = ctx.tmp("and", [ctx.tmp("eq", [column, every], suffix="eq"),
+                          ctx.tmp("unsqueeze", [inside], {"axes": [1]}, suffix="incol")], suffix="hit")
+    counts = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [hit], {"to": dtype}, suffix="ones")], {"axes": [0]},
+                     suffix="counts")
+    return ctx.emit("squeeze", [counts], {"axes": [0]})
 
 
 # --- data-dependent sizes ---------------------------------------------------------------

@@ -11,20 +11,23 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence, Union
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.nnef.shapes import add_dims, unknown
+from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
+from fastnnef.torch_graph import symexpr
 
 # ----------------------------------------------------------------------------------------
 # padding
 
 
-def _pairs(ctx: OpContext, pad: Sequence[int], rank: int) -> list[tuple[int, int]]:
+def _pairs(ctx: OpContext, pad: Sequence[Dim], rank: int) -> list[tuple[Dim, Dim]]:
     """torch's flat ``pad`` (last axis first: l, r, l, r...) as per-axis (before, after)."""
     if len(pad) % 2 or len(pad) // 2 > rank:
         raise ctx.unsupported(f"padding {list(pad)} for a rank-{rank} tensor")
-    pairs = [(0, 0)] * rank
+    pairs: list[tuple[Dim, Dim]] = [(0, 0)] * rank
     for i in range(len(pad) // 2):
         pairs[rank - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     return pairs
@@ -70,17 +73,111 @@ def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: s
     raise AssertionError("unreachable")
 
 
-def _pad(ctx: OpContext, x: NTensor, pad: Sequence[int], mode: str, value: Optional[float]) -> NTensor:
+def _static(amount: Dim) -> bool:
+    return isinstance(amount, int) and not isinstance(amount, Sym)
+
+
+def _cropped(amount: Dim) -> int:
+    return max(-int(amount), 0) if _static(amount) else 0
+
+
+def _grown(amount: Dim) -> Dim:
+    return max(int(amount), 0) if _static(amount) else amount
+
+
+def _pad_by_concat(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], value: float) -> NTensor:
+    """Constant padding by amounts that are sizes of dynamic axes: tract's ``pad`` takes
+    integers only, so each side is a block of ``value`` broadcast to its symbolic shape,
+    concatenated to ``x``."""
+    if ctx.strict:
+        raise ctx.unsupported("padding by an amount that depends on a dynamic axis in strict NNEF")
+    fill = typed_scalar(ctx, value, x.dtype)
+    for axis, (before, after) in enumerate(pairs):
+        if _static(before) and _static(after) and before == after == 0:
+            continue
+        parts: list[NTensor] = []
+        size = x.shape[axis]
+        for amount, first in ((before, True), (after, False)):
+            if _static(amount) and amount == 0:
+                continue
+            shape = list(x.shape)
+            shape[axis] = amount
+            block = ctx.tmp("tract_core_broadcast", [fill], {"shape": shape}, dtype=x.dtype, shape=tuple(shape),
+                            suffix="fill")
+            parts.insert(0 if first else len(parts), block)
+            size = add_dims(size, amount)
+        parts.insert(1 if not (_static(before) and before == 0) else 0, x)
+        shape = list(x.shape)
+        shape[axis] = size
+        x = ctx.tmp("concat", [parts], {"axis": axis}, dtype=x.dtype, shape=tuple(shape), suffix="padded")
+    return ctx.emit("copy", [x])
+
+
+def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], mode: str) -> NTensor:
+    """Reflect or replicate padding by amounts that are sizes of dynamic axes (a codec's
+    extra padding): each padded axis is gathered from positions computed in the graph.
+    With ``t = j - before`` over the padded range, reflect reads ``min(|t|, 2(n-1) - |t|)``
+    and replicate ``clamp(t, 0, n-1)`` (torch needs amounts below n for reflect)."""
+    if ctx.strict:
+        raise ctx.unsupported(f"{mode} padding by an amount that depends on a dynamic axis in strict NNEF")
+    for axis, (before, after) in enumerate(pairs):
+        if _static(before) and _static(after) and before == after == 0:
+            continue
+        n = x.shape[axis]
+        if unknown(n):
+            raise ctx.unsupported(f"{mode} padding of an axis whose dynamic size is unknown")
+        total = add_dims(add_dims(n, before), after)
+        positions = ctx.tmp("tract_core_range", [0, total, 1], dtype="i64", shape=(total,), suffix="positions")
+        t = ctx.tmp("sub", [positions, typed_scalar(ctx, before, "i64")], suffix="from")
+        last = typed_scalar(ctx, _dim_plus(n, -1), "i64")
+        if mode == "reflect":
+            distance = ctx.tmp("abs", [t], suffix="distance")
+            mirrored = ctx.tmp("sub", [typed_scalar(ctx, _dim_times(_dim_plus(n, -1), 2), "i64"), distance],
+                               suffix="mirrored")
+            index = ctx.tmp("min", [distance, mirrored], suffix="index")
+        else:
+            index = ctx.tmp("max", [ctx.tmp("min", [t, last], suffix="below"), typed_scalar(ctx, 0, "i64")],
+                            suffix="index")
+        shape = list(x.shape)
+        shape[axis] = total
+        x = ctx.tmp("tract_core_gather", [x, index], {"axis": axis}, dtype=x.dtype, shape=tuple(shape),
+                    suffix="padded")
+    return ctx.emit("copy", [x])
+
+
+def _dim_plus(d: Dim, k: int) -> Dim:
+    if _static(d):
+        return int(d) + k
+    value = symexpr.add(str(d), k)
+    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"{d}+{k}")
+
+
+def _dim_times(d: Dim, k: int) -> Dim:
+    if _static(d):
+        return int(d) * k
+    value = symexpr.times(str(d), k)
+    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"({d})*{k}")
+
+
+def _pad(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
-        return _by_slices(ctx, x, pairs, mode)
+        if not all(_static(a) and _static(b) for a, b in pairs):
+            raise ctx.unsupported(f"{mode} padding by an amount that depends on a dynamic axis ({list(pad)})")
+        return _by_slices(ctx, x, pairs, mode)  # type: ignore[arg-type]
     border = {"constant": "constant", "reflect": "reflect", "replicate": "replicated"}.get(mode)
     if border is None:
         raise ctx.unsupported(f"padding mode {mode!r}", "use constant, reflect, replicate or circular")
-    crop = [(max(-a, 0), max(-b, 0)) for a, b in pairs]
-    grow = [(max(a, 0), max(b, 0)) for a, b in pairs]
-    if all(a == b == 0 for a, b in pairs):
+    # An amount computed from a dynamic size (window padding: (ws - W % ws) % ws) is a
+    # size itself, so not negative: it only grows its axis.
+    crop = [(_cropped(a), _cropped(b)) for a, b in pairs]
+    grow = [(_grown(a), _grown(b)) for a, b in pairs]
+    if all(_static(a) and _static(b) and a == b == 0 for a, b in pairs):
         return ctx.emit("copy", [x])
+    if not all(_static(a) and _static(b) for a, b in grow):
+        if border != "constant":
+            return _pad_by_gather(ctx, x, grow, mode)
+        return _pad_by_concat(ctx, x, grow, float(value or 0.0))
     attrs = {"padding": [Tuple(p) for p in grow], "border": border}
     if border == "constant":
         attrs["value"] = float(value or 0.0)
@@ -100,16 +197,16 @@ def _pad(ctx: OpContext, x: NTensor, pad: Sequence[int], mode: str, value: Optio
     })
 
 
-@handler("aten::pad", args="t I s f?")
+@handler("aten::pad", args="t D s f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def pad(ctx: OpContext, x: NTensor, padding: list[int], mode: str, value: Optional[float]) -> NTensor:
+def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: Optional[float]) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     return _pad(ctx, x, padding, mode, value)
 
 
-@handler("aten::constant_pad_nd", args="t I f?")
+@handler("aten::constant_pad_nd", args="t D f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[int], value: Optional[float]) -> NTensor:
+def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: Optional[float]) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
     return _pad(ctx, x, padding, "constant", value)
 

@@ -3,12 +3,13 @@ cat/stack, split/chunk/unbind."""
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
+from fastnnef.torch_graph import symexpr
 from fastnnef.torch_graph.ir import UNKNOWN, TensorValue
 
 
@@ -39,9 +40,38 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
             "reshape of dynamic axes into several dynamic axes",
             "keep at most one dynamic axis per reshaped group (use -1 for it)",
         )
+    if not unknown:
+        _check_volume(ctx, x.shape[pre : x.rank - suf], window)
     shape: list[Union[int, Sym]] = [-1 if i in unknown else d for i, d in enumerate(window)]
     count = x.rank - pre - suf
     return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
+
+
+def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -> None:
+    """Refuse a reshape whose sizes are right only at some lengths: ``x.view(b, s // 2, 2)``
+    holds ``2 * (S/2)`` elements where the input holds ``S``, equal for an even S only,
+    which tract cannot prove (it refuses the graph)."""
+    if not any(isinstance(d, Sym) and "/" in d for d in after):
+        return  # no size rounded by a division: nothing tract could not prove
+    volumes = [_volume(dims) for dims in (before, after)]
+    if None in volumes or volumes[0] == volumes[1]:
+        return
+    raise ctx.unsupported(
+        f"reshape of {volumes[0]} elements into sizes that hold {volumes[1]} (equal only for some lengths "
+        "of a dynamic axis, which tract cannot prove)",
+        "export with this axis static, or reshape the static axes only",
+    )
+
+
+def _volume(dims: Sequence[Dim]) -> Optional[Union[str, int]]:
+    """The product of ``dims`` as a normalized size expression; None when not linear."""
+    total: Union[str, int] = 1
+    for d in dims:
+        product = symexpr.product(total, d if isinstance(d, Sym) else int(d))
+        if product is None or (isinstance(product, str) and symexpr.parse(product) is None):
+            return None
+        total = product
+    return total
 
 
 @handler("aten::view", "aten::reshape", "aten::_reshape_alias", args="t *")

@@ -1,0 +1,629 @@
+"""Dynamic dimensions of the IR: which output dims of an op vary with a dynamic axis.
+
+The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. An op
+whose kind has a rule (views, reshapes, slices, pads, fills, matmul, cat, arange...) gets
+its output marks from its inputs' marks and size arguments, as expressions over the axes'
+symbols (``symexpr.py``) where they can be written; other ops follow the generic rule:
+same-rank outputs dim by dim, else a dim whose traced size equals a dynamic input dim's is
+marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence, Union
+
+from fastnnef.torch_graph import symexpr
+from fastnnef.torch_graph.ir_data import UNKNOWN, Const, IROp, IRValue, ListValue, SymInt, TensorValue
+
+
+def _tensor_inputs(op: IROp) -> list[TensorValue]:
+    return [v for v in op.inputs if isinstance(v, TensorValue)]
+
+
+def propagate_dyn(op: IROp) -> None:
+    """Mark the dynamic dims of ``op``'s tensor outputs from its inputs'.
+
+    Same-rank outputs follow the inputs dim by dim (broadcasting ops, conv along time,
+    norms...). Other outputs: a dim whose traced size equals a dynamic input dim's is
+    marked dynamic-unknown, so handlers that need a concrete value refuse it."""
+    if op.kind == "aten::arange" and _arange_dyn(op):
+        return
+    if op.kind == "aten::cat" and _cat_dyn(op):
+        return
+    if op.kind in _FILLS and _fill_dyn(op):
+        return
+    rule = _DYN_RULES.get(op.kind)
+    if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
+        out = op.outputs[0]
+        sym_args = any(isinstance(v, SymInt) for v in _flat(op.inputs))
+        if isinstance(out, TensorValue) and (
+            any(t.is_dynamic() for t in _tensor_inputs(op)) or out.is_dynamic() or sym_args
+        ):
+            marks = rule(op.inputs[0], out, op.inputs[1:])
+            if marks is not None:
+                out.dyn = marks
+                return
+        elif isinstance(out, TensorValue):
+            return
+    tensors = _tensor_inputs(op)
+    for v in op.inputs:
+        if isinstance(v, ListValue):
+            tensors += [x for x in v.items if isinstance(x, TensorValue)]
+    dyn_inputs = [t for t in tensors if t.is_dynamic()]
+    sym_args = any(isinstance(v, SymInt) for v in op.inputs) or any(
+        isinstance(v, ListValue) and any(isinstance(x, SymInt) for x in v.items) for v in op.inputs
+    )
+    if not dyn_inputs and not sym_args:
+        return
+    outs: list[TensorValue] = []
+    for o in op.outputs:
+        if isinstance(o, TensorValue):
+            outs.append(o)
+        elif isinstance(o, ListValue):
+            outs += [x for x in o.items if isinstance(x, TensorValue)]
+    scalar_sym = any(isinstance(v, SymInt) for v in op.inputs)
+    base = tensors[0] if tensors else None
+    dyn_sizes = {t.shape[d] for t in dyn_inputs for d in range(t.rank) if t.dyn[d] is not None}
+    for v in op.inputs:
+        items = v.items if isinstance(v, ListValue) else [v]
+        dyn_sizes |= {x.traced for x in items if isinstance(x, SymInt)}
+    for out in outs:
+        dyn: list[Optional[str]] = []
+        for d in range(out.rank):
+            mark: Optional[str] = None
+            for t in dyn_inputs:
+                if t.rank == out.rank and t.dyn[d] is not None:
+                    if t.shape[d] == out.shape[d]:
+                        mark = t.dyn[d]
+                    elif out.shape[d] != 1:
+                        mark = UNKNOWN
+                    # else: reduced to 1 (keepdim reductions, global pools): static
+                    break
+            if mark is None and out.shape[d] in dyn_sizes and not any(
+                t.rank == out.rank for t in dyn_inputs
+            ):
+                mark = UNKNOWN
+            if mark is None and scalar_sym and not (
+                base is not None and base.rank == out.rank and base.shape[d] == out.shape[d]
+                and base.dyn[d] is None
+            ):
+                # A size computed from a dynamic axis (arange(2, x.size(1)), x[:, :n]):
+                # the dim may vary even though its traced value matches no input dim.
+                mark = UNKNOWN
+            dyn.append(mark)
+        out.dyn = tuple(dyn)
+
+
+def _arange_dyn(op: IROp) -> bool:
+    """arange(end), arange(start, end) and arange(start, end, 1) with start and end static
+    or dynamic sizes have length end - start: mark it (torch.arange over dynamic sizes builds
+    position ids and masks in transformers; arange(P, P+S) has length S)."""
+    bounds = {5: 1, 6: 2, 7: 3}.get(len(op.inputs))
+    out = op.outputs[0]
+    if bounds is None or not isinstance(out, TensorValue) or out.rank != 1:
+        return False
+    start, end = (Const("", 0), op.inputs[0]) if bounds == 1 else (op.inputs[0], op.inputs[1])
+    if bounds == 3 and not (isinstance(op.inputs[2], Const) and op.inputs[2].value == 1):
+        return False
+    exprs = [_int_expr(v) for v in (start, end)]
+    if not any(isinstance(v, SymInt) for v in (start, end)) or None in exprs:
+        return False
+    length = symexpr.add(exprs[1], exprs[0], -1)  # type: ignore[arg-type]
+    if length is None:
+        return False
+    out.dyn = (None if isinstance(length, int) else length,)
+    return True
+
+
+def _int_expr(value: IRValue) -> Optional[Union[str, int]]:
+    """The expression of a size argument (a static int or a known dynamic size), else None."""
+    if isinstance(value, SymInt):
+        return None if value.expr == UNKNOWN else value.expr
+    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
+        return value.value
+    return None
+
+
+def _cat_dyn(op: IROp) -> bool:
+    """cat(tensors, dim): the concatenated dim is the sum of the inputs' (a KV cache of P
+    entries grown by S new ones has P+S); every other dim follows the first input that is
+    dynamic there. Inputs of size 0 along ``dim`` (torch's legacy empty tensors) are skipped."""
+    out = op.outputs[0]
+    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)
+            and len(op.inputs) > 1 and isinstance(op.inputs[1], Const) and out.rank):
+        return False
+    parts = [t for t in op.inputs[0].items if isinstance(t, TensorValue) and t.rank == out.rank]
+    if len(parts) != len(op.inputs[0].items) or not any(t.is_dynamic() for t in parts):
+        return False
+    axis = op.inputs[1].value % out.rank
+    total: Optional[Union[str, int]] = 0
+    for t in parts:
+        size: Union[str, int] = t.shape[axis] if t.dyn[axis] is None else t.dyn[axis]  # type: ignore[assignment]
+        total = None if total is None or size == UNKNOWN else symexpr.add(total, size)
+    dyn: list[Optional[str]] = []
+    for d in range(out.rank):
+        if d == axis:
+            dyn.append(UNKNOWN if total is None else None if isinstance(total, int) else total)
+        else:
+            dyn.append(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None))
+    out.dyn = tuple(dyn)
+    return True
+
+
+# Ops whose input 0 is the output's size list (zeros(size), full(size, value)...).
+_FILLS = frozenset({"aten::zeros", "aten::ones", "aten::empty", "aten::full"})
+
+
+def _fill_dyn(op: IROp) -> bool:
+    """zeros/ones/empty/full(size, ...): each output dim is static or carries its size's
+    expression (``torch.zeros(x.size(1), 4)``)."""
+    out = op.outputs[0]
+    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)):
+        return False
+    dyn = _size_list_dyn(op.inputs[0], out.rank)
+    if dyn is None:
+        return False
+    out.dyn = dyn
+    return True
+
+
+def _size_list_dyn(sizes: IRValue, rank: int) -> Optional[tuple[Optional[str], ...]]:
+    """The dims of a size list: ``None`` for a non-negative constant, the expression of a
+    dynamic size (``?`` when unknown); ``None`` for the whole list if anything else (-1)."""
+    items = sizes.items if isinstance(sizes, ListValue) else []
+    if len(items) != rank:
+        return None
+    dyn: list[Optional[str]] = []
+    for item in items:
+        if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
+            dyn.append(None)
+        elif isinstance(item, SymInt):
+            dyn.append(item.expr)
+        else:
+            return None
+    return tuple(dyn)
+
+
+def _flat(values: Sequence[IRValue]) -> list[IRValue]:
+    out: list[IRValue] = []
+    for v in values:
+        out += v.items if isinstance(v, ListValue) else [v]
+    return out
+
+
+def const_ints(value: IRValue) -> list[int]:
+    """The int constants of a value or of a list's items (others skipped)."""
+    items = value.items if isinstance(value, ListValue) else [value]
+    return [int(v.value) for v in items if isinstance(v, Const)]
+
+
+def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """Reshape: dims in the common prefix/suffix keep their marks; the window between is
+    dynamic-unknown if it takes a dynamic input dim."""
+    pre = 0
+    while pre < min(x.rank, out.rank) and x.shape[pre] == out.shape[pre]:
+        pre += 1
+    suf = 0
+    while (
+        suf < min(x.rank, out.rank) - pre
+        and x.shape[x.rank - 1 - suf] == out.shape[out.rank - 1 - suf]
+    ):
+        suf += 1
+    window_dyn = any(x.dyn[d] is not None for d in range(pre, x.rank - suf))
+    dyn: list[Optional[str]] = list(x.dyn[:pre])
+    dyn += [UNKNOWN if window_dyn else None] * (out.rank - pre - suf)
+    dyn += list(x.dyn[x.rank - suf :]) if suf else []
+    return tuple(dyn)
+
+
+def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """view/reshape with an explicit size list: each output dim is static or carries its
+    size's expression, and a -1 what is left of x's volume where that is known; else the
+    window rule."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    free = [d for d, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
+    if len(free) == 1 and len(items) == out.rank:
+        known = list(items)
+        known[free[0]] = Const("", 0)
+        dyn = _size_list_dyn(ListValue("", known), out.rank)
+        if dyn is not None:
+            rest = _remaining(x, known)
+            if rest == UNKNOWN:  # where x's dims reach the output unchanged, the window rule knows it
+                rest = _window_dyn(x, out, args)[free[0]]
+            return dyn[: free[0]] + (rest,) + dyn[free[0] + 1 :]
+    dyn = _size_list_dyn(args[0], out.rank) if args else None
+    return _window_dyn(x, out, args) if dyn is None else dyn
+
+
+def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
+    """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
+    given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
+    are x's minus at most that one and the static parts divide; else unknown."""
+    x_syms = sorted(d for d in x.dyn if d is not None)
+    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt))
+    static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
+    static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
+    if UNKNOWN in x_syms or UNKNOWN in o_syms or static_o == 0 or static_x % static_o:
+        return UNKNOWN
+    left = list(x_syms)
+    for expr in o_syms:
+        if expr not in left:
+            return UNKNOWN
+        left.remove(expr)
+    factor = static_x // static_o
+    if not left:
+        return None
+    size = symexpr.parse(left[0]) if len(left) == 1 else None
+    if size is None:
+        return UNKNOWN if len(left) > 1 or factor != 1 else left[0]
+    scaled = symexpr.render({k: v * factor for k, v in size.items()})
+    return None if isinstance(scaled, int) else scaled
+
+
+def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
+    return _size_list_dyn(args[0], out.rank) if args else None
+
+
+def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
+    expression, a constant is static."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    if len(items) != out.rank or out.rank < x.rank:
+        return None
+    lead = out.rank - x.rank
+    dyn: list[Optional[str]] = []
+    for d, item in enumerate(items):
+        if isinstance(item, SymInt):
+            dyn.append(item.expr)
+        elif isinstance(item, Const) and item.value == -1 and d >= lead:
+            dyn.append(x.dyn[d - lead])
+        elif isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
+            dyn.append(None)
+        else:
+            return None
+    return tuple(dyn)
+
+
+def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
+    other = args[0] if args else None
+    if isinstance(other, TensorValue) and other.rank == out.rank:
+        return other.dyn
+    if isinstance(other, ListValue):
+        return _expand_dyn(x, out, args)
+    return None
+
+
+def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    perm = [p % x.rank for p in const_ints(args[0])]
+    return tuple(x.dyn[p] for p in perm)
+
+
+def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    if x.rank < 2:
+        return x.dyn
+    a, b = (const_ints(args[0]) + const_ints(args[1])) if len(args) >= 2 else (0, 1)
+    dyn = list(x.dyn)
+    a, b = a % x.rank, b % x.rank
+    dyn[a], dyn[b] = dyn[b], dyn[a]
+    return tuple(dyn)
+
+
+def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """select(x, dim, index): x's dims without the selected one."""
+    a = const_ints(args[0])[0] % x.rank
+    return x.dyn[:a] + x.dyn[a + 1 :]
+
+
+def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """movedim(x, source, destination): the moved dims land at their destinations, the
+    others fill the remaining places in order (torch's definition)."""
+    src = [s % x.rank for s in const_ints(args[0])]
+    order: list[Optional[int]] = [None] * x.rank
+    for s, d in zip(src, const_ints(args[1])):
+        order[d % x.rank] = s
+    rest = iter(a for a in range(x.rank) if a not in src)
+    return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
+
+
+def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """mT, mH, adjoint: the last two dims swapped."""
+    return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
+
+
+def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """numpy_T (x.T): every dim reversed."""
+    return x.dyn[::-1]
+
+
+def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
+    k, dims = const_ints(args[0])[0], [d % x.rank for d in const_ints(args[1])]
+    dyn = list(x.dyn)
+    if k % 2:
+        dyn[dims[0]], dyn[dims[1]] = dyn[dims[1]], dyn[dims[0]]
+    return tuple(dyn)
+
+
+def _windows(size: Optional[str], frame: int, step: int) -> Optional[str]:
+    """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
+    ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
+    if size is None or size == UNKNOWN:
+        return size
+    start = symexpr.add(size, frame, -1)
+    if start is None:
+        return UNKNOWN
+    count = symexpr.add(start, 1) if step == 1 else f"({start})/{step}+1"
+    return None if isinstance(count, int) else count
+
+
+def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
+    if x.rank == 0:
+        return (None,)
+    dim, size, step = (const_ints(a)[0] for a in args[:3])
+    dyn = list(x.dyn)
+    a = dim % x.rank
+    dyn[a] = _windows(dyn[a], size, step)
+    return tuple(dyn) + (None,)
+
+
+def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
+    length follows a dynamic plane only when both its dims are the same expression."""
+    offset, d1, d2 = (const_ints(a)[0] for a in args[:3])
+    a, b = d1 % x.rank, d2 % x.rank
+    rest = tuple(x.dyn[d] for d in range(x.rank) if d not in (a, b))
+    ea, eb = x.dyn[a], x.dyn[b]
+    if ea is None and eb is None:
+        return rest + (None,)
+    if ea == eb and ea != UNKNOWN:
+        length = symexpr.add(ea, abs(offset), -1)  # type: ignore[arg-type]
+        return rest + (UNKNOWN if length is None else None if isinstance(length, int) else length,)
+    return rest + (UNKNOWN,)
+
+
+def _position(v: IRValue, size: Union[str, int], default: Union[str, int]) -> Optional[Union[str, int]]:
+    """A slice bound as torch reads it: None -> ``default``, INT64_MAX -> the end,
+    negative -> from the end (clamped where the size is static), or a size expression."""
+    if isinstance(v, Const) and v.value is None:
+        return default
+    if isinstance(v, SymInt):
+        if v.expr == UNKNOWN:
+            return None
+        return symexpr.add(size, v.expr) if symexpr.is_negative(v.expr) else v.expr  # from the end
+    if not (isinstance(v, Const) and isinstance(v.value, int)):
+        return None
+    k = v.value
+    if isinstance(size, int):
+        return min(max(k + size if k < 0 else k, 0), size)
+    if k >= 2**62:
+        return size
+    return symexpr.add(size, k) if k < 0 else k
+
+
+def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
+    with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
+    a = const_ints(args[0])[0] % x.rank
+    step = const_ints(args[3])[0] if len(args) > 3 and const_ints(args[3]) else 1
+    size: Union[str, int] = x.shape[a] if x.dyn[a] is None else x.dyn[a]  # type: ignore[assignment]
+    if size == UNKNOWN:
+        return None
+    begin, end = _position(args[1], size, 0), _position(args[2], size, size)
+    if isinstance(size, str) and isinstance(end, int) and end > x.shape[a]:
+        end = f"min({size},{end})"  # torch clamps an end past the axis (the handler writes the same)
+    length = None if begin is None or end is None else symexpr.add(end, begin, -1)
+    if length is None and begin == 0:
+        length = end
+    if length is None:
+        return None
+    if isinstance(length, int):  # a static piece (of a dynamic axis, bounds within the traced size)
+        mark: Optional[str] = None
+    elif step == 1:
+        mark = length
+    else:  # ceil(length / step)
+        mark = f"({symexpr.add(length, step - 1)})/{step}"
+    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
+
+
+def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """narrow(x, dim, start, length): the length, constant or a dynamic size."""
+    a = const_ints(args[0])[0] % x.rank
+    length = args[2]
+    mark = length.expr if isinstance(length, SymInt) else None
+    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
+
+
+def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
+    ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
+    items = args[0].items if args and isinstance(args[0], ListValue) else []
+    amounts = [_int_expr(v) for v in items]
+    if len(amounts) % 2 or len(amounts) // 2 > x.rank or out.rank != x.rank:
+        return None
+    dyn = list(x.dyn)
+    for k in range(len(amounts) // 2):
+        d = x.rank - 1 - k
+        before, after = amounts[2 * k], amounts[2 * k + 1]
+        if dyn[d] == UNKNOWN or (dyn[d] is None and isinstance(before, int) and isinstance(after, int)):
+            continue
+        size: Union[str, int] = x.shape[d] if dyn[d] is None else dyn[d]  # type: ignore[assignment]
+        grown = None if before is None or after is None else symexpr.add(size, before)
+        grown = None if grown is None else symexpr.add(grown, after)  # type: ignore[arg-type]
+        dyn[d] = UNKNOWN if grown is None else None if isinstance(grown, int) else grown
+    return tuple(dyn)
+
+
+def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
+    dynamic L (padded by n_fft//2 each side when centred)."""
+    if out.rank != x.rank + 1 or x.dyn[-1] is None:
+        return None
+    n_fft = const_ints(args[0])[0]
+    hop_arg = args[1]
+    hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
+    center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
+    length: Optional[str] = x.dyn[-1]
+    if center_overload and isinstance(args[4], Const) and args[4].value:
+        grown = symexpr.add(x.dyn[-1], 2 * (n_fft // 2))  # type: ignore[arg-type]
+        length = UNKNOWN if grown is None or isinstance(grown, int) else grown
+    return x.dyn[:-1] + (None, _windows(length, n_fft, hop))
+
+
+def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    d = const_ints(args[0])[0] % out.rank
+    return x.dyn[:d] + (None,) + x.dyn[d:]
+
+
+def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """embedding(weight, indices): the indices' dims, then the embedding's."""
+    idx = args[0]
+    assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
+    return idx.dyn + weight.dyn[1:]
+
+
+def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
+    idx = args[1]
+    assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
+    a = const_ints(args[0])[0] % x.rank
+    return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
+
+
+def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """matmul: broadcast batch dims, then a's rows and b's columns (the contracted dim,
+    dynamic or not, never reaches the output)."""
+    b = args[0]
+    assert isinstance(b, TensorValue)
+    if a.rank == 1:  # vector @ matrix: b's batch dims and columns
+        return b.dyn[:-2] + b.dyn[-1:] if b.rank > 1 else ()
+    if b.rank == 1:  # matrix @ vector: a's batch dims and rows
+        return a.dyn[:-1]
+    dyn: list[Optional[str]] = []
+    for d in range(out.rank - 2):
+        mark: Optional[str] = None
+        for t in (a, b):
+            k = d - (out.rank - t.rank)
+            if k >= 0 and t.dyn[k] is not None and t.shape[k] == out.shape[d]:
+                mark = t.dyn[k]
+        dyn.append(mark)
+    return tuple(dyn) + (a.dyn[-2], b.dyn[-1])
+
+
+def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+    """scaled_dot_product_attention: the query's dims, with the values' last one (the
+    mask's key axis never reaches the output)."""
+    v = args[1]
+    assert isinstance(v, TensorValue) and q.rank == out.rank
+    return q.dyn[:-1] + v.dyn[-1:]
+
+
+def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
+    as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
+    d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
+    and integer division agree). String paddings: 'same' keeps the size."""
+    weight = args[0] if args else None
+    if not isinstance(weight, TensorValue) or out.rank != x.rank or x.rank != weight.rank:
+        return None
+    n = x.rank - 2
+    if len(args) < 4:
+        return None
+    stride, padding = args[2], args[3]
+    dilation: Optional[IRValue] = args[4] if len(args) > 4 else None
+    output_padding: Optional[IRValue] = None
+    transposed = False
+    if len(args) >= 8 and isinstance(args[5], Const) and isinstance(args[5].value, bool):  # _convolution
+        output_padding, transposed = args[6], args[5].value
+    # else convNd(input, weight, bias, stride, padding, dilation, groups)
+    strides, dilations = _per_axis(stride, n, 1), _per_axis(dilation, n, 1)
+    out_pads = _per_axis(output_padding, n, 0)
+    same = isinstance(padding, Const) and padding.value == "same"
+    valid = isinstance(padding, Const) and padding.value == "valid"
+    pads = [0] * n if valid or same else _per_axis(padding, n, 0)
+    if None in (strides, dilations, pads, out_pads):
+        return None
+    kernel = weight.shape[2:]
+    dyn: list[Optional[str]] = [x.dyn[0], None]
+    for a in range(n):
+        size = x.dyn[a + 2]
+        if size is None or size == UNKNOWN or same:
+            dyn.append(size if same or size == UNKNOWN else None)
+            continue
+        k, s_, d, p = kernel[a], strides[a], dilations[a], pads[a]  # type: ignore[index]
+        if transposed:
+            grown = symexpr.add(symexpr.times(symexpr.add(size, -1) or 0, s_) or 0,
+                                -2 * p + d * (k - 1) + out_pads[a] + 1)  # type: ignore[index]
+        else:
+            start = symexpr.add(size, 2 * p - d * (k - 1) - 1)
+            quotient = None if start is None else symexpr.floordiv(start, s_)
+            grown = None if quotient is None else symexpr.add(quotient, 1)
+        dyn.append(UNKNOWN if grown is None else None if isinstance(grown, int) else grown)
+    return tuple(dyn)
+
+
+def _per_axis(value: Optional[IRValue], n: int, default: int) -> Optional[list[int]]:
+    """A convolution's per-axis ints (one value expands to every axis); None if unknown."""
+    if value is None or (isinstance(value, Const) and value.value is None):
+        return [default] * n
+    items = const_ints(value)
+    if isinstance(value, ListValue) and len(items) != len(value.items):
+        return None
+    if len(items) == 1:
+        return items * n
+    return items if len(items) == n else None
+
+
+DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[str], ...]]]
+# A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
+_DYN_RULES: dict[str, DynRule] = {
+    "aten::view": _sizes_dyn,
+    "aten::reshape": _sizes_dyn,
+    "aten::flatten": _window_dyn,
+    "aten::unflatten": _window_dyn,
+    "aten::squeeze": _window_dyn,
+    "aten::permute": _permute_dyn,
+    "aten::transpose": _transpose_dyn,
+    "aten::t": _transpose_dyn,
+    "aten::unsqueeze": _unsqueeze_dyn,
+    "aten::embedding": _embedding_dyn,
+    "aten::scaled_dot_product_attention": _sdpa_dyn,
+    "aten::matmul": _matmul_dyn,
+    "aten::mm": _matmul_dyn,
+    "aten::bmm": _matmul_dyn,
+    "aten::index_select": _index_select_dyn,
+    "aten::select": _select_dyn,
+    "aten::movedim": _movedim_dyn,
+    "aten::moveaxis": _movedim_dyn,
+    "aten::mT": _matrix_transpose_dyn,
+    "aten::mH": _matrix_transpose_dyn,
+    "aten::adjoint": _matrix_transpose_dyn,
+    "aten::matrix_H": _matrix_transpose_dyn,
+    "aten::numpy_T": _reverse_dyn,
+    "aten::rot90": _rot90_dyn,
+    "aten::unfold": _unfold_dyn,
+    "aten::diagonal": _diagonal_dyn,
+    "aten::slice": _slice_dyn,
+    "aten::narrow": _narrow_dyn,
+    "aten::constant_pad_nd": _pad_dyn,
+    "aten::pad": _pad_dyn,
+    "aten::stft": _stft_dyn,
+    "aten::_convolution": _conv_dyn,
+    "aten::conv1d": _conv_dyn,
+    "aten::conv2d": _conv_dyn,
+    "aten::conv3d": _conv_dyn,
+    "aten::expand": _expand_dyn,
+    "aten::expand_as": _expand_as_dyn,
+    "aten::broadcast_to": _expand_as_dyn,
+    "aten::new_zeros": _new_fill_dyn,
+    "aten::new_ones": _new_fill_dyn,
+    "aten::new_empty": _new_fill_dyn,
+    "aten::new_full": _new_fill_dyn,
+}
+# torch.*_copy forms of views: the same dims as the view.
+_DYN_RULES.update({f"{kind}_copy": _DYN_RULES[kind] for kind in (
+    "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",
+    "aten::slice", "aten::select", "aten::narrow", "aten::unfold", "aten::diagonal")})
