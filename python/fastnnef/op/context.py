@@ -190,12 +190,13 @@ class OpContext:
         return self._b.is_packed(t)
 
     # --- common transformations -----------------------------------------------------------
-    def cast(self, t: NTensor, dtype: str) -> NTensor:
+    def cast(self, t: NTensor, dtype: str, *, convert_constant: bool = False) -> NTensor:
         """``t`` as ``dtype`` (no-op when equal). Strict NNEF has no cast: a constant is
-        converted at export time instead."""
+        converted at export time instead; ``convert_constant`` does the same for any target
+        (a norm's f32 weights on an f16 input are stored as f16, no cast op in the graph)."""
         if t.dtype == dtype:
             return t
-        data = self._b.plain_data(t) if self.strict else None
+        data = self._b.plain_data(t) if self.strict or convert_constant else None
         if data is not None:
             torch_dtype = next(k for k, v in DTYPES.items() if v == dtype and k != torch.bfloat16)
             return self.constant(data.to(torch_dtype), f"{t.name}_as_{dtype}")

@@ -65,12 +65,19 @@ def _scale_shift(
     raise AssertionError("unreachable: the chain is never empty")
 
 
+def _param(ctx: OpContext, p: NTensor, dtype: str) -> NTensor:
+    """A weight, bias or running statistic in the compute dtype: a stored one is converted
+    at export (an f16 model whose norm kept f32 parameters gets f16 variables, as the
+    reference writes it, and no cast op unless ``force_norm_in_f32`` asks for one)."""
+    return ctx.cast(p, dtype, convert_constant=True)
+
+
 def _channel(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
-    return None if p is None else channel_param(ctx, ctx.cast(p, dtype), rank)
+    return None if p is None else channel_param(ctx, _param(ctx, p, dtype), rank)
 
 
 def _trailing(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
-    return None if p is None else ctx.to_rank(ctx.cast(p, dtype), rank)
+    return None if p is None else ctx.to_rank(_param(ctx, p, dtype), rank)
 
 
 @handler("aten::batch_norm", args="t t? t? t? t? b f f *")
@@ -90,13 +97,13 @@ def batch_norm(
         return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
     # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
     # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
-    var_c, mean_c = ctx.cast(var, dtype), ctx.cast(mean, dtype)
+    var_c, mean_c = _param(ctx, var, dtype), _param(ctx, mean, dtype)
     scale = ctx.tmp("rsqrt", [ctx.tmp("add", [var_c, float(eps)], suffix="var_eps")], suffix="inv_std")
     if weight is not None:
-        scale = ctx.tmp("mul", [scale, ctx.cast(weight, dtype)], suffix="scale")
+        scale = ctx.tmp("mul", [scale, _param(ctx, weight, dtype)], suffix="scale")
     shift = ctx.tmp("neg", [ctx.tmp("mul", [mean_c, scale], suffix="mean_scaled")], suffix="shift")
     if bias is not None:
-        shift = ctx.tmp("add", [shift, ctx.cast(bias, dtype)], suffix="shift_bias")
+        shift = ctx.tmp("add", [shift, _param(ctx, bias, dtype)], suffix="shift_bias")
     return _scale_shift(ctx, xc, channel_param(ctx, scale, x.rank), None, channel_param(ctx, shift, x.rank))
 
 

@@ -231,7 +231,10 @@ def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
 
 # --- norms ------------------------------------------------------------------------------
 def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bool) -> NTensor:
-    dtype = ctx.out_dtype()
+    out = ctx.out_dtype()
+    # Under force_norm_in_f32 an f16 norm is computed in f32 and cast back (as the
+    # reference does, for every order but 1: a sum of |x| squares nothing).
+    dtype = "f32" if out == "f16" and p != 1 and ctx.caps.force_norm_in_f32 else out
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)
     if p not in (2, 0):
@@ -252,7 +255,7 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
         powed = ctx.tmp("pow", [a, float(p)], suffix="pow")
         s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, suffix="sum")
         r = ctx.tmp("pow", [s, 1.0 / float(p)], suffix="norm")
-    return _finish_tensor(ctx, r, axes, keepdim, x)
+    return _finish_tensor(ctx, ctx.cast(r, out), axes, keepdim, x)
 
 
 @handler("aten::linalg_vector_norm", args="t f I? b n?")
