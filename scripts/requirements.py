@@ -15,10 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10: setup.sh installs tomli first
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 EXTRAS = ("test", "llm")

@@ -12,7 +12,7 @@
 #   lock    the exact versions we last tested (CI);
 #   latest  the newest releases our pyproject ranges allow (scripts/test.sh --latest);
 #   oldest  our ranges with transformers at its floor (--oldest; run it with the oldest
-#           Python we claim: PYTHON=python3.10).
+#           Python we claim: PYTHON=python3.11).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,7 +60,7 @@ if [ "$DEPS" != lock ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     lock) "${pip[@]}" -r "$LOCK" ;;
     latest|oldest)
       # A fresh resolution from the registry: these two modes need the network.
-      "${pip[@]}" --upgrade pip "tomli; python_version < '3.11'"
+      "${pip[@]}" --upgrade pip
       floors=()
       [ "$DEPS" = oldest ] && floors=($("$py" scripts/requirements.py floors transformers))
       "${pip[@]}" --upgrade $("$py" scripts/requirements.py ranges) "${floors[@]}" ;;

@@ -6,7 +6,7 @@
 #   bash scripts/test.sh [PYTEST ARGS]           # the locked versions (CI)
 #   bash scripts/test.sh --latest [PYTEST ARGS]  # the newest releases our ranges allow, in .venv-latest
 #   bash scripts/test.sh --oldest [PYTEST ARGS]  # transformers at its floor, in .venv-oldest
-#                                                # (with PYTHON=python3.10: the oldest Python we claim)
+#                                                # (with PYTHON=python3.11: the oldest Python we claim)
 #
 # --latest is not part of CI: run it before a release and whenever torch or transformers
 # publish (every few weeks); when it passes, `bash scripts/update-lock.sh` adopts its
