@@ -182,6 +182,12 @@ SIGNATURES = [
         ("output_bundle_path", None, P), ("input_names", None, P), ("output_names", None, P),
         ("io_npz_path", None, K),  # torch_to_nnef <= 0.20's single bundle
     ], False),
+    ("fastnnef.inference_target.tract", "TractCli.assert_io", [
+        ("self", REQ, P), ("nnef_path", REQ, P), ("input_bundle_path", REQ, P),
+        # required in 0.24; None is 0.20's assert_io(nnef_path, io_npz_path, raise_exception)
+        ("output_bundle_path", None, P),
+        ("raise_exception", True, P), ("check_tolerance", "exact", P),
+    ], True),
 ]
 
 MODULE_MAP = [  # §1: (module, names), restricted to what a drop-in must offer

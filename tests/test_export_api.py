@@ -223,7 +223,9 @@ ERRORS: list[Any] = [
                  {"output_names": ["y", "y"]}, T2NErrorInvalidArgument, "'y'", id="duplicate-output-names"),
     pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest,
                  {"input_names": ["x"], "output_names": ["x", "y"]}, T2NErrorInvalidArgument,
-                 "allow_same_io_names", id="output-named-like-input"),
+                 # the reference's phrase (its tests look for it), then how to fix it
+                 r"input_names and output_names must be different.*\['x'\].*allow_same_io_names",
+                 id="output-named-like-input"),
     pytest.param(lambda: PassThrough(), x(), "m.nnef", TractNNEF.latest,
                  {"input_names": ["x"], "output_names": ["y", "x"], "allow_same_io_names": True},
                  T2NErrorInvalidArgument, "unchanged input", id="same-name-not-identity"),

@@ -17,6 +17,7 @@ from torch import nn
 from fastnnef import _native
 from fastnnef.cli import main as fastnnef_cli
 from fastnnef.exceptions import (
+    T2NErrorInvalidArgument,
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
@@ -110,6 +111,28 @@ def test_linked_cli_checks_in_process(lstm_bundles, tmp_path):
     with pytest.raises(T2NErrorIOPytorchTractNotISO, match="differ from the expected ones"):
         cli.assert_io(artefact, ins, wrong)
     assert cli.assert_io(artefact, ins, wrong, raise_exception=False) is False
+
+
+def test_linked_cli_takes_the_0_20_single_bundle(tmp_path):
+    # torch_to_nnef 0.20: assert_io(nnef_path, io_npz_path, raise_exception=True), one bundle
+    # holding the inputs and the expected outputs by name.
+    model, args = _Lstm(), _lstm_args()
+    names = dict(input_names=["x", "state"], output_names=["out", "state_out"])
+    artefact = export_model_to_nnef(model, args, tmp_path / "lstm.nnef", TractNNEF.latest(), **names)
+    io = tmp_path / "io.npz"
+    build_io(model, args, io_npz_path=io, **names)
+    cli = TractNNEF.latest().tract_cli
+    assert cli.assert_io(artefact, io, check_tolerance=TractCheckTolerance.APPROXIMATE) is True
+
+    wrong = tmp_path / "wrong.npz"
+    with np.load(io) as bundle:
+        np.savez(wrong, **{k: v + 1.0 if k.startswith("out") else v for k, v in bundle.items()})
+    with pytest.raises(T2NErrorIOPytorchTractNotISO, match="differ from the expected ones"):
+        cli.assert_io(artefact, wrong)
+    assert cli.assert_io(artefact, wrong, raise_exception=False) is False
+    assert cli.assert_io(artefact, wrong, False) is False  # 0.20's positional raise_exception
+    with pytest.raises(T2NErrorInvalidArgument, match="raise_exception twice"):
+        cli.assert_io(artefact, wrong, False, False)
 
 
 @pytest.mark.parametrize("call", [

@@ -170,8 +170,8 @@ def _export(
         same = sorted(set(input_names) & set(output_names))
         if same:
             raise T2NErrorInvalidArgument(
-                f"names {same} are both inputs and outputs: rename them, or pass "
-                "allow_same_io_names=True if the output is the unchanged input"
+                f"input_names and output_names must be different: {same} are both inputs and "
+                "outputs; rename them, or pass allow_same_io_names=True if the output is the unchanged input"
             )
     path, fmt = resolve_artefact_path(file_path_export, compression_level)
 

@@ -61,6 +61,15 @@ CASES = [
     ("to_other", lambda x, i: x.to(i), lambda: (randn(3, 4) * 4, torch.tensor([1, 2])), None),
     ("type_as", lambda x, i: i.type_as(x) + x, lambda: (randn(3, 2), torch.tensor([1, 2])), None),
     ("to_dyn", lambda x: x.half(), X, DYN),
+    # Floats to narrow or unsigned integers: torch truncates toward zero then wraps
+    # (-1.5 -> 65535 as uint16, 200.0 -> -56 as int8); a direct cast in tract saturates.
+    ("to_u16_wraps_negatives", lambda x: (x * 8).to(torch.uint16), X, None),
+    ("to_u8_wraps", lambda x: (x * 200).to(torch.uint8), X, None),
+    ("to_u32_wraps_negatives", lambda x: (x * 8).to(torch.uint32), X, None),
+    ("to_i8_wraps", lambda x: (x * 200).to(torch.int8), X, None),
+    ("to_i16_wraps", lambda x: (x * 40000).to(torch.int16), X, None),
+    ("f16_to_u16_wraps_negatives", lambda x: (x * 8).half().to(torch.uint16), X, None),
+    ("int_to_u16_wraps", lambda i: (i * 3000).to(torch.uint16), lambda: (torch.randint(-20, 20, (3, 4)),), None),
 ]
 
 

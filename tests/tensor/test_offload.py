@@ -40,6 +40,7 @@ from fastnnef.tensor.quant import (
     fp_to_tract_q4_0_with_min_max_calibration,
     qscale_per_group_f16_min_max_calibration,
 )
+from fastnnef.tensor.residency import TensorResidencyPool
 from fastnnef.utils import init_empty_weights
 from tests.helpers import export_and_check
 
@@ -306,6 +307,25 @@ def test_offloaded_tensor_reference_api(tmp_path):
         off.add_(1)
     del off, half
     assert list(tmp_path.iterdir()) == []  # the offloaded file goes with its last tensor
+
+
+def test_reload_reads_the_values_in_the_dtype_set_by_to(tmp_path):
+    # The reference's OffloadedTensor.reload(device=None): the values, as a plain tensor.
+    t = torch.randn(10, 10)
+    off = OffloadedTensor.from_original_tensor(t, "w", offload_dir=tmp_path)
+    half = off.to(torch.float16)
+    assert half.dtype == torch.float16
+    reloaded = half.reload()
+    assert type(reloaded) is torch.Tensor and reloaded.dtype == torch.float16
+    torch.testing.assert_close(reloaded, t.half())
+    on_cpu = off.reload(device="cpu")
+    assert type(on_cpu) is torch.Tensor and on_cpu.device == torch.device("cpu")
+    torch.testing.assert_close(on_cpu, t)
+    assert isinstance(off, OffloadedTensor) and off.dtype == torch.float32  # unchanged
+    with TensorResidencyPool(max_cached_bytes=1 << 20) as pool, pool.scope():
+        torch.testing.assert_close(off.reload(), t)
+        off.reload()
+        assert pool.stats["loads"] == 1 and pool.stats["hits"] == 1  # served by the pool
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "bin"])

@@ -635,13 +635,27 @@ class TractCli:
         self,
         nnef_path: Path,
         input_bundle_path: Path,
-        output_bundle_path: Path,
+        output_bundle_path: Union[Path, bool, None] = None,
         raise_exception: bool = True,
         check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> bool:
         """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
         raises ``T2NErrorIOPytorchTractNotISO`` (or, without ``raise_exception``, is logged
-        and gives ``False``). A binary's verdict is its exit code."""
+        and gives ``False``). A binary's verdict is its exit code.
+
+        Without ``output_bundle_path``, torch_to_nnef 0.20's form
+        ``assert_io(nnef_path, io_npz_path, raise_exception=True)``: one bundle holds the
+        inputs and the expected outputs, by name. A bool in the third place is that form's
+        ``raise_exception`` (a bool is never a path)."""
+        if isinstance(output_bundle_path, bool):
+            if raise_exception is not True:
+                raise T2NErrorInvalidArgument(
+                    "assert_io got raise_exception twice: in the third place (torch_to_nnef 0.20's "
+                    "assert_io(nnef_path, io_npz_path, raise_exception)) and by name"
+                )
+            output_bundle_path, raise_exception = None, output_bundle_path
+        if output_bundle_path is None:
+            output_bundle_path = input_bundle_path
         tolerance = _tolerance_value(check_tolerance)
         try:
             if self.tract_path is None:

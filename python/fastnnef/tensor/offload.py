@@ -257,11 +257,19 @@ class OffloadedTensor(torch.Tensor):
         needed; private memory: writing into it never changes the file). Inside a
         :class:`~fastnnef.tensor.residency.TensorResidencyPool` scope, the pool's (shared)
         value."""
+        return self.reload()
+
+    def reload(self, device: Union[str, int, torch.device, None] = None) -> torch.Tensor:
+        """The reference's name for reading the values: :meth:`to_base_tensor`, moved to
+        ``device`` when given (this tensor itself is unchanged: it stays on disk, with its
+        dtype, including one set by ``.to(dtype)``). Inside a pool scope, the pool's value
+        on ``device``, else on the scope's device."""
         active = active_tensor_residency()
         if active is not None:
-            pool, device = active
-            return pool.resolve(self, device)
-        return self._materialize()
+            pool, scope_device = active
+            return pool.resolve(self, torch.device(device) if device is not None else scope_device)
+        values = self._materialize()
+        return values if device is None else values.to(device)
 
     def packed_qtensor(self) -> QTensorTractScaleOnly:
         """For a ``packed`` tensor: a Q4_0 ``QTensor`` over its blocks, mapped from the

@@ -160,7 +160,17 @@ def to(ctx: OpContext, x: NTensor) -> NTensor:
     if dtype == "bool" and x.dtype != "bool":  # torch: nonzero -> True
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
         return ctx.emit("ne", [x, zero])
+    if x.dtype in FLOAT_DTYPES and dtype in _WRAPPING_FROM_FLOAT:
+        # torch truncates toward zero into a wide integer, then keeps the low bits
+        # (-1.5 -> 65535 as uint16, 200.0 -> -56 as int8); tract's direct cast saturates,
+        # its integer-to-integer cast wraps as torch's does.
+        x = ctx.tmp("tract_core_cast", [x], {"to": "i64"}, dtype="i64", suffix="i64")
     return ctx.emit("tract_core_cast", [x], {"to": dtype})
+
+
+# Integer dtypes a float reaches through i64 (torch wraps out-of-range values into them);
+# i32/i64 are direct (torch's own conversion for those is the hardware's, as tract's).
+_WRAPPING_FROM_FLOAT = frozenset({"u8", "u16", "u32", "u64", "i8", "i16"})
 
 
 # --- grids, index tables and fills ------------------------------------------------------
