@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -22,23 +22,13 @@ from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
 from tests.helpers import redrawn
+from tests.op.conftest import PER_TENSOR  # the `engine` fixture is in conftest.py
 
 # torch >= 2.10 deprecates its quantized dtypes and eager quantization API; both still work.
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
-
-PER_TENSOR, PER_CHANNEL = "qnnpack", "x86"  # engines whose default qconfig quantizes weights so
-
-
-@pytest.fixture(params=[PER_TENSOR, PER_CHANNEL], ids=["per-tensor", "per-channel"])
-def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The quantized engine (a process-wide torch setting), restored afterwards."""
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = request.param
-    yield request.param
-    torch.backends.quantized.engine = previous
 
 
 class Quantized(nn.Module):

@@ -6,7 +6,7 @@ tract and compared with torch's quantized result within one output quantization 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -20,21 +20,13 @@ from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
-from tests.op.test_quantized import PER_CHANNEL, PER_TENSOR, export_and_compare, quantize
+from tests.op.conftest import PER_CHANNEL, PER_TENSOR
+from tests.op.test_quantized import export_and_compare, quantize
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
-
-
-@pytest.fixture(params=[PER_TENSOR, PER_CHANNEL], ids=["per-tensor", "per-channel"])
-def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The quantized engine (a process-wide torch setting), restored afterwards."""
-    previous = torch.backends.quantized.engine
-    torch.backends.quantized.engine = request.param
-    yield request.param
-    torch.backends.quantized.engine = previous
 
 
 def _traced_kinds(model: nn.Module, inputs: tuple) -> set[str]:

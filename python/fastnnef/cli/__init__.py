@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
-from fastnnef.exceptions import T2NError
+from fastnnef.cli_exit import run_command
 
 SUBCOMMANDS = ("demo_cmd", "export_cmd", "check_cmd", "inspect_cmd", "ops_cmd")
 
@@ -38,14 +38,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.run(args))
-    except T2NError as err:
-        print(f"error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted; nothing was left behind", file=sys.stderr)
-        return 130
+    return run_command("fastnnef", lambda: args.run(args))
 
 
 if __name__ == "__main__":

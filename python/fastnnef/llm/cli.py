@@ -16,6 +16,7 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
+from fastnnef.cli_exit import run_command
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
 from fastnnef.exceptions import T2NError
 from fastnnef.inference_target.tract import TractCheckTolerance
@@ -148,16 +149,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for dest, reason in NOT_APPLICABLE.items():
         if getattr(args, dest) != parser.get_default(dest):
             logging.getLogger("fastnnef.llm").info("--%s ignored: %s", dest.replace("_", "-"), reason)
-    try:
+
+    def export() -> int:
         report = _run(args)
-    except T2NError as err:
-        print(f"fastnnef-llm: error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("fastnnef-llm: interrupted; nothing was left behind", file=sys.stderr)
-        return 130
-    print(report.summary())
-    return 0
+        print(report.summary())
+        return 0
+
+    return run_command("fastnnef-llm", export)
 
 
 def _run(args: argparse.Namespace) -> LLMExportReport:

@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from fastnnef.exceptions import T2NError
+from fastnnef.cli_exit import run_command
 from fastnnef.peft.export import ARCHIVE_SUFFIX, export_peft
 from fastnnef.peft.mapping import (
     CHECK_MAP_TENSOR_NAME,
@@ -57,20 +57,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
-    try:
+
+    def export() -> int:
         report = export_peft(
             args.read_filepath, args.output_archive, patterns=args.patterns, map_name=args.map_name,
             check_map_name=args.check_map_name, method_name=args.method,
             weights_only=not args.allow_pickle, compression_level=args.compression_level,
         )
-    except T2NError as err:
-        print(f"fastnnef-peft: error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("fastnnef-peft: interrupted; nothing was left behind", file=sys.stderr)
-        return 130
-    print(report.summary())
-    return 0
+        print(report.summary())
+        return 0
+
+    return run_command("fastnnef-peft", export)
 
 
 if __name__ == "__main__":
