@@ -420,8 +420,9 @@ fn link_unnamed(_file: &File, _path: &Path) -> io::Result<()> {
 }
 
 /// Remove what killed exports to `target` left beside it: `.<name>.tmp-<pid>-<n>` entries
-/// whose process no longer runs (Linux: `/proc/<pid>` is gone). Best effort.
-fn remove_stale_temps(target: &Path) {
+/// whose process no longer runs (Linux: `/proc/<pid>` is gone). Best effort. Exporters that
+/// stage a whole directory of their own (the LLM exporter) name it the same way and call this.
+pub fn remove_stale_temps(target: &Path) {
     let (Some(dir), Some(name)) = (target.parent(), target.file_name().and_then(|n| n.to_str())) else {
         return;
     };

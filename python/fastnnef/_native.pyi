@@ -26,6 +26,7 @@ Arrays may be non-contiguous (any strides); they are read in C order without a c
 
 from __future__ import annotations
 
+import os
 from typing import Optional, Sequence, Union, final
 
 import numpy as np
@@ -78,6 +79,10 @@ def dat_payload_size(label: str, shape: Sequence[int], encoding: str) -> int:
 def validate_member_name(name: str) -> None:
     """Raise T2NErrorInvalidArgument unless ``name`` is a safe artefact member name
     (relative, ``/``-separated, no empty/``.``/``..`` component, none starting with ``.``)."""
+
+def remove_stale_temps(target: str | os.PathLike[str]) -> None:
+    """Remove ``.<name>.tmp-<pid>-<n>`` entries beside ``target`` (files or directories)
+    whose process no longer runs: what killed exports to ``target`` left. Best effort."""
 
 def dat_decode(data: bytes) -> DatTensor:
     """Parse ``.dat`` bytes. Raises T2NErrorDatFormat naming the bad field."""

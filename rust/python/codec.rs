@@ -146,6 +146,13 @@ fn validate_member_name(name: &str) -> PyResult<()> {
     archive::validate_member_name(name).map_err(to_pyerr)
 }
 
+/// Remove the staging entries (`.<name>.tmp-<pid>-<n>`) that killed exports to `target`
+/// left beside it, whose process is gone.
+#[pyfunction]
+fn remove_stale_temps(target: std::path::PathBuf) {
+    archive::remove_stale_temps(&target)
+}
+
 /// A decoded `.dat` file.
 #[pyclass(name = "DatTensor", module = "fastnnef._native", frozen)]
 struct DatTensor {
@@ -402,6 +409,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dat_payload_size, m)?)?;
     m.add_function(wrap_pyfunction!(dat_decode, m)?)?;
     m.add_function(wrap_pyfunction!(validate_member_name, m)?)?;
+    m.add_function(wrap_pyfunction!(remove_stale_temps, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_quantize, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_dequantize, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_blocks_dat_encode, m)?)?;

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -209,6 +212,24 @@ def test_existing_directory_with_iaed(checkpoint: Callable[..., Path], tmp_path:
     assert (out / "mine.txt").read_text() == "keep me"
     assert report.model_path == out / "model" / "model.nnef.tgz" and report.model_path.is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # staging moved in, then removed
+
+
+def test_a_killed_export_leaves_nothing_the_next_run_keeps(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """SIGKILL of a real export while it stages: nothing at the destination, and the next
+    export to it removes the dead process's staging directory."""
+    source, out = checkpoint("llama"), tmp_path / "out"
+    child = subprocess.Popen([sys.executable, "-m", "fastnnef.llm", "-d", str(source), "-e", str(out)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".out.tmp-*")) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child.kill()
+    child.wait()
+    staged = list(tmp_path.glob(".out.tmp-*"))
+    assert len(staged) == 1 and staged[0].name.startswith(f".out.tmp-{child.pid}-")
+    assert not out.exists()
+    dump_llm(out, local_dir=source, no_verify=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 @pytest.mark.parametrize("kwargs, match", [

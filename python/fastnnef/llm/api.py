@@ -27,6 +27,7 @@ from typing import Any, Iterator, Optional, Union
 
 import torch
 
+from fastnnef import _native
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
 from fastnnef.exceptions import (
@@ -187,7 +188,10 @@ def dump_llm(
     runner = TorchRunner(wrapper, model.dtype)
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    # Staged as .<name>.tmp-<pid>-<random>, the core exporter's convention: what a killed
+    # export to this target left is removed here, once its process is gone.
+    _native.remove_stale_temps(target)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     try:
         model_dir, tok_dir = _layout_dirs(staging, struct)
         tests_dir = staging / TESTS_DIR
