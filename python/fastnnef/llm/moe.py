@@ -64,7 +64,7 @@ def dense_experts_forward(
         up = _linear(hidden_states[None], self.up_proj, self.up_proj_bias if bias else None, self.is_transposed)
         inner = self.act_fn(up)
     out = _linear(inner, self.down_proj, self.down_proj_bias if bias else None, self.is_transposed)
-    if getattr(self, "has_post_expert_norm", False):  # transformers >= 5.2x only
+    if getattr(self, "has_post_expert_norm", False):  # an attribute older 5.x experts lack
         out = self.post_expert_norm(out)
     weighted = out * routing.transpose(0, 1)[..., None].to(out.dtype)  # [E, T, H]
     return weighted.sum(0).to(hidden_states.dtype)
