@@ -155,8 +155,8 @@ def test_graph_declares_q4_0_variable_without_generic(tmp_path: Path) -> None:
     path = export_and_check(model, (torch.randn(3, 64),), tmp_path, name="m.nnef.tgz")
     with tarfile.open(path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]
-    assert 'variable(label = "fc1.weight", shape = [32, 64]);' in text
-    assert 'variable<scalar>(label = "fc1.bias", shape = [32]);' in text
+    assert "variable(label = 'fc1.weight', shape = [32, 64]);" in text
+    assert "variable<scalar>(label = 'fc1.bias', shape = [32]);" in text
 
 
 def test_shared_weight_quantized_once(tmp_path: Path) -> None:

@@ -128,8 +128,8 @@ def test_f16_norm_forced_in_f32(make_model: Callable[[], nn.Module], shape: tupl
     path = export_and_check(model, x, tmp_path, target=_target(True), compression_level=None,
                             input_names=["x"], output_names=["y"], atol=1e-2, rtol=1e-2)
     text = (path / "graph.nnef").read_text()
-    assert 'tract_core_cast(x, to = "f32")' in text, text
-    assert 'y = tract_core_cast(' in text and 'to = "f16")' in text, text
+    assert "tract_core_cast(x, to = 'f32')" in text, text
+    assert 'y = tract_core_cast(' in text and "to = 'f16')" in text, text
 
 
 def test_f16_vector_norm_forced_in_f32_does_not_overflow(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_f16_vector_norm_forced_in_f32_does_not_overflow(tmp_path: Path) -> None
     path = export_and_check(VectorNorm(), x, tmp_path, target=_target(True), compression_level=None,
                             input_names=["x"], atol=1e-1, rtol=1e-2)
     text = (path / "graph.nnef").read_text()
-    assert 'to = "f32"' in text and 'to = "f16"' in text, text
+    assert "to = 'f32'" in text and "to = 'f16'" in text, text
 
 
 def test_f16_vector_norm_not_forced_stays_f16(tmp_path: Path) -> None:

@@ -355,19 +355,20 @@ def test_specific_properties_override_in_place_and_append():
 @pytest.mark.parametrize(
     "value, literal",
     [  # nnef-format.md §6.2: both quotes and backslashes escaped, no template openers
-        ("plain", '"plain"'),
-        ("it's", '"it\\\'s"'),
-        ('say "hi"', '"say \\"hi\\""'),
-        ("C:\\path\\x", '"C:\\\\path\\\\x"'),
-        ("a\nb\r\nc\td", '"a b  c d"'),
-        ("{{ x }} {% y %} {# z #}", '"{ { x }} { % y %} { # z #}"'),
-        ("{{{", '"{ { {"'),
-        ("{a} {", '"{a} {"'),
-        (3.5, '"3.5"'),
+        ("plain", "'plain'"),
+        ("it's", "'it\\'s'"),
+        ('say "hi"', "'say \\\"hi\\\"'"),
+        ("C:\\path\\x", "'C:\\\\path\\\\x'"),
+        ("a\nb\r\nc\td", "'a b  c d'"),
+        ("{{ x }} {% y %} {# z #}", "'{ { x }} { % y %} { # z #}'"),
+        ("{{{", "'{ { {'"),
+        ("{a} {", "'{a} {'"),
+        (3.5, "'3.5'"),
     ],
 )
 def test_nnef_string_literal(value, literal):
     assert format_string(value) == literal
+    assert format_string(value, quote='"') == '"' + literal[1:-1] + '"'  # graph.quant's names
 
 
 def test_properties_fragment_text():

@@ -70,7 +70,7 @@ def test_f16_products_accumulate_in_f32(tmp_path):
     path = export_and_check(model, args, tmp_path, target=target, compression_level=None, atol=2e-2, rtol=2e-2)
     text = _text(path)
     assert "matmul(" not in text
-    einsums = re.findall(r"tract_core_einsum\(\[[^]]*\], expr = \"([^\"]+)\", acc = \"(\w+)\"\)", text)
+    einsums = re.findall(r"tract_core_einsum\(\[[^]]*\], expr = '([^']+)', acc = '(\w+)'\)", text)
     assert sorted(einsums) == sorted([
         ("amk,ank->amn", "f32"), ("amk,ank->amn", "f32"),  # the two linears
         ("amk,akn->amn", "f32"), ("amk,akn->amn", "f32"),  # matmul, vector (as a matrix)
@@ -79,7 +79,7 @@ def test_f16_products_accumulate_in_f32(tmp_path):
     # conv / deconv run on f32 operands; every product is cast back to the model's f16
     assert re.search(r"_acc = conv\(\w+_cast, \w+_cast_1, ", text)
     assert re.search(r"_acc = deconv\(\w+_cast, \w+_filter, ", text)
-    assert len(re.findall(r"tract_core_cast\(\w+_acc, to = \"f16\"\)", text)) == 2
+    assert len(re.findall(r"tract_core_cast\(\w+_acc, to = 'f16'\)", text)) == 2
     outputs = TractArtefact.load(path).output_facts
     assert [dtype for dtype, _ in outputs] == ["f16"] * 5
 
@@ -90,8 +90,8 @@ def test_without_the_option_f16_products_stay_f16(tmp_path):
         model, _products_inputs(), tmp_path, compression_level=None, atol=2e-2, rtol=2e-2,
     )
     text = _text(path)
-    assert text.count(" = matmul(") == 5 and "acc = \"f16\"" in text and "acc = \"f32\"" not in text
-    assert "to = \"f32\"" not in text
+    assert text.count(" = matmul(") == 5 and "acc = 'f16'" in text and "acc = 'f32'" not in text
+    assert "to = 'f32'" not in text
 
 
 def test_f32_models_are_unchanged_by_the_option(tmp_path):

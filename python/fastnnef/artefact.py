@@ -135,8 +135,9 @@ def quant_line(identifier: str, tensor: torch.Tensor) -> str:
 def quant_format_line(identifier: str, qtype: QuantizedDtype, scale: float, zero_point: int) -> str:
     """One ``graph.quant`` entry: the tensor named ``identifier`` holds ``qtype`` codes of
     ``scale`` and ``zero_point``."""
+    name = format_string(identifier, quote='"')
     return (
-        f'{format_string(identifier)}: zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, '
+        f"{name}: zero_point_linear_quantize(scale = {scale}, zero_point = {zero_point}, "
         f"bits = {qtype.bits}, signed = {str(qtype.signed).lower()}, symmetric = {str(zero_point == 0).lower()});\n"
     )
 

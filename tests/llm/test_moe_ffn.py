@@ -99,7 +99,7 @@ def test_generation_with_moe_ffn(
     text = _graph_text(report.model_path)
     calls = [line for line in text.splitlines() if "tract_moe_ffn(" in line]
     assert len(calls) == 2  # one per layer
-    assert all(f'gate = "{GATES[name]}"' in line for line in calls)
+    assert all(f"gate = '{GATES[name]}'" in line for line in calls)
     assert "extension tract_registry tract_transformers;" in text
     # Routing happens inside the op: the traced router's top-k is gone.
     assert "tract_core_topk" not in text
@@ -198,7 +198,7 @@ def test_block_as_moe_ffn(config: Callable[[], Any], gate: str, scaled: bool, tm
         assert forms.moe_ffn == [""] and not forms.dense
         path = export_and_check(block, (x,), tmp_path, target=TractNNEF.latest(), atol=1e-4, rtol=1e-4)
     text = Path(path, "graph.nnef").read_text() if path.is_dir() else _graph_text(path)
-    assert f'gate = "{gate}"' in text and "tract_moe_ffn(" in text
+    assert f"gate = '{gate}'" in text and "tract_moe_ffn(" in text
     # routed_scaling_factor, applied to the routed sum
     assert bool(re.search(r"= mul\(\w+_routed, [0-9.]+\);", text)) == scaled
 

@@ -98,10 +98,10 @@ def test_sdpa_f16_inner_f32(reify: bool, upcast: bool, tmp_path: Any) -> None:
     assert "datum_type = 'f16'" in text  # the inputs stay f16
     if reify:
         io = "f32" if upcast else "f16"
-        assert f', datum_type = "{io}", acc_datum_type = "f32"' in text
+        assert f", datum_type = '{io}', acc_datum_type = 'f32'" in text
     else:
         assert 'softmax(' in text
-    assert ('to = "f16"' in text) is (upcast or not reify)
+    assert ("to = 'f16'" in text) is (upcast or not reify)
 
 
 @pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])

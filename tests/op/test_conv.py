@@ -164,7 +164,7 @@ def test_conv_khronos_strict(tmp_path):
         member = archive.extractfile("graph.nnef")
         assert member is not None
         text = member.read().decode()
-    assert "tract_" not in text and "= conv(" in text and 'border = "reflect"' in text
+    assert "tract_" not in text and "= conv(" in text and "border = 'reflect'" in text
 
 
 # --- conv_tbc; what tracing records for torch.convolution ------------------------------------

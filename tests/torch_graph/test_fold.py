@@ -115,7 +115,7 @@ def test_weights_are_not_folded(tmp_path: Path) -> None:
     x = torch.randn(2, 3)
     assert "aten::t" in kinds(ir_of(model, x))
     text = graph_text(export_and_check(model, (x,), tmp_path))
-    assert 'label = "w"' in text and 'label = "scale"' in text
+    assert "label = 'w'" in text and "label = 'scale'" in text
 
 
 def test_weights_of_a_torchscript_model_are_not_folded(tmp_path: Path) -> None:
@@ -124,5 +124,5 @@ def test_weights_of_a_torchscript_model_are_not_folded(tmp_path: Path) -> None:
     model = torch.jit.script(eager)
     x = torch.randn(2, 3)
     text = graph_text(export_and_check(model, (x,), tmp_path, auto_harden_jit=False))
-    assert 'label = "w"' in text and 'label = "scale"' in text
+    assert "label = 'w'" in text and "label = 'scale'" in text
     assert "transpose" in text and "sum_reduce" in text

@@ -9,9 +9,11 @@ from fastnnef.nnef.writer import format_string
 PROPERTIES_FRAGMENT_NAME = "tract_core_properties"
 
 def properties_fragment(properties: Iterable[Tuple[object, object]]) -> str:
-    """The text of the ``tract_core_properties`` fragment for ``(key, value)`` pairs, in order."""
+    """The text of the ``tract_core_properties`` fragment for ``(key, value)`` pairs, in order
+    (double-quoted, as the reference writes them: tools reading its properties by text hold)."""
+    quote = '"'
     entries = ",\n".join(
-        f"    ({format_string(key)}, {format_string(value)})"
+        f"    ({format_string(key, quote)}, {format_string(value, quote)})"
         for key, value in properties
     )
     return (

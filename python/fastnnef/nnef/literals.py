@@ -27,11 +27,15 @@ def format_float(value: float) -> str:
     return repr(float(value)).replace("e+", "e")
 
 
-def format_string(value: object) -> str:
-    """``str(value)`` as a double-quoted NNEF string literal that tract's parser accepts
+def format_string(value: object, quote: str = "'") -> str:
+    """``str(value)`` as an NNEF string literal that tract's parser accepts
     (nnef-format.md §6.2): backslashes and both quote kinds backslash-escaped, control
     characters (newlines, tabs, ...) as spaces, and the template openers ``{{``, ``{%``,
-    ``{#`` split by a space (some tract versions render graph.nnef as a template)."""
+    ``{#`` split by a space (some tract versions render graph.nnef as a template).
+
+    Single quotes by default, as the reference (and NNEF-Tools' printer) writes graph.nnef,
+    so text checks written against its artefacts (``to = 'f32'``) hold for ours;
+    graph.quant names its tensors in double quotes, as the reference does."""
     text = "".join(_ESCAPED.get(c, c) for c in str(value))
     text = _CONTROL.sub(" ", text)
-    return '"' + _TEMPLATE_OPENER.sub("{ ", text) + '"'
+    return quote + _TEMPLATE_OPENER.sub("{ ", text) + quote
