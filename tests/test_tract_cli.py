@@ -21,6 +21,7 @@ from fastnnef.exceptions import (
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotFoundFile,
     T2NErrorNotImplemented,
+    T2NErrorTract,
     T2NErrorTractDownload,
 )
 from fastnnef.export import export_model_to_nnef
@@ -111,6 +112,12 @@ def test_linked_cli_checks_in_process(lstm_bundles, tmp_path):
     with pytest.raises(T2NErrorIOPytorchTractNotISO, match="differ from the expected ones"):
         cli.assert_io(artefact, ins, wrong)
     assert cli.assert_io(artefact, ins, wrong, raise_exception=False) is False
+
+    # An artefact tract cannot load: an error, or False, as a failing tract command gives.
+    missing = tmp_path / "missing.nnef.tgz"
+    with pytest.raises(T2NErrorTract, match="missing.nnef.tgz"):
+        cli.assert_io(missing, ins, outs)
+    assert cli.assert_io(missing, ins, outs, raise_exception=False) is False
 
 
 def test_linked_cli_takes_the_0_20_single_bundle(tmp_path):

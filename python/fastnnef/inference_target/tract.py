@@ -640,8 +640,9 @@ class TractCli:
         check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
     ) -> bool:
         """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
-        raises ``T2NErrorIOPytorchTractNotISO`` (or, without ``raise_exception``, is logged
-        and gives ``False``). A binary's verdict is its exit code.
+        raises ``T2NErrorIOPytorchTractNotISO``, an artefact tract cannot load or run
+        ``T2NErrorTract``; without ``raise_exception`` either is logged and gives ``False``
+        (as a failing tract command does for the reference). A binary's verdict is its exit code.
 
         Without ``output_bundle_path``, torch_to_nnef 0.20's form
         ``assert_io(nnef_path, io_npz_path, raise_exception=True)``: one bundle holds the
@@ -669,7 +670,7 @@ class TractCli:
                     raise T2NErrorIOPytorchTractNotISO(
                         f"{shlex.join(cmd)} exited with code {proc.returncode}:\n{proc.stderr}"
                     )
-        except T2NErrorIOPytorchTractNotISO as err:
+        except T2NErrorTract as err:  # a mismatch is one too (T2NErrorIOPytorchTractNotISO)
             if raise_exception:
                 raise
             LOGGER.error("IO check failed: %s", err)
