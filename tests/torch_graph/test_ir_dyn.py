@@ -97,6 +97,21 @@ def test_numel_folds_static_and_stays_symbolic_on_dynamic_axes(tmp_path):
     check(lambda x: x.reshape(x.numel()) * 2, (torch.randn(3, 4),), tmp_path, dyn={0: {0: "S"}})
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.tensor(x.numel()),         # int64 10
+    lambda x: (x * 2, torch.tensor(x.shape[-1] / 4)),  # float32 1.25, beside a computed output
+    lambda x: torch.tensor(x.dim() == 3),      # bool
+], ids=["numel", "ratio", "flag"])
+# Under tracing x.numel() is a 0-d tensor, which torch.tensor() copies with a warning.
+@pytest.mark.filterwarnings("ignore:To copy construct from a tensor")
+def test_outputs_the_trace_computed_as_numbers(fn: Callable[..., Any], tmp_path: Path) -> None:
+    """An output that is a number at export (the shape is static) is a 0-d tensor of the
+    dtype torch.tensor gives it (the reference exports these too)."""
+    from tests.op._table import check
+
+    check(fn, (torch.randn(1, 2, 5),), tmp_path)
+
+
 @pytest.mark.parametrize("fn, inputs, dyn", [
     pytest.param(lambda x: x + x.shape[1], (torch.randn(2, 5),), {0: {1: "S"}}, id="tensor-plus-size"),
     pytest.param(lambda x: x * torch.arange(x.shape[1])[None, :], (torch.randn(2, 5),), {0: {1: "S"}},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+import torch
+
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorMissingOpEmitter,
@@ -119,14 +121,22 @@ class Converter:
             else:  # an output the handler can't export: an error only if something uses it
                 self.builder.mark_unexported(value, node.where())
 
+    def _constant_output(self, value: Const, name: str) -> NTensor:
+        """An output the trace computed as a Python number (``torch.tensor(x.numel())`` of a
+        static shape): a 0-d variable of the dtype ``torch.tensor`` gives that number."""
+        if not isinstance(value.value, (bool, int, float)):
+            raise T2NErrorInvalidArgument(
+                f"output {name!r} is the constant {value.value!r}: NNEF outputs are tensors"
+            )
+        return self.builder.variable(torch.tensor(value.value), self.builder.fresh_label(name))
+
     def finish_outputs(self, ir: IRGraph, names: Sequence[str]) -> None:
         """Bind graph outputs by name; alias where the producing tensor has another name."""
         for value, name in zip(ir.outputs, names):
             if isinstance(value, Const):
-                raise T2NErrorInvalidArgument(
-                    f"output {name!r} is the constant {value.value!r}: NNEF outputs are tensors"
-                )
-            tensor = self.builder.bound(value)
+                tensor = self._constant_output(value, name)
+            else:
+                tensor = self.builder.bound(value)
             if tensor is None:
                 tensor = self.builder.tensor(value, ir.ops[-1] if ir.ops else IROp("output", [], [], "", ""))
             if tensor.name != name:
