@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorNotImplemented
 from tests.helpers import export_and_check
 from tests.op._table import check
@@ -77,6 +79,27 @@ CASES = [
 def test_creation(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
+
+
+class RangeOf(nn.Module):
+    """torch.arange over bounds given as 0-d tensors (model inputs), then used."""
+
+    def forward(self, start: torch.Tensor, end: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        return torch.arange(start, end, step) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_arange_of_tensor_bounds_follows_the_values(dtype: torch.dtype, tmp_path: Any) -> None:
+    """The length is computed by tract from the values it runs on, not frozen at the
+    traced one: other bounds (longer, shorter, descending) give torch's ranges."""
+    traced = tuple(torch.tensor(v, dtype=dtype) for v in (1, 6, 3))
+    path = export_and_check(RangeOf(), traced, tmp_path, no_redraw="random bounds make empty or invalid ranges")
+    artefact = TractArtefact.load(path)
+    for bounds in [(2, 11, 2), (10, -1, -1), (0, 1, 5), (4, 4, 1)]:
+        inputs = [torch.tensor(v, dtype=dtype) for v in bounds]
+        (got,) = artefact.run(inputs)
+        expected = RangeOf()(*inputs)
+        assert got.dtype == expected.numpy().dtype and np.array_equal(got, expected.numpy()), bounds
 
 
 class Offsets(nn.Module):

@@ -98,11 +98,16 @@ def propagate_dyn(op: IROp) -> None:
 def _arange_dyn(op: IROp) -> bool:
     """arange(end), arange(start, end) and arange(start, end, 1) with start and end static
     or dynamic sizes have length end - start: mark it (torch.arange over dynamic sizes builds
-    position ids and masks in transformers; arange(P, P+S) has length S)."""
+    position ids and masks in transformers; arange(P, P+S) has length S). A bound read from
+    a tensor makes the length unknown until run time."""
     bounds = {5: 1, 6: 2, 7: 3}.get(len(op.inputs))
     out = op.outputs[0]
     if bounds is None or not isinstance(out, TensorValue) or out.rank != 1:
         return False
+    if any(isinstance(v, TensorValue) for v in op.inputs[:bounds]):
+        # Bounds read from tensors (model inputs): the length is known only when tract runs.
+        out.dyn = (UNKNOWN,)
+        return True
     start, end = (Const("", 0), op.inputs[0]) if bounds == 1 else (op.inputs[0], op.inputs[1])
     if bounds == 3 and not (isinstance(op.inputs[2], Const) and op.inputs[2].value == 1):
         return False

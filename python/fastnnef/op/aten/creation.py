@@ -15,9 +15,9 @@ import torch
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import unknown, volume
 from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.context import FLOAT_DTYPES, OpContext
+from fastnnef.op.context import FLOAT_DTYPES, OpContext, describe
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, SymInt
+from fastnnef.torch_graph.ir import Const, SymInt, TensorValue
 
 Number = Union[int, float, bool]
 
@@ -110,12 +110,12 @@ def tensor(ctx: OpContext) -> NTensor:
 
 
 # --- arange -----------------------------------------------------------------------------
-def _arange_bounds(ctx: OpContext) -> list[Union[Number, Sym]]:
+def _arange_bounds(ctx: OpContext) -> list[Union[Number, Sym, NTensor]]:
     """(start, end, step) from arange(end, ...), arange(start, end, ...) or arange(start, end, step, ...)."""
     n_bounds = {5: 1, 6: 2, 7: 3}.get(len(ctx.node.inputs))
     if n_bounds is None:
         raise ctx.unsupported(f"aten::arange with {len(ctx.node.inputs)} inputs (an out= overload?)")
-    values: list[Union[Number, Sym]] = []
+    values: list[Union[Number, Sym, NTensor]] = []
     for v in ctx.node.inputs[:n_bounds]:
         if isinstance(v, SymInt):
             if v.expr == "?":
@@ -123,17 +123,40 @@ def _arange_bounds(ctx: OpContext) -> list[Union[Number, Sym]]:
             values.append(Sym(v.expr))
         elif isinstance(v, Const) and isinstance(v.value, (int, float)):
             values.append(v.value)
+        elif isinstance(v, TensorValue) and v.rank == 0:
+            values.append(ctx.tensor(v))
         else:
-            raise ctx.unsupported("arange with a tensor bound", "use Python numbers or x.size(i)")
+            raise ctx.unsupported(f"arange with a bound {describe(v)}", "use numbers, x.size(i) or 0-d tensors")
     start, end, step = ([0] + values + [1])[:3] if n_bounds == 1 else (values + [1])[:3]
     return [start, end, step]
+
+
+def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]], dtype: str) -> NTensor:
+    """arange whose bounds are read from tensors: tract computes the length when it runs
+    (its range op takes three scalars of one type), so nothing of the traced values stays."""
+    if any(isinstance(b, Sym) for b in bounds):
+        raise ctx.unsupported("arange mixing tensor bounds and sizes of dynamic axes")
+    kind = dtype if dtype in FLOAT_DTYPES else "i64"
+    scalars = [
+        b if not isinstance(b, NTensor) or b.dtype == kind
+        else ctx.tmp("tract_core_cast", [b], {"to": kind}, dtype=kind, shape=(), suffix=f"bound{i}")
+        for i, b in enumerate(bounds)
+    ]
+    scalars = [float(b) if kind in FLOAT_DTYPES and isinstance(b, (int, float)) else b for b in scalars]
+    r = ctx.tmp("tract_core_range", scalars, dtype=kind, shape=ctx.out_shape(), suffix="range")
+    return ctx.emit("copy", [r]) if kind == dtype else ctx.emit("tract_core_cast", [r], {"to": dtype})
 
 
 @handler("aten::arange", args="*")
 def arange(ctx: OpContext) -> NTensor:
     """aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
-    start, end, step = _arange_bounds(ctx)
+    bounds = _arange_bounds(ctx)
     dtype = ctx.out_dtype()
+    if any(isinstance(b, NTensor) for b in bounds):
+        if ctx.strict:
+            raise ctx.unsupported("arange with tensor bounds in strict NNEF, which has no range op")
+        return _arange_of_tensors(ctx, bounds, dtype)
+    start, end, step = bounds
     value = ctx.out_value()
     dynamic = any(isinstance(v, Sym) for v in (start, end, step))
     if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
