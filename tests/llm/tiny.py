@@ -27,6 +27,15 @@ def _decoder(cls: Any, **extra: Any) -> Any:
     return cls(**base)
 
 
+# Gated-delta-net hybrids: linear-attention layers around a full-attention one (the first
+# layer linear, so the past length is not read from layer 0), 4 value heads over 2 key
+# heads (grouped), a convolution of 4 taps.
+_GATED_DELTA_NET: dict[str, Any] = dict(
+    num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+    linear_conv_kernel_dim=4,
+)
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder(transformers.LlamaConfig),
     "mistral": lambda: _decoder(transformers.MistralConfig, sliding_window=None),
@@ -156,6 +165,15 @@ CONFIGS: dict[str, Callable[[], Any]] = {
             "long_mscale": 1.0,
         },
     ),
+    "qwen3_next": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
+    ),
+    "qwen3_5_text": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=8, **_GATED_DELTA_NET),
+    "qwen3_5_moe_text": lambda: _decoder(
+        transformers.Qwen3_5MoeTextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
+    ),
 }
 
 
@@ -171,11 +189,6 @@ REFUSED: dict[str, Callable[[], Any]] = {
         transformers.DeepseekV2Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
         kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
         first_k_dense_replace=1, num_key_value_heads=4,
-    ),
-    "qwen3_next": lambda: _decoder(
-        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-        shared_expert_intermediate_size=32, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
     ),
     "mpt": lambda: transformers.MptConfig(
         n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
