@@ -35,6 +35,11 @@ _GATED_DELTA_NET: dict[str, Any] = dict(
     linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
     linear_conv_kernel_dim=4,
 )
+# Qwen3.5's multimodal rotary embedding on text: 4 rotated frequency pairs (half of head_dim
+# 16), interleaved over sections of 2, 1 and 1. (The default sections, 11+11+10 pairs,
+# would leave a tiny head's sections empty.)
+_MROPE: dict[str, Any] = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                              mrope_section=[2, 1, 1], mrope_interleaved=True)
 
 CONFIGS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder(transformers.LlamaConfig),
@@ -169,10 +174,11 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
         shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
     ),
-    "qwen3_5_text": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=8, **_GATED_DELTA_NET),
+    "qwen3_5_text": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=16, rope_parameters=_MROPE,
+                                     **_GATED_DELTA_NET),
     "qwen3_5_moe_text": lambda: _decoder(
-        transformers.Qwen3_5MoeTextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-        shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
+        transformers.Qwen3_5MoeTextConfig, head_dim=16, rope_parameters=_MROPE, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
     ),
 }
 
