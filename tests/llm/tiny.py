@@ -41,6 +41,17 @@ _GATED_DELTA_NET: dict[str, Any] = dict(
 _MROPE: dict[str, Any] = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
                               mrope_section=[2, 1, 1], mrope_interleaved=True)
 
+_QWEN3_5_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+
+
+def _qwen3_5_text(**extra: Any) -> dict[str, Any]:
+    return dict(
+        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+        max_position_embeddings=64, initializer_range=INIT, head_dim=16, rope_parameters=_MROPE, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0, **_GATED_DELTA_NET, **extra,
+    )
+
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder(transformers.LlamaConfig),
     "mistral": lambda: _decoder(transformers.MistralConfig, sliding_window=None),
@@ -180,7 +191,17 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.Qwen3_5MoeTextConfig, head_dim=16, rope_parameters=_MROPE, num_experts=4, num_experts_per_tok=2,
         moe_intermediate_size=32, shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
     ),
+    # Qwen3.5's published checkpoints are multimodal (a vision tower beside the text decoder).
+    "qwen3_5": lambda: transformers.Qwen3_5Config(text_config=_qwen3_5_text(), vision_config=_QWEN3_5_VISION,
+                                                  tie_word_embeddings=False),
+    "qwen3_5_moe": lambda: transformers.Qwen3_5MoeConfig(
+        text_config=_qwen3_5_text(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                  shared_expert_intermediate_size=32),
+        vision_config=_QWEN3_5_VISION, tie_word_embeddings=False,
+    ),
 }
+# Configs whose checkpoint is a multimodal model, not what AutoModelForCausalLM builds.
+MULTIMODAL_CLASSES = {"qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
 
 
 # Configs of families refused up front (architectures.refusal): only their config.json
@@ -220,6 +241,8 @@ def build(name: str, dtype: torch.dtype = torch.float32) -> Any:
     """The tiny model ``name`` with seeded random weights, in eval mode."""
     torch.manual_seed(0)
     config = CONFIGS[name]()
+    if name in MULTIMODAL_CLASSES:
+        return getattr(transformers, MULTIMODAL_CLASSES[name])(config).to(dtype).eval()
     return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 

@@ -124,6 +124,14 @@ TESTED: dict[str, Architecture] = {
         Architecture("nemotron", "Nemotron", "partial rotary, LayerNorm1P"),
         Architecture("persimmon", "Persimmon", "q/k LayerNorm, partial rotary"),
         Architecture("diffllama", "DiffLlama", "differential attention"),
+        Architecture("qwen3_next", "Qwen3-Next", "gated delta net layers (grouped), mixture of experts, shared expert"),
+        Architecture("qwen3_5", "Qwen3.5 (multimodal checkpoints)",
+                     "the text decoder alone: gated delta net layers, interleaved multimodal rotary"),
+        Architecture("qwen3_5_moe", "Qwen3.5-MoE (multimodal checkpoints)",
+                     "the text decoder alone: gated delta net layers, mixture of experts"),
+        Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)", "gated delta net layers"),
+        Architecture("qwen3_5_moe_text", "Qwen3.5-MoE (text-only checkpoints)",
+                     "gated delta net layers, mixture of experts"),
     )
 }
 
