@@ -217,6 +217,11 @@ REFUSED: dict[str, Callable[[], Any]] = {
         kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
         first_k_dense_replace=1, num_key_value_heads=4,
     ),
+    # Value heads wider than key heads: tract_transformers_gdn_recurrent shares one width.
+    "qwen3_next": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **{**_GATED_DELTA_NET, "linear_value_head_dim": 16},
+    ),
     "mpt": lambda: transformers.MptConfig(
         n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
     ),
