@@ -38,7 +38,9 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.op.custom_extractors.gdn import (
-    GATED_DELTA_NET_FEATURE, CausalConvUpdateReified, GatedDeltaNetRecurrentReified,
+    GATED_DELTA_NET_FEATURE,
+    CausalConvUpdateReified,
+    GatedDeltaNetRecurrentReified,
 )
 
 LINEAR_ATTENTION = "linear_attention"

@@ -31,7 +31,11 @@ from torch import nn
 from fastnnef.llm.architectures import KVLayout
 from fastnnef.llm.cache import cache_from_flat, cache_kwarg, flat_from_cache
 from fastnnef.llm.linear_attention import (
-    LINEAR_ATTENTION, GatedDeltaNetOps, gated_delta_net_forward, linear_attention_modules, linear_layout,
+    LINEAR_ATTENTION,
+    GatedDeltaNetOps,
+    gated_delta_net_forward,
+    linear_attention_modules,
+    linear_layout,
 )
 
 KV_STATES = ("key", "value")
