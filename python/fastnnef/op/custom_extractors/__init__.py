@@ -17,6 +17,10 @@ receives fastnnef's graph builder for that call as ``g`` (an ``OpContext``):
   ``g.caps`` what the target supports;
 - it returns the names of the fragments it used (possibly empty), as in the reference.
 
+Extractors shipped: ``moe.py`` (transformers' experts modules as ``tract_moe_ffn``, only
+those planned for an export) and ``gdn.py`` (the gated delta net's two modules as
+``tract_transformers_causal_conv1d_update`` and ``tract_transformers_gdn_recurrent``).
+
 The built-in recurrent layers do not need this mechanism: ``torch.jit.trace`` already
 records ``nn.LSTM``/``nn.GRU``/``nn.RNN`` as one ``aten::lstm``/``gru``/``rnn_*`` op, which
 op/aten/recurrent.py exports whole (one ``tract_core_scan`` per layer and direction); that
