@@ -136,3 +136,13 @@ def test_a_target_without_the_ops_is_refused(
                        r"0\.23\.4 lacks: target tract 0\.23\.5 or newer"):
         dump_llm(out, local_dir=checkpoint("qwen3_next"))
     assert not out.exists()
+
+
+def test_forced_f16(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """In f16 the ops take tract's mixed form (f16 q/k/v, beta and states, f32 log decay)."""
+    report = dump_llm(tmp_path / "out", local_dir=checkpoint("qwen3_next"), force_module_dtype="f16",
+                      tract_check_io_tolerance="super")
+    assert report.cache_dtype == "f16" and all(c.ok for c in report.bundle_checks), report.summary()
+    artefact = TractArtefact.load(report.model_path)
+    assert [dtype for dtype, _ in artefact.input_facts] == ["i64"] + ["f16"] * 6
+    assert report.generation is not None and report.generation.ok
