@@ -49,7 +49,7 @@ GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head
               "linear_conv_kernel_dim")
 _SILU = ("silu", "swish")
 __all__ = ["GATED_DELTA_NET_FEATURE", "GDN_FIELDS", "LINEAR_ATTENTION", "GatedDeltaNetOps", "LinearLayout",
-           "LinearStates", "gated_delta_net_forward", "gdn_config_refusal", "linear_layout"]
+           "LinearStates", "gated_delta_net_forward", "gdn_config_refusal", "linear_attention_modules", "linear_layout"]
 
 
 @dataclass(frozen=True)
