@@ -112,13 +112,15 @@ def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
 
 def test_llm_artefact_states(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     """qwen3_next (layers: linear, full, linear): each linear layer's two ops, its states
-    as cache IO of fixed shapes, and P only on the full-attention layer's keys and values."""
+    as cache IO of fixed shapes, and P only on the full-attention layer's keys and values;
+    every MoE block as tract_moe_ffn."""
     report = dump_llm(tmp_path / "out", local_dir=checkpoint("qwen3_next"))
     assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens
     with tarfile.open(report.model_path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]
     assert text.count("tract_transformers_causal_conv1d_update(") == 2
     assert text.count("tract_transformers_gdn_recurrent(") == 2
+    assert text.count("tract_moe_ffn(") == 3  # Qwen3-Next's router is one of the op's gate modes
     states = "in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, in_cache_recurrent_2"
     assert f"graph network(input_ids, {states})" in text
     declared = {line.split("=")[0].strip(): line for line in text.splitlines() if "tract_core_external(" in line}
