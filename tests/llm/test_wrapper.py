@@ -39,3 +39,14 @@ def test_names_axes_and_assertions() -> None:
     assert dynamic_axes(1) == {"input_ids": {1: "S"}, "in_cache_key_0": {2: "P"}, "in_cache_value_0": {2: "P"}}
     assert assertions(4096) == ["tract_assert P >= 0", "tract_assert S >= 1", "tract_assert S+P < 4096",
                                 "tract_assert tg: S==1", "tract_assert pp: P==0"]
+
+
+def test_linear_attention_states_names_and_axes() -> None:
+    """Linear-attention layers take and return conv and recurrent states (the reference's
+    names), without the P axis."""
+    inputs, outputs = io_names(3, linear_layers=(0, 2))
+    assert inputs == ["input_ids", "in_cache_conv_0", "in_cache_recurrent_0", "in_cache_key_1", "in_cache_value_1",
+                      "in_cache_conv_2", "in_cache_recurrent_2"]
+    assert outputs == ["outputs"] + [name.replace("in_", "out_", 1) for name in inputs[1:]]
+    assert dynamic_axes(3, linear_layers=(0, 2)) == {"input_ids": {1: "S"}, "in_cache_key_1": {2: "P"},
+                                                     "in_cache_value_1": {2: "P"}}

@@ -27,6 +27,31 @@ def _decoder(cls: Any, **extra: Any) -> Any:
     return cls(**base)
 
 
+# Gated-delta-net hybrids: linear-attention layers around a full-attention one (the first
+# layer linear, so the past length is not read from layer 0), 4 value heads over 2 key
+# heads (grouped), a convolution of 4 taps.
+_GATED_DELTA_NET: dict[str, Any] = dict(
+    num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+    linear_conv_kernel_dim=4,
+)
+# Qwen3.5's multimodal rotary embedding on text: 4 rotated frequency pairs (half of head_dim
+# 16), interleaved over sections of 2, 1 and 1. (The default sections, 11+11+10 pairs,
+# would leave a tiny head's sections empty.)
+_MROPE: dict[str, Any] = dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                              mrope_section=[2, 1, 1], mrope_interleaved=True)
+
+_QWEN3_5_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+
+
+def _qwen3_5_text(**extra: Any) -> dict[str, Any]:
+    return dict(
+        hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+        max_position_embeddings=64, initializer_range=INIT, head_dim=16, rope_parameters=_MROPE, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0, **_GATED_DELTA_NET, **extra,
+    )
+
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder(transformers.LlamaConfig),
     "mistral": lambda: _decoder(transformers.MistralConfig, sliding_window=None),
@@ -156,7 +181,27 @@ CONFIGS: dict[str, Callable[[], Any]] = {
             "long_mscale": 1.0,
         },
     ),
+    "qwen3_next": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
+    ),
+    "qwen3_5_text": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=16, rope_parameters=_MROPE,
+                                     **_GATED_DELTA_NET),
+    "qwen3_5_moe_text": lambda: _decoder(
+        transformers.Qwen3_5MoeTextConfig, head_dim=16, rope_parameters=_MROPE, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
+    ),
+    # Qwen3.5's published checkpoints are multimodal (a vision tower beside the text decoder).
+    "qwen3_5": lambda: transformers.Qwen3_5Config(text_config=_qwen3_5_text(), vision_config=_QWEN3_5_VISION,
+                                                  tie_word_embeddings=False),
+    "qwen3_5_moe": lambda: transformers.Qwen3_5MoeConfig(
+        text_config=_qwen3_5_text(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                  shared_expert_intermediate_size=32),
+        vision_config=_QWEN3_5_VISION, tie_word_embeddings=False,
+    ),
 }
+# Configs whose checkpoint is a multimodal model, not what AutoModelForCausalLM builds.
+MULTIMODAL_CLASSES = {"qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
 
 
 # Configs of families refused up front (architectures.refusal): only their config.json
@@ -172,10 +217,10 @@ REFUSED: dict[str, Callable[[], Any]] = {
         kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
         first_k_dense_replace=1, num_key_value_heads=4,
     ),
+    # Value heads wider than key heads: tract_transformers_gdn_recurrent shares one width.
     "qwen3_next": lambda: _decoder(
         transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-        shared_expert_intermediate_size=32, linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, layer_types=["linear_attention", "full_attention"],
+        shared_expert_intermediate_size=32, **{**_GATED_DELTA_NET, "linear_value_head_dim": 16},
     ),
     "mpt": lambda: transformers.MptConfig(
         n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
@@ -201,6 +246,8 @@ def build(name: str, dtype: torch.dtype = torch.float32) -> Any:
     """The tiny model ``name`` with seeded random weights, in eval mode."""
     torch.manual_seed(0)
     config = CONFIGS[name]()
+    if name in MULTIMODAL_CLASSES:
+        return getattr(transformers, MULTIMODAL_CLASSES[name])(config).to(dtype).eval()
     return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 

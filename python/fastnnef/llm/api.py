@@ -38,9 +38,11 @@ from fastnnef.exceptions import (
 )
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target.base import as_version
+from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
 from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
+from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, to_enum
@@ -52,7 +54,7 @@ from fastnnef.llm.verify import (
     check_generation,
     raise_on_failed_bundles,
 )
-from fastnnef.llm.wrapper import KVCacheLM, assertions, dynamic_axes, io_names
+from fastnnef.llm.wrapper import KVCacheLM, assertions
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
 
@@ -185,6 +187,7 @@ def dump_llm(
     cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
     _check_inputs_dtype(force_inputs_dtype, cache_dtype)
     wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
+    _check_linear_attention(wrapper, target_version)
     runner = TorchRunner(wrapper, model.dtype)
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -210,14 +213,14 @@ def dump_llm(
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
         inference_target = _KeepOutputs(
-            target_version, check_io=False, dynamic_axes=dynamic_axes(layout.n_layers),
+            target_version, check_io=False, dynamic_axes=wrapper.dynamic_axes(),
             specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
             dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
             force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
             reify_sdpa_operator=reify_sdpa_operator,
         )
-        input_names, output_names = io_names(layout.n_layers)
+        input_names, output_names = wrapper.io_names()
         with _timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()), progress.writing():
             export_model_to_nnef(
                 wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
@@ -291,6 +294,19 @@ def _verify(
         log.warning("generation in tract (%s) departs from PyTorch's: %s", _dtype_str(model.dtype),
                     generation.divergence())
     return checks, generation
+
+
+def _check_linear_attention(wrapper: KVCacheLM, target_version: SemanticVersion) -> None:
+    """Gated-delta-net layers need tract_transformers_gdn_recurrent (tract >= 0.23.5):
+    refused before any forward for an older target."""
+    caps = TargetCapabilities.tract(target_version)
+    if wrapper.linear_layers and not caps.supports(GATED_DELTA_NET_FEATURE):
+        raise T2NErrorNotImplemented(
+            f"this model's linear-attention layers {list(wrapper.linear_layers)} (gated delta net) export as "
+            f"tract_transformers_gdn_recurrent and tract_transformers_causal_conv1d_update, which tract "
+            f"{target_version.to_str()} lacks: target tract {VERSION_GATES[GATED_DELTA_NET_FEATURE].first.to_str()} "
+            "or newer (--tract-specific-version)"
+        )
 
 
 def _check_inputs_dtype(forced: Optional[str], cache_dtype: torch.dtype) -> None:

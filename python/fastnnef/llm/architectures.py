@@ -12,8 +12,9 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   outside it is attempted; with ``no_verify`` it is exported with a warning that it is
   unverified.
 - ``refusal`` names what is known not to work, before anything is loaded: layers the
-  wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent and convolution states
-  of ``linear_attention`` (gated delta net, Mamba), ``conv`` and ``hybrid`` layers),
+  wrapper does not handle (``REFUSED_LAYER_TYPES``: the states of Mamba, ``conv`` and
+  ``hybrid`` layers; ``linear_attention`` layers other than Qwen3-Next / Qwen3.5 gated
+  delta nets, whose states llm/linear_attention.py lays out),
   multi-head latent attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi; the generic
   wrapper's cache has the wrong shape for it), configs of a family known to export
   wrongly (``REFUSED_CONFIGS``); ``architecture_of`` also names a config field the cache
@@ -21,7 +22,9 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
 
 ``KVLayout`` is read from the config: the cache shape ``[1, n_kv_heads, P, head_dim]``
 per layer, and each layer's attention window (transformers' own per-layer table, so
-gemma2's alternating sliding/full layers and windowed Mistral are honoured).
+gemma2's alternating sliding/full layers and windowed Mistral are honoured). Its
+``layer_types`` also name the ``linear_attention`` layers, which have no key/value cache
+and no window (their layout: llm/linear_attention.py ``linear_layout``).
 """
 
 from __future__ import annotations
@@ -30,15 +33,15 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
+from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 
 # Layer types (transformers' config.layer_types) whose state is not a key/value cache:
 # their recurrent or convolution state would need extra cache inputs the wrapper lacks.
+# (linear_attention layers are gated delta nets when the config says so: see refusal.)
 REFUSED_LAYER_TYPES = {
-    "linear_attention": "linear-attention layers (gated delta net, Mamba) keep a recurrent and a "
-                        "convolution state, not a key/value cache",
     "conv": "short-convolution layers keep a convolution state, not a key/value cache",
     "mamba": "Mamba layers keep a recurrent state, not a key/value cache",
     "hybrid": "hybrid attention + Mamba layers keep a recurrent state besides the key/value cache",
@@ -121,6 +124,14 @@ TESTED: dict[str, Architecture] = {
         Architecture("nemotron", "Nemotron", "partial rotary, LayerNorm1P"),
         Architecture("persimmon", "Persimmon", "q/k LayerNorm, partial rotary"),
         Architecture("diffllama", "DiffLlama", "differential attention"),
+        Architecture("qwen3_next", "Qwen3-Next", "gated delta net layers (grouped), mixture of experts, shared expert"),
+        Architecture("qwen3_5", "Qwen3.5 (multimodal checkpoints)",
+                     "the text decoder alone: gated delta net layers, interleaved multimodal rotary"),
+        Architecture("qwen3_5_moe", "Qwen3.5-MoE (multimodal checkpoints)",
+                     "the text decoder alone: gated delta net layers, mixture of experts"),
+        Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)", "gated delta net layers"),
+        Architecture("qwen3_5_moe_text", "Qwen3.5-MoE (text-only checkpoints)",
+                     "gated delta net layers, mixture of experts"),
     )
 }
 
@@ -186,6 +197,8 @@ def refusal(config: Any) -> Optional[str]:
     for layer, kind in enumerate(layer_types):
         if kind in REFUSED_LAYER_TYPES:
             return f"layer {layer} is a {kind!r} layer: {REFUSED_LAYER_TYPES[kind]}"
+    if LINEAR_ATTENTION in layer_types:
+        return gdn_config_refusal(text)
     return None
 
 
@@ -196,14 +209,14 @@ class KVLayout:
     n_layers: int
     n_kv_heads: int
     head_dim: int
-    layer_types: tuple[str, ...]  # FULL_ATTENTION or SLIDING_ATTENTION, per layer
+    layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
     windows: dict[str, Optional[int]]  # layer type -> attention window (None: all the past)
     max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
 
     @property
     def mixed(self) -> bool:
         """Several layer types: the model takes one mask per layer type (a dict)."""
-        return len(self.windows) > 1
+        return len(set(self.layer_types)) > 1
 
     def describe(self) -> str:
         """The layer types, counted: ``2 full_attention`` or ``1 sliding_attention (window 4), 1 ...``."""
@@ -211,6 +224,8 @@ class KVLayout:
         for kind, window in self.windows.items():
             count = self.layer_types.count(kind)
             parts.append(f"{count} {kind}" + (f" (window {window})" if window is not None else ""))
+        if LINEAR_ATTENTION in self.layer_types:
+            parts.append(f"{self.layer_types.count(LINEAR_ATTENTION)} {LINEAR_ATTENTION}")
         return ", ".join(parts)
 
 
@@ -235,6 +250,8 @@ def kv_layout(config: Any) -> KVLayout:
     layer_types, kwargs = cache_layer_types(text)
     windows: dict[str, Optional[int]] = {}
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
+        if kind == LINEAR_ATTENTION:
+            continue  # no key/value cache: its states are laid out by linear_attention.linear_layout
         if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
             raise T2NErrorNotImplemented(
                 f"layer {layer} of this {config.model_type} model has attention type {kind!r}; the "

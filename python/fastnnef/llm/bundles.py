@@ -20,7 +20,9 @@ stored as f32, ``input_ids`` as int64):
 
 Unlike the reference, ``prompt_with_past`` and ``text_generation`` continue the text
 (the reference repeats tokens after their own past), so one forward of the prompt gives
-every mode's expected outputs, and ``modes.json`` lists exactly the files written.
+every mode's expected outputs, and ``modes.json`` lists exactly the files written. A
+model with linear-attention layers also runs the past of each mode: their states after
+a prefix are not a slice of the states after the prompt.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import numpy as np
 import torch
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
-from fastnnef.llm.wrapper import KVCacheLM, io_names
+from fastnnef.llm.wrapper import KVCacheLM
 
 
 def trace_new_tokens(total: int) -> int:
@@ -93,20 +95,27 @@ class TorchRunner:
     def __init__(self, wrapper: KVCacheLM, cache_dtype: torch.dtype):
         self.wrapper = wrapper
         self.cache_dtype = cache_dtype
-        self.input_names, self.output_names = io_names(wrapper.layout.n_layers)
+        self.input_names, self.output_names = wrapper.io_names()
         # The same model, keeping the logits of every position.
         self.every_position = KVCacheLM(wrapper.model, wrapper.layout, num_logits_to_keep=0)
-
-    def past_of(self, bundle: Bundle, length: int) -> list[torch.Tensor]:
-        """The first ``length`` cache entries of a bundle's output cache."""
-        caches = list(bundle.outputs.values())[1:]
-        return [c[:, :, :length] for c in caches]
 
     def export_inputs(self, prompt: Bundle, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         """The traced example's inputs: the tokens after the prompt, its cache as the past."""
         total = prompt.inputs[self.input_names[0]].shape[1]
         ids = tokens[:, total : total + trace_new_tokens(total)]
-        return dict(zip(self.input_names, (ids, *self.past_of(prompt, total))))
+        return dict(zip(self.input_names, (ids, *list(prompt.outputs.values())[1:])))
+
+    def _past(self, ids: torch.Tensor, cache: list[torch.Tensor], past: int) -> list[torch.Tensor]:
+        """The cache after the first ``past`` tokens of ``ids``, whose full forward gave
+        ``cache``: a slice of it, or a forward of the prefix when linear-attention states
+        are part of it (see the module docstring)."""
+        if not self.wrapper.linear_layers:
+            return [c[:, :, :past] for c in cache]
+        if past == 0:
+            return self.wrapper.empty_cache(self.cache_dtype)
+        with torch.no_grad():
+            _, *prefix = self.every_position(ids[:, :past], *self.wrapper.empty_cache(self.cache_dtype))
+        return prefix
 
     def mode_bundles(self, tokens: torch.Tensor, total: int) -> list[Bundle]:
         """The three modes on the first ``total`` tokens, from ONE forward of the prompt.
@@ -125,7 +134,7 @@ class TorchRunner:
             new_logits = logits[:, past:total]
             if keep:
                 new_logits = new_logits[:, -keep:]
-            inputs = (ids[:, past:], *[c[:, :, :past] for c in cache])
+            inputs = (ids[:, past:], *self._past(ids, cache, past))
             bundles.append(Bundle(name, dict(zip(self.input_names, inputs)),
                                   dict(zip(self.output_names, (new_logits, *cache)))))
         return bundles

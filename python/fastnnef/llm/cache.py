@@ -6,18 +6,20 @@ returns ``out_cache_*`` ``[1, n_kv, P+S, hd]``: the past followed by the new ent
 ``update`` concatenates the new keys and values on the sequence axis. The layers are
 filled per instance (no class of transformers is patched), and are plain ``DynamicLayer``
 even for sliding-window layers: the artefact keeps every past entry, and the sliding
-mask built by the wrapper hides those outside the window.
+mask built by the wrapper hides those outside the window. Linear-attention layers take
+and return their two fixed-size states instead (llm/linear_attention.py).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.llm.linear_attention import LinearStates
 
 # The keyword a causal LM's ``forward`` takes its cache object by: transformers 5.24 renamed
 # ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40).
@@ -38,16 +40,21 @@ def cache_kwarg(model: Any) -> str:
     )
 
 
-def cache_from_flat(flat: Sequence[torch.Tensor]) -> DynamicCache:
+def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int] = ()) -> DynamicCache:
     """A cache holding ``flat = (key_0, value_0, key_1, value_1, ...)`` as its past (an
-    empty past, P = 0, is a zero-length tensor on the sequence axis)."""
+    empty past, P = 0, is a zero-length tensor on the sequence axis). The layers in
+    ``linear_layers`` take ``(conv_i, recurrent_i)`` instead, held as ``LinearStates``
+    (llm/linear_attention.py reads and replaces them)."""
     layers: list[Any] = []
-    for key, value in zip(flat[0::2], flat[1::2]):
+    for index, (first, second) in enumerate(zip(flat[0::2], flat[1::2])):
+        if index in linear_layers:
+            layers.append(LinearStates(first, second))
+            continue
         layer = DynamicLayer()
         # What lazy_initialization sets up, without the empty torch.tensor([]) it starts
         # from: the first update then concatenates onto the given past.
-        layer.dtype, layer.device = key.dtype, key.device
-        layer.keys, layer.values = key, value
+        layer.dtype, layer.device = first.dtype, first.device
+        layer.keys, layer.values = first, second
         layer.is_initialized = True
         layers.append(layer)
     cache = DynamicCache()
@@ -57,7 +64,8 @@ def cache_from_flat(flat: Sequence[torch.Tensor]) -> DynamicCache:
 
 
 def flat_from_cache(cache: DynamicCache, n_layers: int) -> list[torch.Tensor]:
-    """``(key_0, value_0, ...)`` after the forward: each layer's past plus the new entries."""
+    """``(key_0, value_0, ...)`` after the forward: each layer's past plus the new entries
+    (a linear-attention layer's states after the forward)."""
     if len(cache.layers) != n_layers:
         raise T2NErrorNotImplemented(
             f"the model used {len(cache.layers)} cache layers where its config has {n_layers}: "
@@ -65,5 +73,8 @@ def flat_from_cache(cache: DynamicCache, n_layers: int) -> list[torch.Tensor]:
         )
     flat: list[torch.Tensor] = []
     for layer in cache.layers:
-        flat += [layer.keys, layer.values]  # type: ignore[union-attr, list-item]
+        if isinstance(layer, LinearStates):
+            flat += [layer.conv, layer.recurrent]
+        else:
+            flat += [layer.keys, layer.values]  # type: ignore[union-attr, list-item]
     return flat

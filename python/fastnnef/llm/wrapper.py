@@ -3,7 +3,10 @@ cache out, with positions and masks computed in the graph from the real sizes.
 
 Inputs: ``input_ids [1, S]`` (int64), then ``in_cache_key_{i}``, ``in_cache_value_{i}``
 ``[1, n_kv, P, hd]`` per layer. Outputs: ``outputs`` (logits ``[1, N, V]``), then
-``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``.
+``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``. A linear-attention
+(gated delta net) layer takes ``in_cache_conv_{i}``, ``in_cache_recurrent_{i}`` and returns
+``out_cache_conv_{i}``, ``out_cache_recurrent_{i}`` instead: fixed-size states, no P axis
+(llm/linear_attention.py).
 
 Everything that depends on S and P is built from the tensors' sizes, so the traced graph
 is symbolic in both and one artefact serves prompt processing (P = 0) and generation
@@ -13,31 +16,45 @@ is symbolic in both and one artefact serves prompt processing (P = 0) and genera
   with its cache object);
 - the mask is additive ``[1, 1, S, P+S]``: query i (absolute position P+i) sees key j
   when ``j <= P+i``, and for a sliding-window layer only when also ``j > P+i - window``
-  (transformers' rule). Models with several layer types get one mask per type.
+  (transformers' rule). Models with several layer types get one mask per type (none
+  for linear-attention layers, which see only their states).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Union
+from typing import Any, Collection, Union
 
 import torch
 from torch import nn
 
 from fastnnef.llm.architectures import KVLayout
 from fastnnef.llm.cache import cache_from_flat, cache_kwarg, flat_from_cache
+from fastnnef.llm.linear_attention import (
+    LINEAR_ATTENTION,
+    GatedDeltaNetOps,
+    gated_delta_net_forward,
+    linear_attention_modules,
+    linear_layout,
+)
+
+KV_STATES = ("key", "value")
+LINEAR_STATES = ("conv", "recurrent")
 
 
-def io_names(n_layers: int) -> tuple[list[str], list[str]]:
+def io_names(n_layers: int, linear_layers: Collection[int] = ()) -> tuple[list[str], list[str]]:
     """The artefact's input and output names (the reference's conventions)."""
-    cache = [f"cache_{kind}_{i}" for i in range(n_layers) for kind in ("key", "value")]
+    cache = [f"cache_{kind}_{i}" for i in range(n_layers)
+             for kind in (LINEAR_STATES if i in linear_layers else KV_STATES)]
     return ["input_ids"] + [f"in_{c}" for c in cache], ["outputs"] + [f"out_{c}" for c in cache]
 
 
-def dynamic_axes(n_layers: int) -> dict[str, dict[int, str]]:
-    """S on ``input_ids`` axis 1, P on axis 2 of every input cache."""
-    inputs, _ = io_names(n_layers)
-    return {inputs[0]: {1: "S"}, **{name: {2: "P"} for name in inputs[1:]}}
+def dynamic_axes(n_layers: int, linear_layers: Collection[int] = ()) -> dict[str, dict[int, str]]:
+    """S on ``input_ids`` axis 1, P on axis 2 of every input key and value (linear-attention
+    states have a fixed shape)."""
+    inputs, _ = io_names(n_layers, linear_layers)
+    kv = [name for i in range(n_layers) if i not in linear_layers for name in (f"in_cache_{k}_{i}" for k in KV_STATES)]
+    return {inputs[0]: {1: "S"}, **{name: {2: "P"} for name in kv}}
 
 
 def assertions(max_positions: int) -> list[str]:
@@ -93,25 +110,51 @@ class KVCacheLM(nn.Module):
         # projection of every other position; others are sliced after.
         self._lm_slices = "logits_to_keep" in inspect.signature(lm.forward).parameters
         self._cache_kwarg = cache_kwarg(lm)
+        self.linear = linear_layout(lm.config.get_text_config(decoder=True), layout.layer_types)
+        self.linear_layers: tuple[int, ...] = self.linear.layers if self.linear else ()
+        # The gated-delta-net layers' token mixers, and the modules their exported forward
+        # calls (see linear_attention.py); the wrapper holds the latter, not the model.
+        self._linear_mixers = linear_attention_modules(lm, self.linear_layers) if self.linear else {}
+        self.linear_attention = nn.ModuleDict({str(i): GatedDeltaNetOps() for i in self.linear_layers})
+        # The past length P is read from the first key/value layer's keys.
+        self._first_key = 2 * next(i for i in range(layout.n_layers) if i not in self.linear_layers)
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        new, past = input_ids.shape[1], flat_cache[0].shape[2]
-        masks = attention_masks(past, new, self.layout.windows, self.compute_dtype)
-        mask: Union[torch.Tensor, dict[str, torch.Tensor]] = masks if self.layout.mixed else next(iter(masks.values()))
+        new, past = input_ids.shape[1], flat_cache[self._first_key].shape[2]
+        masks: dict[str, Any] = attention_masks(past, new, self.layout.windows, self.compute_dtype)
+        if self.linear:
+            masks[LINEAR_ATTENTION] = None
+        mask: Union[torch.Tensor, dict[str, Any]] = masks if self.layout.mixed else next(iter(masks.values()))
         positions = torch.arange(past, past + new)[None]
-        cache = cache_from_flat(flat_cache)
+        cache = cache_from_flat(flat_cache, self.linear_layers)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:
             kwargs["logits_to_keep"] = self.num_logits_to_keep
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, return_dict=True, **kwargs,
-        )
+        ops = {i: self.linear_attention[str(i)] for i in self.linear_layers}
+        with gated_delta_net_forward(self._linear_mixers, ops):  # type: ignore[arg-type]
+            out = self.model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, return_dict=True,
+                **kwargs,
+            )
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
             logits = logits[:, -self.num_logits_to_keep :]
         return (logits, *flat_from_cache(cache, self.layout.n_layers))
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key and value."""
-        shape = (1, self.layout.n_kv_heads, 0, self.layout.head_dim)
-        return [torch.zeros(shape, dtype=dtype) for _ in range(2 * self.layout.n_layers)]
+        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key and value; zero states for a
+        linear-attention layer."""
+        kv = (1, self.layout.n_kv_heads, 0, self.layout.head_dim)
+        shapes: list[tuple[int, ...]] = []
+        for i in range(self.layout.n_layers):
+            if self.linear is not None and i in self.linear_layers:
+                shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
+            else:
+                shapes += [kv, kv]
+        return [torch.zeros(shape, dtype=dtype) for shape in shapes]
+
+    def io_names(self) -> tuple[list[str], list[str]]:
+        return io_names(self.layout.n_layers, self.linear_layers)
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        return dynamic_axes(self.layout.n_layers, self.linear_layers)

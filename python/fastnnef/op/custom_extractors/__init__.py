@@ -17,6 +17,10 @@ receives fastnnef's graph builder for that call as ``g`` (an ``OpContext``):
   ``g.caps`` what the target supports;
 - it returns the names of the fragments it used (possibly empty), as in the reference.
 
+Extractors shipped: ``moe.py`` (transformers' experts modules as ``tract_moe_ffn``, only
+those planned for an export) and ``gdn.py`` (the gated delta net's two modules as
+``tract_transformers_causal_conv1d_update`` and ``tract_transformers_gdn_recurrent``).
+
 The built-in recurrent layers do not need this mechanism: ``torch.jit.trace`` already
 records ``nn.LSTM``/``nn.GRU``/``nn.RNN`` as one ``aten::lstm``/``gru``/``rnn_*`` op, which
 op/aten/recurrent.py exports whole (one ``tract_core_scan`` per layer and direction); that
@@ -38,9 +42,9 @@ if TYPE_CHECKING:
     from fastnnef.op.context import OpContext
 
 __all__ = [
-    "CUSTOMOP_KIND", "CausalConvUpdateExtractor", "GRUExtractor", "GatedDeltaNetRecurrentExtractor",
-    "Gemma4RoutedExpertsExtractor", "LSTMCellExtractor", "LSTMExtractor", "MoEFFNExtractor",
-    "ModuleInfoExtractor", "RNNExtractor",
+    "CUSTOMOP_KIND", "CausalConvUpdateExtractor", "CausalConvUpdateReified", "GRUExtractor",
+    "GatedDeltaNetRecurrentExtractor", "GatedDeltaNetRecurrentReified", "Gemma4RoutedExpertsExtractor",
+    "LSTMCellExtractor", "LSTMExtractor", "MoEFFNExtractor", "ModuleInfoExtractor", "RNNExtractor",
 ]
 
 # module class -> extractor class; the latest subclass defined for a module class wins.
@@ -219,13 +223,15 @@ class Gemma4RoutedExpertsExtractor(ModuleInfoExtractor):
     REGISTERED = False
 
 
-class CausalConvUpdateExtractor(ModuleInfoExtractor):
-    """Kept for import compatibility: fastnnef exports no gated delta net."""
+# The gated-delta-net extractors and modules live in gdn.py (which imports this module);
+# their names are also this package's, as in the reference.
+_GDN_NAMES = {"CausalConvUpdateExtractor", "GatedDeltaNetRecurrentExtractor", "CausalConvUpdateReified",
+              "GatedDeltaNetRecurrentReified"}
 
-    REGISTERED = False
 
+def __getattr__(name: str) -> Any:
+    if name in _GDN_NAMES:
+        from fastnnef.op.custom_extractors import gdn
 
-class GatedDeltaNetRecurrentExtractor(ModuleInfoExtractor):
-    """Kept for import compatibility: fastnnef exports no gated delta net."""
-
-    REGISTERED = False
+        return getattr(gdn, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
