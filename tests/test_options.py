@@ -173,13 +173,15 @@ def test_upsample_with_debox_needs_a_tract_with_debox():
 # --- native_gated_delta_op ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [True, False])
-def test_native_gated_delta_op_is_refused(value):
-    with pytest.raises(T2NErrorNotImplemented, match=(
-        rf"^native_gated_delta_op={value}: fastnnef exports no gated delta net .*; leave it None$"
-    )):
-        TractNNEF(LATEST, native_gated_delta_op=value)
+def test_native_gated_delta_op():
+    """Gated delta nets are exported only as tract's fused operator: True asks for it (and
+    needs a tract that has it), False (the reference's scan lowering) is refused."""
     assert TractNNEF(LATEST, native_gated_delta_op=None).native_gated_delta_op is None
+    assert TractNNEF(LATEST, native_gated_delta_op=True).native_gated_delta_op is True
+    with pytest.raises(T2NErrorNotImplemented, match=r"^native_gated_delta_op=False: .* no tract_core_scan lowering"):
+        TractNNEF(LATEST, native_gated_delta_op=False)
+    with pytest.raises(T2NErrorInvalidArgument, match=r"needs tract >= 0\.23\.5 .* the target is tract 0\.23\.4"):
+        TractNNEF("0.23.4", native_gated_delta_op=True)
 
 
 # --- skip_eager_forward ------------------------------------------------------------------------

@@ -171,11 +171,16 @@ class TractNNEF(InferenceTarget):
                 f"(the debox operator), but the target is tract {self.version.to_str()}: raise "
                 "the version or leave upsample_with_debox False"
             )
-        if native_gated_delta_op is not None:
+        if native_gated_delta_op is False:
             raise T2NErrorNotImplemented(
-                f"native_gated_delta_op={native_gated_delta_op!r}: fastnnef exports no gated "
-                "delta net (neither tract_transformers_gdn_recurrent nor its tract_core_scan "
-                "lowering), so there is nothing for this option to choose; leave it None"
+                "native_gated_delta_op=False: fastnnef exports gated delta net layers only as tract's "
+                "fused tract_transformers_gdn_recurrent (any sequence length), it has no "
+                "tract_core_scan lowering; leave it None (the default) or True"
+            )
+        if native_gated_delta_op and not self.supports("gated_delta_net"):
+            raise T2NErrorInvalidArgument(
+                f"native_gated_delta_op=True needs tract >= {VERSION_GATES['gated_delta_net'].first.to_str()} "
+                f"(tract_transformers_gdn_recurrent), but the target is tract {self.version.to_str()}"
             )
 
     # --- construction helpers ---------------------------------------------------------
