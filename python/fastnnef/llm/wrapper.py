@@ -112,6 +112,6 @@ class KVCacheLM(nn.Module):
         return (logits, *flat_from_cache(cache, self.layout.n_layers))
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key and value."""
-        shape = (1, self.layout.n_kv_heads, 0, self.layout.head_dim)
-        return [torch.zeros(shape, dtype=dtype) for _ in range(2 * self.layout.n_layers)]
+        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per value."""
+        key, value = ((1, self.layout.n_kv_heads, 0, dim) for dim in (self.layout.head_dim, self.layout.value_head_dim))
+        return [torch.zeros(shape, dtype=dtype) for _ in range(self.layout.n_layers) for shape in (key, value)]
