@@ -127,6 +127,17 @@ TESTED: dict[str, Architecture] = {
         Architecture("nemotron", "Nemotron", "partial rotary, LayerNorm1P"),
         Architecture("persimmon", "Persimmon", "q/k LayerNorm, partial rotary"),
         Architecture("diffllama", "DiffLlama", "differential attention"),
+        # Multi-head latent attention: the cache holds the latent and the rotary key (kv_layout).
+        Architecture("deepseek_v2", "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
+                     "multi-head latent attention, complex rotary, with and without q LoRA, shared experts after a "
+                     "dense layer, greedy (tract_moe_ffn) and group-limited routing"),
+        Architecture("deepseek_v3", "DeepSeek-V3, DeepSeek-R1",
+                     "multi-head latent attention, with and without q LoRA, interleaved and YaRN rotary, sigmoid "
+                     "routing (tract_moe_ffn) and renormalized group-limited routing, dense first layer"),
+        Architecture("glm4_moe_lite", "GLM-4 MoE Lite (glm4_moe_lite)", "multi-head latent attention, mixture of experts"),
+        Architecture("axk1", "A.X K1 (SK Telecom)", "multi-head latent attention, mixture of experts"),
+        Architecture("minicpm3", "MiniCPM3", "multi-head latent attention, embedding and residual scales"),
+        Architecture("youtu", "Youtu-LLM", "multi-head latent attention"),
     )
 }
 
