@@ -2,7 +2,8 @@
 cache out, with positions and masks computed in the graph from the real sizes.
 
 Inputs: ``input_ids [1, S]`` (int64), then ``in_cache_key_{i}``, ``in_cache_value_{i}``
-``[1, n_kv, P, hd]`` per layer. Outputs: ``outputs`` (logits ``[1, N, V]``), then
+``[1, n_kv, P, hd]`` per layer (``KVLayout``: keys and values may differ in width, as
+multi-head latent attention's do). Outputs: ``outputs`` (logits ``[1, N, V]``), then
 ``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``.
 
 Everything that depends on S and P is built from the tensors' sizes, so the traced graph
