@@ -54,7 +54,7 @@ def traceable_mla(model: nn.Module) -> Iterator[int]:
     ``traceable_expand_kv``; yields how many modules were switched."""
     switched = [m for m in model.modules() if is_mla_attention(m)]
     for module in switched:
-        module.expand_kv = types.MethodType(traceable_expand_kv, module)  # type: ignore[method-assign]
+        module.expand_kv = types.MethodType(traceable_expand_kv, module)  # type: ignore[assignment]
     try:
         yield len(switched)
     finally:
