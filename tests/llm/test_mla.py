@@ -12,6 +12,7 @@ from transformers.cache_utils import DynamicCache
 from fastnnef.llm.architectures import kv_layout
 from fastnnef.llm.cache import cache_kwarg
 from fastnnef.llm.mla import is_mla_attention, traceable_mla
+from fastnnef.llm.moe import dense_experts, is_zero_experts
 from fastnnef.llm.wrapper import KVCacheLM
 from tests.llm.tiny import CONFIGS, build
 
@@ -19,8 +20,8 @@ MLA = sorted(name for name in CONFIGS if getattr(CONFIGS[name](), "kv_lora_rank"
 
 
 def test_the_mla_configs_are_the_expected_families() -> None:
-    assert {name.split("-")[0] for name in MLA} == {"axk1", "deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3",
-                                                     "youtu"}
+    assert {name.split("-")[0] for name in MLA} == {"axk1", "deepseek_v2", "deepseek_v3", "glm4_moe_lite",
+                                                     "longcat_flash", "minicpm3", "youtu"}
 
 
 @pytest.mark.parametrize("name", MLA)
@@ -55,3 +56,20 @@ def test_traceable_expand_kv_is_exact_and_undone(name: str) -> None:
     for (key, value), (want_key, want_value) in zip(got, expected):
         assert torch.equal(key, want_key) and torch.equal(value, want_value)
     assert all("expand_kv" not in vars(m) for m in attentions)  # the class's method again
+
+
+def test_zero_computation_experts_dense_form() -> None:
+    """LongCat-Flash's MoE block computes the same in the dense form, for tokens routed to
+    zero-computation experts (the token itself) as for the others."""
+    model = build("longcat_flash")
+    block = next(m for m in model.modules() if is_zero_experts(getattr(m, "experts", None) or torch.nn.Module()))
+    torch.manual_seed(1)
+    hidden = torch.randn(1, 24, model.config.hidden_size)
+    _, _, chosen = block.router(hidden)
+    assert (chosen >= block.experts.num_routed_experts).any() and (chosen < block.experts.num_routed_experts).any()
+    with torch.no_grad():
+        expected = block(hidden)
+        with dense_experts(block) as switched:
+            got = block(hidden)
+    assert switched == 1
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -178,6 +178,12 @@ CONFIGS: dict[str, Callable[[], Any]] = {
     "axk1": lambda: _mla(transformers.AXK1Config, n_group=1, topk_group=1, first_k_dense_replace=1, **_MLA_MOE),
     "minicpm3": lambda: _mla(transformers.MiniCPM3Config, num_hidden_layers=2, dim_model_base=32),
     "youtu": lambda: _mla(transformers.YoutuConfig, num_hidden_layers=2),
+    # 2 layers of 2 attention sublayers each (num_hidden_layers counts sublayers); 4 routed
+    # and 2 zero-computation experts.
+    "longcat_flash": lambda: _mla(
+        transformers.LongcatFlashConfig, num_hidden_layers=4, head_dim=8, ffn_hidden_size=96, moe_topk=2,
+        n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=32, routed_scaling_factor=2.0,
+    ),
 }
 
 

@@ -138,6 +138,8 @@ TESTED: dict[str, Architecture] = {
         Architecture("axk1", "A.X K1 (SK Telecom)", "multi-head latent attention, mixture of experts"),
         Architecture("minicpm3", "MiniCPM3", "multi-head latent attention, embedding and residual scales"),
         Architecture("youtu", "Youtu-LLM", "multi-head latent attention"),
+        Architecture("longcat_flash", "LongCat-Flash",
+                     "multi-head latent attention (two per layer), shortcut MoE with zero-computation experts"),
     )
 }
 
