@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from transformers.cache_utils import DynamicCache
 
-from fastnnef.llm.architectures import kv_layout
+from fastnnef.llm.architectures import kv_layout, refusal
 from fastnnef.llm.cache import cache_kwarg
 from fastnnef.llm.mla import is_mla_attention, traceable_mla
 from fastnnef.llm.moe import dense_experts, is_zero_experts
@@ -40,6 +41,19 @@ def test_layout_is_what_the_attention_caches(name: str) -> None:
                                                                          config.qk_rope_head_dim)
     empty = KVCacheLM(model, layout).empty_cache(torch.float32)
     assert [tuple(t.shape) for t in empty[:2]] == [(1, 1, 0, config.kv_lora_rank), (1, 1, 0, config.qk_rope_head_dim)]
+
+
+class RemoteDeepseekV3Config(transformers.DeepseekV3Config):
+    """A config class from outside transformers, as a checkpoint's own code defines."""
+
+
+def test_remote_code_mla_is_refused() -> None:
+    """Remote code may cache MLA otherwise (the original DeepSeek code caches per-head keys
+    and values): only transformers' own implementations are laid out."""
+    assert refusal(CONFIGS["deepseek_v3"]()) is None
+    remote = RemoteDeepseekV3Config(**CONFIGS["deepseek_v3"]().to_dict())
+    reason = refusal(remote)
+    assert reason is not None and "the checkpoint's own code" in reason and "remove auto_map" in reason
 
 
 @pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v2"])

@@ -198,6 +198,12 @@ def refusal(config: Any) -> Optional[str]:
     specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
     if specific is not None and specific(text) is not None:
         return specific(text)
+    # Remote code is imported as transformers_modules.<checkpoint>..., not transformers.models...
+    if getattr(text, MLA_FIELD, None) and not type(text).__module__.startswith("transformers."):
+        return (f"its multi-head latent attention ({MLA_FIELD}) is the checkpoint's own code (trust_remote_code), "
+                "whose cache the exporter does not know: it lays out the cache of transformers' own "
+                "implementations (remove auto_map from config.json to use them, where transformers has this "
+                "model_type)")
     layer_types, _ = cache_layer_types(text)
     for layer, kind in enumerate(layer_types):
         if kind in REFUSED_LAYER_TYPES:
