@@ -14,7 +14,8 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
 - ``refusal`` names what is known not to work, before anything is loaded: layers the
   wrapper does not handle (``REFUSED_LAYER_TYPES``: the recurrent and convolution states
   of ``linear_attention`` (gated delta net, Mamba), ``conv`` and ``hybrid`` layers, the
-  indexer keys of ``indexed_attention``), configs of a family known to export wrongly
+  indexer keys of ``indexed_attention``), multi-head latent attention from a checkpoint's
+  own code (its cache layout is unknown), configs of a family known to export wrongly
   (``REFUSED_CONFIGS``); ``architecture_of`` also names a config field the cache layout
   needs and lacks.
 
