@@ -154,8 +154,8 @@ def test_fused_experts_are_sliced_without_reading(
         torch.testing.assert_close(tensor + 0, expected, rtol=0, atol=0)  # torch ops see the same values
 
 
-# --- DeepSeek and Granite-MoE-hybrid, on the MoE block alone (the LLM exporter handles --------
-# --- neither MLA attention nor mamba layers yet) -------------------------------------------------
+# --- DeepSeek and Granite-MoE-hybrid, on the MoE block alone (every routing variant; the whole --
+# --- DeepSeek models are exported in test_architectures.py; the LLM exporter has no mamba layers) --
 def _deepseek_v3(**routing: Any) -> Any:
     return _decoder(
         transformers.DeepseekV3Config, n_routed_experts=8, moe_intermediate_size=32, first_k_dense_replace=0,

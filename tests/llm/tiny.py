@@ -199,23 +199,58 @@ CONFIGS: dict[str, Callable[[], Any]] = {
                                   shared_expert_intermediate_size=32),
         vision_config=_QWEN3_5_VISION, tie_word_embeddings=False,
     ),
+    # Multi-head latent attention (_mla): MoE families with 3 layers, the first dense.
+    "deepseek_v3": lambda: _mla(
+        transformers.DeepseekV3Config, q_lora_rank=24, n_group=4, topk_group=2, norm_topk_prob=True,
+        routed_scaling_factor=2.5, first_k_dense_replace=1, **_MLA_MOE,
+    ),
+    "deepseek_v3-no_q_lora-yarn": lambda: _mla(
+        transformers.DeepseekV3Config, q_lora_rank=None, n_group=1, topk_group=1, norm_topk_prob=False,
+        routed_scaling_factor=2.5, rope_interleave=False, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+        }, first_k_dense_replace=1, **_MLA_MOE,
+    ),
+    "deepseek_v2": lambda: _mla(transformers.DeepseekV2Config, q_lora_rank=None, topk_method="greedy",
+                                routed_scaling_factor=1.5, n_shared_experts=2, first_k_dense_replace=1, **_MLA_MOE),
+    "deepseek_v2-grouped": lambda: _mla(
+        transformers.DeepseekV2Config, q_lora_rank=16, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+        first_k_dense_replace=1, **_MLA_MOE,
+    ),
+    "glm4_moe_lite": lambda: _mla(transformers.Glm4MoeLiteConfig, **_MLA_MOE),  # mlp_layer_types: dense first
+    "axk1": lambda: _mla(transformers.AXK1Config, n_group=1, topk_group=1, first_k_dense_replace=1, **_MLA_MOE),
+    "minicpm3": lambda: _mla(transformers.MiniCPM3Config, num_hidden_layers=2, dim_model_base=32),
+    "youtu": lambda: _mla(transformers.YoutuConfig, num_hidden_layers=2),
+    # 2 layers of 2 attention sublayers each (num_hidden_layers counts sublayers); 4 routed
+    # and 2 zero-computation experts.
+    "longcat_flash": lambda: _mla(
+        transformers.LongcatFlashConfig, num_hidden_layers=4, head_dim=8, ffn_hidden_size=96, moe_topk=2,
+        n_routed_experts=4, zero_expert_num=2, expert_ffn_hidden_size=32, routed_scaling_factor=2.0,
+    ),
 }
 # Configs whose checkpoint is a multimodal model, not what AutoModelForCausalLM builds.
 MULTIMODAL_CLASSES = {"qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
 
 
+def _mla(cls: Any, **extra: Any) -> Any:
+    """A decoder with multi-head latent attention: 3 layers (unless ``extra`` says), and a
+    value head width (12) other than the key's (8 + 8)."""
+    base: dict[str, Any] = dict(
+        num_hidden_layers=3, hidden_size=64, intermediate_size=96, num_key_value_heads=4, kv_lora_rank=16,
+        q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+    )
+    return _decoder(cls, **{**base, **extra})
+
+
+# The MoE of the MLA families: 8 routed experts, 2 per token (and the config's shared ones).
+_MLA_MOE: dict[str, Any] = dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32)
+
+
 # Configs of families refused up front (architectures.refusal): only their config.json
 # is written, as the refusal comes before any weight is read.
 REFUSED: dict[str, Callable[[], Any]] = {
-    "deepseek_v3": lambda: _decoder(
-        transformers.DeepseekV3Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-        kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
-        first_k_dense_replace=1, n_group=1, topk_group=1, num_key_value_heads=4,
-    ),
-    "deepseek_v2": lambda: _decoder(
-        transformers.DeepseekV2Config, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
-        kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
-        first_k_dense_replace=1, num_key_value_heads=4,
+    "deepseek_v32": lambda: _mla(
+        transformers.DeepseekV32Config, num_hidden_layers=2, index_n_heads=2, index_head_dim=8, index_topk=4,
     ),
     # Value heads wider than key heads: tract_transformers_gdn_recurrent shares one width.
     "qwen3_next": lambda: _decoder(

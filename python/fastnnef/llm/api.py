@@ -44,6 +44,7 @@ from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
+from fastnnef.llm.mla import traceable_mla
 from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, to_enum
 from fastnnef.llm.progress import Progress
@@ -221,7 +222,8 @@ def dump_llm(
             reify_sdpa_operator=reify_sdpa_operator,
         )
         input_names, output_names = wrapper.io_names()
-        with _timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()), progress.writing():
+        with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
+              traceable_mla(model), progress.writing()):
             export_model_to_nnef(
                 wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,

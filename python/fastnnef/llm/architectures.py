@@ -13,18 +13,20 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   unverified.
 - ``refusal`` names what is known not to work, before anything is loaded: layers the
   wrapper does not handle (``REFUSED_LAYER_TYPES``: the states of Mamba, ``conv`` and
-  ``hybrid`` layers; ``linear_attention`` layers other than Qwen3-Next / Qwen3.5 gated
-  delta nets, whose states llm/linear_attention.py lays out),
-  multi-head latent attention (``kv_lora_rank``: DeepSeek-V2/V3, Kimi; the generic
-  wrapper's cache has the wrong shape for it), configs of a family known to export
-  wrongly (``REFUSED_CONFIGS``); ``architecture_of`` also names a config field the cache
-  layout needs and lacks.
+  ``hybrid`` layers, the indexer keys of ``indexed_attention``; ``linear_attention`` layers
+  other than Qwen3-Next / Qwen3.5 gated delta nets, whose states llm/linear_attention.py
+  lays out), multi-head latent attention from a checkpoint's own code (its cache layout is
+  unknown), configs of a family known to export wrongly (``REFUSED_CONFIGS``);
+  ``architecture_of`` also names a config field the cache layout needs and lacks.
 
-``KVLayout`` is read from the config: the cache shape ``[1, n_kv_heads, P, head_dim]``
-per layer, and each layer's attention window (transformers' own per-layer table, so
-gemma2's alternating sliding/full layers and windowed Mistral are honoured). Its
-``layer_types`` also name the ``linear_attention`` layers, which have no key/value cache
-and no window (their layout: llm/linear_attention.py ``linear_layout``).
+``KVLayout`` is read from the config: the cache shapes ``[1, n_kv_heads, P, head_dim]``
+(keys) and ``[1, n_kv_heads, P, value_head_dim]`` (values) per layer, and each layer's
+attention window (transformers' own per-layer table, so gemma2's alternating
+sliding/full layers and windowed Mistral are honoured). Multi-head latent attention
+(``kv_lora_rank``: DeepSeek-V2/V3 and the families built on its attention) caches
+something else than per-head keys and values: see ``kv_layout``. Its ``layer_types`` also
+name the ``linear_attention`` layers, which have no key/value cache and no window (their
+layout: llm/linear_attention.py ``linear_layout``).
 """
 
 from __future__ import annotations
@@ -45,10 +47,14 @@ REFUSED_LAYER_TYPES = {
     "conv": "short-convolution layers keep a convolution state, not a key/value cache",
     "mamba": "Mamba layers keep a recurrent state, not a key/value cache",
     "hybrid": "hybrid attention + Mamba layers keep a recurrent state besides the key/value cache",
+    "indexed_attention": "sparse attention layers (DeepSeek sparse attention's lightning indexer) keep indexer keys "
+                         "besides the key/value cache",
 }
 
-# Multi-head latent attention: the config's compressed key/value rank.
+# Multi-head latent attention: the config's compressed key/value rank, and the width of
+# the rotary key shared by all heads.
 MLA_FIELD = "kv_lora_rank"
+MLA_ROPE_FIELD = "qk_rope_head_dim"
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,19 @@ TESTED: dict[str, Architecture] = {
         Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)", "gated delta net layers"),
         Architecture("qwen3_5_moe_text", "Qwen3.5-MoE (text-only checkpoints)",
                      "gated delta net layers, mixture of experts"),
+        # Multi-head latent attention: the cache holds the latent and the rotary key (kv_layout).
+        Architecture("deepseek_v2", "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
+                     "multi-head latent attention, complex rotary, with and without q LoRA, shared experts after a "
+                     "dense layer, greedy (tract_moe_ffn) and group-limited routing"),
+        Architecture("deepseek_v3", "DeepSeek-V3, DeepSeek-R1",
+                     "multi-head latent attention, with and without q LoRA, interleaved and YaRN rotary, sigmoid "
+                     "routing (tract_moe_ffn) and renormalized group-limited routing, dense first layer"),
+        Architecture("glm4_moe_lite", "GLM-4 MoE Lite (glm4_moe_lite)", "multi-head latent attention, mixture of experts"),
+        Architecture("axk1", "A.X K1 (SK Telecom)", "multi-head latent attention, mixture of experts"),
+        Architecture("minicpm3", "MiniCPM3", "multi-head latent attention, embedding and residual scales"),
+        Architecture("youtu", "Youtu-LLM", "multi-head latent attention"),
+        Architecture("longcat_flash", "LongCat-Flash",
+                     "multi-head latent attention (two per layer), shortcut MoE with zero-computation experts"),
     )
 }
 
@@ -190,9 +209,12 @@ def refusal(config: Any) -> Optional[str]:
     specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
     if specific is not None and specific(text) is not None:
         return specific(text)
-    if getattr(text, MLA_FIELD, None):
-        return (f"it uses multi-head latent attention ({MLA_FIELD}={getattr(text, MLA_FIELD)}), whose cache the "
-                "generic wrapper does not lay out (DeepSeek-V2/V3, Kimi-K2)")
+    # Remote code is imported as transformers_modules.<checkpoint>..., not transformers.models...
+    if getattr(text, MLA_FIELD, None) and not type(text).__module__.startswith("transformers."):
+        return (f"its multi-head latent attention ({MLA_FIELD}) is the checkpoint's own code (trust_remote_code), "
+                "whose cache the exporter does not know: it lays out the cache of transformers' own "
+                "implementations (remove auto_map from config.json to use them, where transformers has this "
+                "model_type)")
     layer_types, _ = cache_layer_types(text)
     for layer, kind in enumerate(layer_types):
         if kind in REFUSED_LAYER_TYPES:
@@ -208,7 +230,8 @@ class KVLayout:
 
     n_layers: int
     n_kv_heads: int
-    head_dim: int
+    head_dim: int  # of each cached key
+    value_head_dim: int  # of each cached value (multi-head latent attention: not head_dim)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
     windows: dict[str, Optional[int]]  # layer type -> attention window (None: all the past)
     max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
@@ -242,11 +265,21 @@ def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]
 
 
 def kv_layout(config: Any) -> KVLayout:
-    """Read the cache layout from the (decoder) config."""
+    """Read the cache layout from the (decoder) config.
+
+    Multi-head latent attention (a config with ``kv_lora_rank``) caches, in transformers 5,
+    the compressed latents before their expansion into per-head keys and values: in the
+    key slot the normalized key/value latent ``[1, 1, P, kv_lora_rank]``, in the value slot
+    the rotated key shared by all heads ``[1, 1, P, qk_rope_head_dim]`` (``cache.update``
+    in ``DeepseekV3Attention.forward``); every step expands the whole past again with
+    ``kv_b_proj``."""
     text = config.get_text_config(decoder=True)
     n_heads = _int_attr(text, "num_attention_heads")
-    n_kv = getattr(text, "num_key_value_heads", None) or n_heads
-    head_dim = getattr(text, "head_dim", None) or _int_attr(text, "hidden_size") // n_heads
+    if getattr(text, MLA_FIELD, None):
+        n_kv, head_dim, value_head_dim = 1, _int_attr(text, MLA_FIELD), _int_attr(text, MLA_ROPE_FIELD)
+    else:
+        n_kv = getattr(text, "num_key_value_heads", None) or n_heads
+        head_dim = value_head_dim = getattr(text, "head_dim", None) or _int_attr(text, "hidden_size") // n_heads
     layer_types, kwargs = cache_layer_types(text)
     windows: dict[str, Optional[int]] = {}
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
@@ -265,7 +298,7 @@ def kv_layout(config: Any) -> KVLayout:
             )
     max_positions = _int_attr(text, "max_position_embeddings")
     return KVLayout(
-        n_layers=len(layer_types), n_kv_heads=int(n_kv), head_dim=int(head_dim),
+        n_layers=len(layer_types), n_kv_heads=int(n_kv), head_dim=int(head_dim), value_head_dim=int(value_head_dim),
         layer_types=tuple(layer_types), windows=windows, max_positions=max_positions,
     )
 

@@ -14,6 +14,10 @@ FLOPs of the sparse form.
 the class's ``forward``) and restores the modules on exit: no class or global registry
 of transformers is touched, so other models and threads are unaffected.
 
+LongCat-Flash's experts module (``zero_expert_num``) adds zero-computation experts that
+return the token unchanged: its dense form (``zero_experts_dense_forward``) weights the
+token itself by their routing weights.
+
 ``moe_export_forms(model, caps)`` chooses the form of each block for an export: where
 the target has ``tract_moe_ffn`` (tract >= 0.23.9) and the op expresses the block's
 routing (op/custom_extractors/moe.py ``moe_ffn_plan``), its experts call becomes that one
@@ -27,7 +31,7 @@ import logging
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -70,11 +74,42 @@ def dense_experts_forward(
     return weighted.sum(0).to(hidden_states.dtype)
 
 
+def is_zero_experts(module: nn.Module) -> bool:
+    """LongCat-Flash's experts module: routed experts followed by zero-computation ones."""
+    return isinstance(getattr(module, "identity_expert", None), nn.Identity) and hasattr(module, "zero_expert_num")
+
+
+def zero_experts_dense_forward(
+    self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """``dense_experts_forward`` for ``is_zero_experts`` modules: experts from
+    ``num_routed_experts`` on return the token itself (the module docstring)."""
+    routed = self.num_routed_experts
+    experts = torch.arange(self.total_experts)
+    routing = ((top_k_index[..., None] == experts).to(top_k_weights.dtype) * top_k_weights[..., None]).sum(1)
+    # The zero-computation experts' weights, summed: [T, 1].
+    out = hidden_states * routing[:, routed:].sum(-1, keepdim=True).to(hidden_states.dtype)
+    if routed:
+        gate, up = _linear(hidden_states[None], self.gate_up_proj[:routed], None, False).chunk(2, dim=-1)
+        expert_out = _linear(self.act_fn(gate) * up, self.down_proj, None, False)  # [E, T, H]
+        out = out + (expert_out * routing[:, :routed].transpose(0, 1)[..., None].to(expert_out.dtype)).sum(0)
+    return out.to(hidden_states.dtype)
+
+
+def _dense_forward(module: nn.Module) -> Callable[..., torch.Tensor]:
+    return zero_experts_dense_forward if is_zero_experts(module) else dense_experts_forward
+
+
+def _has_experts(module: nn.Module) -> bool:
+    """An experts module that has a dense form here."""
+    return is_experts(module) or is_zero_experts(module)
+
+
 @contextmanager
 def dense_experts(model: nn.Module) -> Iterator[int]:
     """Within the block, every experts module of ``model`` computes the dense form; yields
     how many modules were switched."""
-    with _dense([m for m in model.modules() if is_experts(m)]) as switched:
+    with _dense([m for m in model.modules() if _has_experts(m)]) as switched:
         yield switched
 
 
@@ -96,9 +131,14 @@ def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoE
     plans: list[MoEFFNPlan] = []
     for path, block in model.named_modules():
         experts = getattr(block, "experts", None)
-        if not isinstance(experts, nn.Module) or not is_experts(experts):
+        if not isinstance(experts, nn.Module) or not _has_experts(experts):
             continue
-        plan = moe_ffn_plan(block) if caps.supports(MOE_FFN_FEATURE) else "the target tract has no tract_moe_ffn (< 0.23.9)"
+        if is_zero_experts(experts):
+            plan: MoEFFNPlan | str = "zero-computation experts are not part of tract_moe_ffn"
+        elif caps.supports(MOE_FFN_FEATURE):
+            plan = moe_ffn_plan(block)
+        else:
+            plan = "the target tract has no tract_moe_ffn (< 0.23.9)"
         if isinstance(plan, str):
             forms.dense[path] = plan
         else:
@@ -111,7 +151,7 @@ def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoE
         reasons = sorted(set(forms.dense.values()))
         log.info("%d MoE blocks in the dense form (every expert runs for every token): %s",
                  len(forms.dense), "; ".join(reasons))
-    with routed_as_moe_ffn(plans), _dense([m for m in model.modules() if is_experts(m) and id(m) not in planned]):
+    with routed_as_moe_ffn(plans), _dense([m for m in model.modules() if _has_experts(m) and id(m) not in planned]):
         yield forms
 
 
@@ -120,7 +160,7 @@ def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
     """``modules`` compute the dense form within the block; yields how many."""
     switched = list(modules)
     for module in switched:
-        module.forward = types.MethodType(dense_experts_forward, module)  # type: ignore[method-assign]
+        module.forward = types.MethodType(_dense_forward(module), module)  # type: ignore[method-assign]
     try:
         yield len(switched)
     finally:

@@ -2,7 +2,8 @@
 cache out, with positions and masks computed in the graph from the real sizes.
 
 Inputs: ``input_ids [1, S]`` (int64), then ``in_cache_key_{i}``, ``in_cache_value_{i}``
-``[1, n_kv, P, hd]`` per layer. Outputs: ``outputs`` (logits ``[1, N, V]``), then
+``[1, n_kv, P, hd]`` per layer (``KVLayout``: keys and values may differ in width, as
+multi-head latent attention's do). Outputs: ``outputs`` (logits ``[1, N, V]``), then
 ``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``. A linear-attention
 (gated delta net) layer takes ``in_cache_conv_{i}``, ``in_cache_recurrent_{i}`` and returns
 ``out_cache_conv_{i}``, ``out_cache_recurrent_{i}`` instead: fixed-size states, no P axis
@@ -142,15 +143,15 @@ class KVCacheLM(nn.Module):
         return (logits, *flat_from_cache(cache, self.layout.n_layers))
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key and value; zero states for a
-        linear-attention layer."""
-        kv = (1, self.layout.n_kv_heads, 0, self.layout.head_dim)
+        """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per
+        value; zero states for a linear-attention layer."""
+        key, value = ((1, self.layout.n_kv_heads, 0, dim) for dim in (self.layout.head_dim, self.layout.value_head_dim))
         shapes: list[tuple[int, ...]] = []
         for i in range(self.layout.n_layers):
             if self.linear is not None and i in self.linear_layers:
                 shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
             else:
-                shapes += [kv, kv]
+                shapes += [key, value]
         return [torch.zeros(shape, dtype=dtype) for shape in shapes]
 
     def io_names(self) -> tuple[list[str], list[str]]:
