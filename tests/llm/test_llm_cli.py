@@ -15,7 +15,7 @@ import pytest
 
 import fastnnef
 from fastnnef.check import TractArtefact
-from fastnnef.llm.architectures import tested_list
+from fastnnef.llm import architectures
 from fastnnef.llm.cli import NOT_APPLICABLE, build_parser, main
 
 
@@ -59,7 +59,7 @@ def test_choices_come_from_the_enums_and_registry(capsys: pytest.CaptureFixture[
     assert "{min_max_q4_0,min_max_q4_0_all,min_max_q4_0_with_embeddings,min_max_q4_0_with_embeddings_99}" in text
     assert "--export-dir-struct {deep,flat}" in text
     assert "{exact,approximate,close,very,super,ultra}" in text
-    assert f"tested model types: {tested_list()}" in text
+    assert f"tested model types: {architectures.tested_list()}" in text
 
 
 def _fake_tract(tmp_path: Path, version: str, exit_code: int = 0) -> tuple[Path, Path]:
