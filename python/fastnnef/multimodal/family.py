@@ -1,0 +1,91 @@
+"""What the multimodal exporter knows of one family: its encoders (tower + projector, the
+graph each becomes, how the processor's output feeds it, how Hugging Face computes the
+same embeddings) and the decoder's extra inputs (``llm.wrapper.ExtraInputs``).
+
+The family modules (``qwen2_5_vl.py``, ...) each define one :class:`Family`; the table of
+them is ``families.py``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """One encoder graph: ``<modality>/model.nnef.tgz``, emitting ``out_<embeds>_embeddings``."""
+
+    modality: str  # the folder and the manifest's encoder label: "vision", "audio"
+    embeds: str  # the contract's modality: "image" (in/out_image_embeddings), "audio"
+    placeholder_attr: str  # the config attribute holding the placeholder token id
+    dynamic_axis: str  # the symbol of the embeddings' row count, shared with the decoder input
+    input_names: tuple[str, ...]
+    dynamic_axes: dict[str, dict[int, str]]
+    build: Callable[[Any], nn.Module]  # the traced module (tower + projector) of the HF model
+    # The encoder graph's inputs for ONE item (an image) of the processor's output.
+    graph_inputs: Callable[[Any, dict[str, torch.Tensor], int], tuple[torch.Tensor, ...]]
+    # Hugging Face's own embeddings of that item (what the decoder receives in HF).
+    reference: Callable[[Any, dict[str, torch.Tensor], int], torch.Tensor]
+    # The manifest's host-side input contract (how to shape the processor's tensor).
+    input_contract: Callable[[Any], dict[str, Any]]
+    extra_output_names: Callable[[Any], list[str]] = lambda config: []  # DeepStack streams
+
+    @property
+    def output_name(self) -> str:
+        return f"out_{self.embeds}_embeddings"
+
+    @property
+    def decoder_input_name(self) -> str:
+        return f"in_{self.embeds}_embeddings"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A multimodal ``model_type``: its encoders and its decoder's extra inputs."""
+
+    model_type: str
+    models: str  # the model families it covers, for docs and messages
+    tower_attr: str  # the config attribute the modality tower is built from ("vision_config")
+    auto_class: str  # the transformers auto class that builds the whole model
+    encoders: tuple[EncoderSpec, ...]
+    decoder_inputs: Callable[[Any], "DecoderInputs"]  # from the HF model
+    # A prompt holding one item of each modality, as the processor expects it.
+    sample_prompt: Callable[[Any], str]
+    text_config_attr: str = "text_config"
+
+    def tower_config(self, config: Any) -> Optional[Any]:
+        return getattr(config, self.tower_attr, None)
+
+
+class DecoderInputs(ABC):
+    """The decoder's inputs after the cache (an ``llm.wrapper.ExtraInputs``), named, with
+    their values for a prompt and for a generation step."""
+
+    names: tuple[str, ...]
+    output_names: tuple[str, ...] = ()
+    dynamic_axes: dict[str, dict[int, str]]
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    @abstractmethod
+    def feed(
+        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...]
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        """``ExtraInputs.feed``: the model's ``inputs_embeds``/``position_ids``, extra outputs."""
+
+    @abstractmethod
+    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The values of these inputs for a whole prompt: ``processed`` is the processor's
+        output, ``embeddings`` the encoders' outputs (one per encoder)."""
+
+    @abstractmethod
+    def step_values(self, previous: list[torch.Tensor], hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The values for a chunk without placeholders, after a chunk whose extra outputs
+        were ``previous`` (generation steps)."""

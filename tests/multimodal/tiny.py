@@ -1,0 +1,78 @@
+"""Tiny random-weight multimodal checkpoints with their processors, built offline: configs,
+a word-level tokenizer holding the family's special tokens, and the family's image
+processor constructed from parameters (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import transformers
+
+INIT = 0.3  # as tests/llm/tiny.py: random models with varied greedy continuations
+WORDS = ("describe this picture in a few words please what do you see here it is a small image of "
+         "red green blue sky sea tree house cat dog and the").split()
+
+
+def _word_tokenizer(specials: list[str]) -> Any:
+    """A word-level fast tokenizer: <unk> <s> </s>, the words, then ``specials``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for word in [*sorted(set(WORDS)), *specials]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<unk>")
+    fast.add_special_tokens({"additional_special_tokens": specials})
+    return fast
+
+
+def _qwen2_5_vl() -> tuple[Any, Any]:
+    specials = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+    tokenizer = _word_tokenizer(specials)
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256,
+            initializer_range=INIT, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                     "mrope_section": [2, 3, 3]},
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, in_channels=3, patch_size=2,
+            spatial_merge_size=2, temporal_patch_size=2, window_size=8, out_hidden_size=64,
+            fullatt_block_indexes=[1], initializer_range=INIT,
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        initializer_range=INIT, tie_word_embeddings=False,
+    )
+    image_processor = transformers.Qwen2VLImageProcessor(
+        patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=16, max_pixels=48 * 48,
+    )
+    video_processor = transformers.Qwen2VLVideoProcessor(patch_size=2, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                                 video_processor=video_processor)
+    return config, processor
+
+
+FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "qwen2_5_vl": _qwen2_5_vl,
+}
+
+
+def save(name: str, directory: Path, processor: bool = True) -> Path:
+    """The tiny checkpoint of family ``name`` (seeded random weights) and, unless told
+    otherwise, its processor, saved in ``directory``."""
+    config, proc = FAMILIES[name]()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(config).eval()
+    model.save_pretrained(directory)
+    if processor:
+        proc.save_pretrained(directory)
+    return directory
