@@ -117,8 +117,9 @@ def raise_on_failed_bundles(checks: Sequence[BundleCheck], tolerance: str) -> No
     raise T2NErrorIOPytorchTractNotISO(message + "\nNothing was written; a looser -tt tolerance may fit half precision")
 
 
-def torch_generate(model: Any, prompt: torch.Tensor, count: int) -> list[int]:
-    """Hugging Face's greedy ``generate`` of exactly ``count`` tokens.
+def torch_generate(model: Any, prompt: torch.Tensor, count: int, **model_inputs: torch.Tensor) -> list[int]:
+    """Hugging Face's greedy ``generate`` of exactly ``count`` tokens (``model_inputs``:
+    what else the model takes with the prompt, e.g. a multimodal model's pixel values).
 
     Only greedy search acts: the checkpoint's generation defaults (repetition penalty,
     sampling settings, banned words, ...) are set aside for the call, and end-of-sequence
@@ -135,7 +136,7 @@ def torch_generate(model: Any, prompt: torch.Tensor, count: int) -> list[int]:
         with torch.no_grad():
             out = model.generate(
                 prompt, attention_mask=torch.ones_like(prompt), do_sample=False, num_beams=1,
-                max_new_tokens=count, min_new_tokens=count,
+                max_new_tokens=count, min_new_tokens=count, **model_inputs,
             )
     finally:
         model.generation_config = saved

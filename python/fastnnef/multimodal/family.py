@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ class EncoderSpec:
     input_names: tuple[str, ...]
     dynamic_axes: dict[str, dict[int, str]]
     build: Callable[[Any], nn.Module]  # the traced module (tower + projector) of the HF model
+    count: Callable[[dict[str, torch.Tensor]], int]  # items (images) in the processor's output
     # The encoder graph's inputs for ONE item (an image) of the processor's output.
     graph_inputs: Callable[[Any, dict[str, torch.Tensor], int], tuple[torch.Tensor, ...]]
     # Hugging Face's own embeddings of that item (what the decoder receives in HF).
@@ -54,12 +55,10 @@ class Family:
     auto_class: str  # the transformers auto class that builds the whole model
     encoders: tuple[EncoderSpec, ...]
     decoder_inputs: Callable[[Any], "DecoderInputs"]  # from the HF model
-    # A prompt holding one item of each modality, as the processor expects it.
-    sample_prompt: Callable[[Any], str]
-    text_config_attr: str = "text_config"
-
-    def tower_config(self, config: Any) -> Optional[Any]:
-        return getattr(config, self.tower_attr, None)
+    decoder_modules: tuple[str, ...]  # the decoder's module paths in the HF model (what -c compresses)
+    # The processor's output (input_ids, pixel_values, ...) for a sample prompt holding
+    # the sample media (samples.py), as Hugging Face's generate takes it.
+    sample: Callable[[Any], dict[str, torch.Tensor]]
 
 
 class DecoderInputs(ABC):
@@ -80,10 +79,16 @@ class DecoderInputs(ABC):
     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
         """``ExtraInputs.feed``: the model's ``inputs_embeds``/``position_ids``, extra outputs."""
 
+    def initial_outputs(self) -> list[torch.Tensor]:
+        """The extra outputs "before the first chunk": what the first chunk is fed."""
+        return []
+
     @abstractmethod
-    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The values of these inputs for a whole prompt: ``processed`` is the processor's
-        output, ``embeddings`` the encoders' outputs (one per encoder)."""
+    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
+                      previous: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The values of these inputs for a chunk holding every placeholder of the prompt:
+        ``processed`` is the processor's output, ``embeddings`` the encoders' outputs (one
+        per encoder, items concatenated), ``previous`` the preceding chunk's extra outputs."""
 
     @abstractmethod
     def step_values(self, previous: list[torch.Tensor], hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:

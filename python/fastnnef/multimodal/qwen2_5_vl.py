@@ -32,7 +32,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family
+from fastnnef.multimodal.samples import sample_images
 from fastnnef.multimodal.splice import splice_embeddings
 
 
@@ -110,7 +112,7 @@ def _graph_inputs(model: Any, processed: dict[str, torch.Tensor], index: int) ->
     patches, grid = _image_slices(processed, index)
     t, h, w = (int(v) for v in grid[0])
     if t != 1:
-        raise ValueError(f"image {index} has {t} temporal patches; the encoder takes single-frame images")
+        raise T2NErrorNotImplemented(f"image {index} has {t} temporal patches: the encoder takes single-frame images")
     m = int(model.config.vision_config.spatial_merge_size)
     return (patches.reshape(h // m, w // m, m, m, patches.shape[-1]),)
 
@@ -179,15 +181,22 @@ class Qwen25VLDecoderInputs(DecoderInputs):
         positions, new_deltas = self.positions(input_ids, past, grid, deltas)
         return {"inputs_embeds": inputs_embeds, "position_ids": positions}, (new_deltas,)
 
-    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [embeddings[0], processed["image_grid_thw"], torch.zeros((1, 1), dtype=torch.int64)]
+    def initial_outputs(self) -> list[torch.Tensor]:
+        return [torch.zeros((1, 1), dtype=torch.int64)]  # no rope delta before the first chunk
+
+    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
+                      previous: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [embeddings[0], processed["image_grid_thw"], previous[0]]
 
     def step_values(self, previous: list[torch.Tensor], hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
         return [torch.zeros((0, hidden), dtype=dtype), torch.zeros((0, 3), dtype=torch.int64), previous[0]]
 
 
-def _sample_prompt(processor: Any) -> str:
-    return "describe this picture <|vision_start|><|image_pad|><|vision_end|> what do you see"
+def _sample(processor: Any) -> dict[str, torch.Tensor]:
+    images = sample_images()
+    image = "<|vision_start|>" + processor.image_token + "<|vision_end|>"
+    text = f"describe this picture {image} and this one {image} what do you see"
+    return dict(processor(text=[text], images=images, return_tensors="pt"))
 
 
 FAMILY = Family(
@@ -199,10 +208,12 @@ FAMILY = Family(
         EncoderSpec(
             modality="vision", embeds="image", placeholder_attr="image_token_id", dynamic_axis="IMG_STATE",
             input_names=("pixel_values",), dynamic_axes={"pixel_values": {0: "MH", 1: "MW"}},
+            count=lambda processed: len(processed["image_grid_thw"]),
             build=lambda model: Qwen25VisionEncoder(model.model.visual), graph_inputs=_graph_inputs,
             reference=_reference, input_contract=_input_contract,
         ),
     ),
     decoder_inputs=lambda model: Qwen25VLDecoderInputs(model.config),
-    sample_prompt=_sample_prompt,
+    decoder_modules=("model.language_model", "lm_head"),
+    sample=_sample,
 )

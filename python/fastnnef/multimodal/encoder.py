@@ -1,0 +1,75 @@
+"""One encoder artefact (``<modality>/model.nnef.tgz``: tower + projector): traced on the
+first sample item, written with its test bundle (``<modality>/tests/export_*.npz``), and
+checked in tract against Hugging Face's own embeddings of EVERY sample item, at the sizes
+the processor produced for them (two images of different sizes: the dynamic axes are
+exercised, not only the traced size)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fastnnef import _native
+from fastnnef.check import TractArtefact
+from fastnnef.export import export_model_to_nnef
+from fastnnef.llm.api import _KeepOutputs
+from fastnnef.llm.bundles import Bundle
+from fastnnef.multimodal.family import EncoderSpec
+from fastnnef.torch_graph.ir_naming import VariableNamingScheme
+from fastnnef.utils import SemanticVersion
+
+
+@dataclass
+class EncoderCheck:
+    """One sample item through the encoder artefact, against Hugging Face."""
+
+    label: str  # the encoder ("vision")
+    item: int
+    input_shape: list[int]
+    report: str
+    ok: bool
+
+
+def export_encoder(spec: EncoderSpec, model: Any, processed: dict[str, torch.Tensor], path: Path,
+                   target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path) -> Bundle:
+    """Trace and write the encoder of ``spec``; returns (and saves) its export bundle."""
+    module = spec.build(model).eval()
+    inputs = spec.graph_inputs(model, processed, 0)
+    output_names = [spec.output_name, *spec.extra_output_names(model.config)]
+    target = _KeepOutputs(target_version, check_io=False, dynamic_axes=spec.dynamic_axes,
+                          dump_identity_properties=False)
+    export_model_to_nnef(
+        module, inputs, path, target, input_names=list(spec.input_names), output_names=output_names,
+        compression_level=0, log_level=logging.getLogger("fastnnef").getEffectiveLevel(),
+        nnef_variable_naming_scheme=naming,
+    )
+    bundle = Bundle("export", dict(zip(spec.input_names, inputs)), dict(zip(output_names, target.traced_outputs)))
+    tests_dir.mkdir(parents=True, exist_ok=True)
+    bundle.save(tests_dir)
+    return bundle
+
+
+def run_encoder(artefact: TractArtefact, spec: EncoderSpec, model: Any,
+                processed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The artefact's main embeddings for every sample item, in order."""
+    outputs = []
+    for item in range(spec.count(processed)):
+        inputs = [t.detach().float().numpy() for t in spec.graph_inputs(model, processed, item)]
+        outputs.append(torch.from_numpy(artefact.run(inputs)[0]))
+    return outputs
+
+
+def check_encoder(spec: EncoderSpec, model: Any, processed: dict[str, torch.Tensor], got: list[torch.Tensor],
+                  tolerance: str) -> list[EncoderCheck]:
+    """Each item's tract embeddings ``got`` against Hugging Face's at ``tolerance``."""
+    checks = []
+    for item, obtained in enumerate(got):
+        want = spec.reference(model, processed, item).detach().float().numpy()
+        report = _native.compare(want, obtained.numpy(), tolerance)
+        shape = list(spec.graph_inputs(model, processed, item)[0].shape)
+        checks.append(EncoderCheck(spec.modality, item, shape, str(report), bool(report.ok)))
+    return checks
