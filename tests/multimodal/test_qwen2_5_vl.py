@@ -1,0 +1,109 @@
+"""Qwen2.5-VL end to end: an image prompt through the processor, the encoder artefact in
+tract at both sample image sizes, its embeddings spliced into the decoder artefact, 16
+greedy tokens with tract's cache equal to Hugging Face's ``generate`` on the pixels; the
+in-graph 3-D positions against Hugging Face's ``get_rope_index``."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import torch
+
+from fastnnef.check import TractArtefact
+from fastnnef.multimodal.qwen2_5_vl import Qwen25VLDecoderInputs
+
+NAME = "qwen2_5_vl"
+
+
+def test_image_prompt_generates_as_hugging_face(exported: Callable[[str], Any]) -> None:
+    report = exported(NAME)
+    assert report.verified
+    generation = report.generation
+    assert generation.first_divergence is None and len(generation.tract_tokens) == 16
+    assert generation.tract_tokens == generation.torch_tokens
+    # The prompt holds both sample images, each expanded to its own count of placeholders.
+    image_token = report_config(report)["image_token_id"]
+    assert generation.prompt.count(image_token) == sum(c.input_shape[0] * c.input_shape[1]
+                                                        for c in report.encoder_checks)
+    assert all(b.ok for b in report.bundle_checks)
+    assert [b.name for b in report.bundle_checks] == ["export", "prompt", "text_generation"]
+
+
+def report_config(report: Any) -> dict[str, Any]:
+    manifest = json.loads(report.manifest_path.read_text())
+    return {"image_token_id": manifest["encoders"][0]["placeholder_token_id"]}
+
+
+def test_encoder_checked_at_two_processor_sizes(exported: Callable[[str], Any]) -> None:
+    checks = exported(NAME).encoder_checks
+    assert [c.item for c in checks] == [0, 1] and all(c.ok for c in checks)
+    # Two different grids, one of them not a whole number of attention windows (2 x 2).
+    shapes = [tuple(c.input_shape[:2]) for c in checks]
+    assert len(set(shapes)) == 2 and any(h % 2 or w % 2 for h, w in shapes)
+
+
+def test_layout_manifest_and_io_names(exported: Callable[[str], Any]) -> None:
+    report = exported(NAME)
+    root = report.export_dir
+    assert set(report.files) >= {"multimodal.json", "decoder/model.nnef.tgz", "decoder/modes.json",
+                                 "vision/model.nnef.tgz", "decoder/tests/prompt_inputs.npz",
+                                 "vision/tests/export_inputs.npz"}
+    manifest = json.loads((root / "multimodal.json").read_text())
+    assert manifest["decoder"] == {"path": "decoder/model.nnef.tgz"}
+    (encoder,) = manifest["encoders"]
+    assert encoder["modality"] == "image" and encoder["path"] == "vision/model.nnef.tgz"
+    assert encoder["outputs"] == [{"name": "out_image_embeddings", "feeds": "in_image_embeddings",
+                                   "shape": ["IMG_STATE", 64], "dtype": "f32"}]
+    assert encoder["input"]["layout"] == ["MH", "MW", 2, 2, "patch_dim"]
+    decoder = TractArtefact.load(root / "decoder" / "model.nnef.tgz")
+    assert decoder.input_names[0] == "input_ids"
+    assert decoder.input_names[-3:] == ["in_image_embeddings", "in_image_grid_thw", "in_rope_deltas"]
+    assert decoder.output_names[0] == "outputs" and decoder.output_names[-1] == "out_rope_deltas"
+    vision = TractArtefact.load(root / "vision" / "model.nnef.tgz")
+    assert vision.input_names == ["pixel_values"] and vision.output_names == ["out_image_embeddings"]
+    # Bundles are keyed by the graph's names.
+    with np.load(root / "decoder" / "tests" / "prompt_inputs.npz") as bundle:
+        assert list(bundle.keys()) == decoder.input_names
+
+
+def test_weights_written_once_each_in_its_own_graph(exported: Callable[[str], Any]) -> None:
+    root = exported(NAME).export_dir
+
+    def graph(path: Path) -> str:
+        with tarfile.open(path) as tar:
+            member = tar.extractfile("graph.nnef")
+            assert member is not None
+            return member.read().decode()
+
+    decoder, vision = graph(root / "decoder" / "model.nnef.tgz"), graph(root / "vision" / "model.nnef.tgz")
+    assert "visual" not in decoder and "language_model" in decoder
+    assert "language_model" not in vision and "visual.blocks.0" in vision
+
+
+@pytest.mark.parametrize("grids", [[(1, 10, 14)], [(1, 10, 14), (1, 6, 8)], [(1, 4, 12), (1, 8, 2), (1, 2, 2)]])
+def test_positions_equal_get_rope_index(mm_checkpoint: Callable[..., Path], grids: list[tuple[int, int, int]]) -> None:
+    """The graph's positions (past 0) and rope delta, for prompts with 1 to 3 images of
+    various shapes between text, equal Hugging Face's."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(mm_checkpoint(NAME))
+    model = transformers.Qwen2_5_VLModel._from_config(config)  # only get_rope_index is used: random weights
+    image = config.image_token_id
+    ids: list[int] = [5, 6]
+    for t, h, w in grids:
+        ids += [config.vision_start_token_id] + [image] * (t * h * w // 4) + [config.vision_end_token_id, 7]
+    input_ids = torch.tensor([ids])
+    grid = torch.tensor(grids)
+    inputs = Qwen25VLDecoderInputs(config)
+    positions, delta = inputs.positions(input_ids, 0, grid, torch.zeros((1, 1), dtype=torch.int64))
+    expected, expected_delta = model.get_rope_index(input_ids, (input_ids == image).int(), image_grid_thw=grid)
+    assert torch.equal(positions, expected) and torch.equal(delta, expected_delta)
+    # Generation steps continue from the delta: P + i + delta on all three axes.
+    step, same = inputs.positions(torch.tensor([[7]]), len(ids), grid[:0], delta)
+    assert torch.equal(step, (len(ids) + expected_delta).reshape(1, 1, 1).expand(3, 1, 1)) and torch.equal(same, delta)
+
