@@ -62,8 +62,9 @@ def test_layout_manifest_and_io_names(exported: Callable[[str], Any]) -> None:
     assert encoder["input"]["layout"] == ["MH", "MW", 2, 2, "patch_dim"]
     decoder = TractArtefact.load(root / "decoder" / "model.nnef.tgz")
     assert decoder.input_names[0] == "input_ids"
-    assert decoder.input_names[-3:] == ["in_image_embeddings", "in_image_grid_thw", "in_rope_deltas"]
-    assert decoder.output_names[0] == "outputs" and decoder.output_names[-1] == "out_rope_deltas"
+    extra = ["image_embeddings", "video_embeddings", "image_grid_thw", "video_grid_thw", "rope_deltas"]
+    assert decoder.input_names[-5:] == [f"in_{n}" for n in extra]
+    assert decoder.output_names[0] == "outputs" and decoder.output_names[-5:] == [f"out_{n}" for n in extra]
     vision = TractArtefact.load(root / "vision" / "model.nnef.tgz")
     assert vision.input_names == ["pixel_values"] and vision.output_names == ["out_image_embeddings"]
     # Bundles are keyed by the graph's names.
@@ -85,25 +86,35 @@ def test_weights_written_once_each_in_its_own_graph(exported: Callable[[str], An
     assert "language_model" not in vision and "visual.blocks.0" in vision
 
 
-@pytest.mark.parametrize("grids", [[(1, 10, 14)], [(1, 10, 14), (1, 6, 8)], [(1, 4, 12), (1, 8, 2), (1, 2, 2)]])
-def test_positions_equal_get_rope_index(mm_checkpoint: Callable[..., Path], grids: list[tuple[int, int, int]]) -> None:
-    """The graph's positions (past 0) and rope delta, for prompts with 1 to 3 images of
-    various shapes between text, equal Hugging Face's."""
+@pytest.mark.parametrize("items", [
+    [("image", (1, 10, 14))],
+    [("image", (1, 10, 14)), ("image", (1, 6, 8))],
+    [("image", (1, 4, 12)), ("video", (3, 4, 6)), ("image", (1, 8, 2)), ("image", (1, 2, 2))],
+])
+def test_positions_equal_get_rope_index(mm_checkpoint: Callable[..., Path],
+                                        items: list[tuple[str, tuple[int, int, int]]]) -> None:
+    """The graph's positions (past 0) and rope delta, for prompts with images and videos of
+    various shapes between text, equal Hugging Face's; generation steps after them too."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(mm_checkpoint(NAME))
     model = transformers.Qwen2_5_VLModel._from_config(config)  # only get_rope_index is used: random weights
-    image = config.image_token_id
+    token = {"image": config.image_token_id, "video": config.video_token_id}
     ids: list[int] = [5, 6]
-    for t, h, w in grids:
-        ids += [config.vision_start_token_id] + [image] * (t * h * w // 4) + [config.vision_end_token_id, 7]
+    for kind, (t, h, w) in items:
+        ids += [config.vision_start_token_id] + [token[kind]] * (t * h * w // 4) + [config.vision_end_token_id, 7]
     input_ids = torch.tensor([ids])
-    grid = torch.tensor(grids)
+    grids = {kind: torch.tensor([g for k, g in items if k == kind], dtype=torch.int64).reshape(-1, 3)
+             for kind in token}
+    types = (input_ids == token["image"]).int() + 2 * (input_ids == token["video"]).int()
     inputs = Qwen25VLDecoderInputs(config)
-    positions, delta = inputs.positions(input_ids, 0, grid, torch.zeros((1, 1), dtype=torch.int64))
-    expected, expected_delta = model.get_rope_index(input_ids, (input_ids == image).int(), image_grid_thw=grid)
+    zero = torch.zeros((1, 1), dtype=torch.int64)
+    positions, delta = inputs.positions(input_ids, 0, grids["image"], grids["video"], zero)
+    expected, expected_delta = model.get_rope_index(
+        input_ids, types, image_grid_thw=grids["image"] if len(grids["image"]) else None,
+        video_grid_thw=grids["video"] if len(grids["video"]) else None)
     assert torch.equal(positions, expected) and torch.equal(delta, expected_delta)
-    # Generation steps continue from the delta: P + i + delta on all three axes.
-    step, same = inputs.positions(torch.tensor([[7]]), len(ids), grid[:0], delta)
+    # Generation steps, fed the grids back: P + i + delta on all three axes.
+    step, same = inputs.positions(torch.tensor([[7]]), len(ids), grids["image"], grids["video"], delta)
     assert torch.equal(step, (len(ids) + expected_delta).reshape(1, 1, 1).expand(3, 1, 1)) and torch.equal(same, delta)
 

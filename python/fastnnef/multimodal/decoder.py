@@ -11,7 +11,8 @@ Bundles (``decoder/tests``, listed in ``decoder/modes.json`` except ``export``):
 - ``export``: the traced example: the prompt after its first tokens (the image chunk,
   P > 0), so that S, P and the embedding count are all different sizes;
 - ``prompt``: the whole image prompt (P = 0);
-- ``text_generation``: the next token after it, with the prompt's cache and no image.
+- ``text_generation``: the next token after it, fed the prompt's outputs (its cache and
+  the family's extra outputs) back as inputs, as a runtime does.
 """
 
 from __future__ import annotations
@@ -68,13 +69,11 @@ class DecoderRunner:
         """``prompt`` and ``text_generation`` (module docstring)."""
         ids = processed["input_ids"]
         empty = self.wrapper.empty_cache(self.cache_dtype)
-        initial = self.inputs.initial_outputs()
+        initial = self.inputs.initial_outputs(self.hidden, self.cache_dtype)
         prompt = self._run("prompt", [ids, *empty, *self.inputs.prompt_values(processed, embeddings, initial)])
         out = list(prompt.outputs.values())
         next_id = out[0][:, -1:].argmax(-1)
-        cache, extra = out[1 : 1 + self.n_cache], out[1 + self.n_cache :]
-        step = self.inputs.step_values(extra, self.hidden, self.cache_dtype)
-        return [prompt, self._run("text_generation", [next_id, *cache, *step])]
+        return [prompt, self._run("text_generation", [next_id, *out[1:]])]
 
     def export_inputs(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
                       placeholder_ids: Sequence[int]) -> tuple[torch.Tensor, ...]:
@@ -85,9 +84,8 @@ class DecoderRunner:
         first = int(is_placeholder.nonzero()[0, 0]) if bool(is_placeholder.any()) else ids.shape[1] // 2
         past_len = max(1, first // 2)
         empty = self.wrapper.empty_cache(self.cache_dtype)
-        initial = self.inputs.initial_outputs()
-        past = self._run("past", [ids[:, :past_len], *empty,
-                                  *self.inputs.step_values(initial, self.hidden, self.cache_dtype)])
+        initial = self.inputs.initial_outputs(self.hidden, self.cache_dtype)
+        past = self._run("past", [ids[:, :past_len], *empty, *initial])
         out = list(past.outputs.values())
         cache, extra = out[1 : 1 + self.n_cache], out[1 + self.n_cache :]
         return (ids[:, past_len:], *cache, *self.inputs.prompt_values(processed, embeddings, extra))
@@ -105,11 +103,10 @@ class TractMultimodalGenerator:
         self.hidden = hidden
         self.dtype = dtype
         self.suppressed = list(suppressed)
-        self.n_cache = len(self.empty_cache)
 
     def generate(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor], count: int,
                  forced: Optional[Sequence[int]] = None) -> tuple[list[int], list[np.ndarray]]:
-        extras = self.inputs.prompt_values(processed, embeddings, self.inputs.initial_outputs())
+        extras = self.inputs.prompt_values(processed, embeddings, self.inputs.initial_outputs(self.hidden, self.dtype))
         values = [processed["input_ids"].numpy(), *self.empty_cache, *[_array(v) for v in extras]]
         picks: list[int] = []
         rows: list[np.ndarray] = []
@@ -122,10 +119,8 @@ class TractMultimodalGenerator:
             picks.append(pick)
             rows.append(row)
             fed = forced[step] if forced is not None else pick
-            previous = [torch.from_numpy(np.asarray(o)) for o in outputs[1 + self.n_cache :]]
-            step_extras = self.inputs.step_values(previous, self.hidden, self.dtype)
-            values = [np.array([[fed]], dtype=np.int64), *outputs[1 : 1 + self.n_cache],
-                      *[_array(v) for v in step_extras]]
+            # The cache and the extra outputs fed back, as a runtime does.
+            values = [np.array([[fed]], dtype=np.int64), *outputs[1:]]
         return picks, rows
 
 

@@ -79,9 +79,11 @@ class DecoderInputs(ABC):
     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
         """``ExtraInputs.feed``: the model's ``inputs_embeds``/``position_ids``, extra outputs."""
 
-    def initial_outputs(self) -> list[torch.Tensor]:
-        """The extra outputs "before the first chunk": what the first chunk is fed."""
-        return []
+    @abstractmethod
+    def initial_outputs(self, hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The extra outputs "before the first chunk": what a chunk without placeholders
+        is fed first (no embeddings: ``[0, hidden]``). After a chunk, the runtime feeds
+        its extra outputs back as these inputs, as it does the cache."""
 
     @abstractmethod
     def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
@@ -89,8 +91,3 @@ class DecoderInputs(ABC):
         """The values of these inputs for a chunk holding every placeholder of the prompt:
         ``processed`` is the processor's output, ``embeddings`` the encoders' outputs (one
         per encoder, items concatenated), ``previous`` the preceding chunk's extra outputs."""
-
-    @abstractmethod
-    def step_values(self, previous: list[torch.Tensor], hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
-        """The values for a chunk without placeholders, after a chunk whose extra outputs
-        were ``previous`` (generation steps)."""

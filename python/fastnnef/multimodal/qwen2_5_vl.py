@@ -11,22 +11,31 @@ whole image with an additive mask that hides keys of other windows, which comput
 same values at every size (window ids come from ``arange`` over the symbolic grid), where
 cutting the image into windows would need data-dependent shapes.
 
-Decoder: inputs ``in_image_embeddings [IMG_STATE, hidden]`` (the concatenated encoder
-outputs of the prompt's images), ``in_image_grid_thw [IMG_GRID, 3]`` (the processor's
-``image_grid_thw``), ``in_rope_deltas [1, 1]``; output ``out_rope_deltas [1, 1]``, after
-the cache (torch_to_nnef_llm's names). Positions: a text token gets ``P + i + delta``
-where ``delta`` is ``in_rope_deltas`` plus, for each image of this chunk before it,
-``max(h, w) - h*w`` (merged grid); an image token at row r, column c of its image gets
-``(b, b + r, b + c)`` with ``b`` the position its first token would have as text. That
-is Hugging Face's ``get_rope_index`` for prompts whose images are single frames, written
-with cumulative sums over the chunk, so the graph is symbolic in the prompt length and
-the image count; ``out_rope_deltas`` is the delta after the chunk, which the runtime
-feeds back as ``in_rope_deltas`` on the next call (0 for the first), as Hugging Face
-keeps ``rope_deltas``. An image must not be split across chunks.
+Decoder: inputs after the cache, torch_to_nnef_llm's names and order:
+``in_image_embeddings [IMG_STATE, hidden]`` (the concatenated encoder outputs of the
+prompt's images), ``in_video_embeddings [VID_STATE, hidden]``, ``in_image_grid_thw
+[IMG_GRID, 3]`` and ``in_video_grid_thw [VID_GRID, 3]`` (the processor's grids),
+``in_rope_deltas [1, 1]``; the same five as ``out_*`` after the cache (the embeddings and
+grids passed through, so a runtime may feed every output back as the input of the same
+name, as the reference's runtimes do; a chunk without placeholders ignores them).
+
+Positions, computed in the graph (the reference's decoder computes them with Python
+loops over the grid, which the trace freezes to its example): a text token gets
+``P + i + delta``, ``delta`` being ``in_rope_deltas`` plus ``max(h, w) - t*h*w`` (merged
+grid) for each image or video of this chunk before it; a token of an image or video at
+frame f, row r, column c gets ``(b + f*k, b + r, b + c)`` with ``b`` the position its
+item's first token would have as text and ``k`` 1 for images, ``tokens_per_second`` for
+videos (Hugging Face's spacing without ``second_per_grid_ts``: videos sampled at another
+rate get other temporal positions there). This is Hugging Face's ``get_rope_index``,
+written with cumulative sums over the chunk, so the graph is symbolic in the prompt length
+and the item counts; ``out_rope_deltas`` is the delta after the chunk (the runtime feeds
+it back; 0 before the first chunk), as Hugging Face keeps ``rope_deltas``. An item must
+not be split across chunks.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -135,61 +144,96 @@ def _input_contract(config: Any) -> dict[str, Any]:
     }
 
 
-class Qwen25VLDecoderInputs(DecoderInputs):
-    """Image embeddings spliced at the image tokens, mrope positions from the grid."""
+@dataclass
+class _Runs:
+    """Where one modality's placeholders are in a chunk, per token (module docstring)."""
 
-    names = ("in_image_embeddings", "in_image_grid_thw", "in_rope_deltas")
-    output_names = ("out_rope_deltas",)
-    dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_image_grid_thw": {0: "IMG_GRID"}}
+    inside: torch.Tensor  # [S] bool: a placeholder of this modality
+    index: torch.Tensor  # [S] its index within its item (image or video)
+    frame: torch.Tensor  # [S] merged h * w of the item it is in, or after
+    width: torch.Tensor  # [S] merged w of the item it is in, or after
+    shift_through: torch.Tensor  # [S] text-position shift of this modality's items up to the current one
+    shift_before: torch.Tensor  # [S] ... of the items before the current one
+    total_shift: torch.Tensor  # [1] ... of every item in the chunk (not every row of the grid:
+    # the grid is fed back with the chunks after the prompt)
+
+
+class Qwen25VLDecoderInputs(DecoderInputs):
+    """Embeddings spliced at the image and video tokens, mrope positions from the grids;
+    inputs passed through as outputs, as torch_to_nnef_llm's decoder does (a runtime
+    feeds every ``out_*`` back as ``in_*``; chunks without placeholders ignore them)."""
+
+    names = ("in_image_embeddings", "in_video_embeddings", "in_image_grid_thw", "in_video_grid_thw",
+             "in_rope_deltas")
+    output_names = ("out_image_embeddings", "out_video_embeddings", "out_image_grid_thw", "out_video_grid_thw",
+                    "out_rope_deltas")
+    dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_video_embeddings": {0: "VID_STATE"},
+                    "in_image_grid_thw": {0: "IMG_GRID"}, "in_video_grid_thw": {0: "VID_GRID"}}
 
     def __init__(self, config: Any):
         self.image_token_id = int(config.image_token_id)
+        self.video_token_id = int(config.video_token_id)
         self.merge = int(config.vision_config.spatial_merge_size)
+        # Hugging Face's temporal spacing of video frames without second_per_grid_ts (1 s per grid).
+        self.video_interval = int(config.vision_config.tokens_per_second)
 
-    def positions(self, input_ids: torch.Tensor, past: int, grid: torch.Tensor,
-                  deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``position_ids [3, 1, S]`` and the rope delta after the chunk (module docstring)."""
-        is_image = input_ids[0] == self.image_token_id
-        image = is_image.to(torch.int64)
-        starts = (image - torch.cat([image.new_zeros(1), image[:-1]])).clamp(min=0)
-        image_number = torch.cumsum(starts, dim=0)  # 0 before the first image, n within and after image n
-        before = (image_number - 1).clamp(min=0)
+    def _runs(self, input_ids: torch.Tensor, token: int, grid: torch.Tensor) -> _Runs:
+        inside = input_ids[0] == token
+        flags = inside.to(torch.int64)
+        starts = (flags - torch.cat([flags.new_zeros(1), flags[:-1]])).clamp(min=0)
+        number = torch.cumsum(starts, dim=0)  # 0 before the first item, n within and after item n
+        before = (number - 1).clamp(min=0)
         heights, widths = grid[:, 1] // self.merge, grid[:, 2] // self.merge
-        sizes = grid[:, 0] * heights * widths
-        # Per image n (row 0: no image yet): cumulative shift of text positions, tokens so far, width.
+        frames = heights * widths
+        sizes = grid[:, 0] * frames
+        # Per item n, row 0 standing for "no item yet": shift of text positions, tokens so far.
         none = grid.new_zeros(1)
         shift = torch.cumsum(torch.cat([none, torch.maximum(heights, widths) - sizes]), dim=0)
         tokens = torch.cumsum(torch.cat([none, sizes]), dim=0)
-        width = torch.cat([none + 1, widths])
-        seq = torch.arange(input_ids.shape[1])
-        offset = past + deltas.reshape(())
-        in_image = torch.cumsum(image, dim=0) - 1 - tokens.index_select(0, before)  # index within its image
-        w = width.index_select(0, image_number)
-        base = offset + seq - in_image + shift.index_select(0, before)
-        text = offset + seq + shift.index_select(0, image_number)
-        t = torch.where(is_image, base, text)
-        h = torch.where(is_image, base + torch.div(in_image, w, rounding_mode="floor"), text)
-        c = torch.where(is_image, base + torch.remainder(in_image, w), text)
-        positions = torch.stack([t, h, c])[:, None, :]
-        return positions, deltas + shift[-1:].reshape(1, 1)
+        return _Runs(
+            inside=inside, index=torch.cumsum(flags, dim=0) - 1 - tokens.index_select(0, before),
+            frame=torch.cat([none + 1, frames]).index_select(0, number),
+            width=torch.cat([none + 1, widths]).index_select(0, number),
+            shift_through=shift.index_select(0, number), shift_before=shift.index_select(0, before),
+            total_shift=shift.index_select(0, number[-1:]),
+        )
+
+    def positions(self, input_ids: torch.Tensor, past: int, image_grid: torch.Tensor, video_grid: torch.Tensor,
+                  deltas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``position_ids [3, 1, S]`` and the rope delta after the chunk (module docstring)."""
+        image = self._runs(input_ids, self.image_token_id, image_grid)
+        video = self._runs(input_ids, self.video_token_id, video_grid)
+        offset = past + deltas.reshape(()) + torch.arange(input_ids.shape[1])
+        text = offset + image.shift_through + video.shift_through
+        axes = [text, text, text]
+        for runs, other, interval in ((image, video, 1), (video, image, self.video_interval)):
+            base = offset - runs.index + runs.shift_before + other.shift_through
+            within_frame = torch.remainder(runs.index, runs.frame)
+            item_axes = (base + torch.div(runs.index, runs.frame, rounding_mode="floor") * interval,
+                         base + torch.div(within_frame, runs.width, rounding_mode="floor"),
+                         base + torch.remainder(within_frame, runs.width))
+            axes = [torch.where(runs.inside, a, b) for a, b in zip(item_axes, axes)]
+        new_deltas = deltas + (image.total_shift + video.total_shift).reshape(1, 1)
+        return torch.stack(axes)[:, None, :], new_deltas
 
     def feed(self, model: Any, input_ids: torch.Tensor, past: int,
              extras: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
-        embeddings, grid, deltas = extras
-        inputs_embeds = splice_embeddings(model.get_input_embeddings()(input_ids),
-                                          input_ids == self.image_token_id, embeddings)
-        positions, new_deltas = self.positions(input_ids, past, grid, deltas)
-        return {"inputs_embeds": inputs_embeds, "position_ids": positions}, (new_deltas,)
+        images, videos, image_grid, video_grid, deltas = extras
+        embeds = model.get_input_embeddings()(input_ids)
+        embeds = splice_embeddings(embeds, input_ids == self.image_token_id, images)
+        embeds = splice_embeddings(embeds, input_ids == self.video_token_id, videos)
+        positions, new_deltas = self.positions(input_ids, past, image_grid, video_grid, deltas)
+        return {"inputs_embeds": embeds, "position_ids": positions}, (images, videos, image_grid, video_grid,
+                                                                      new_deltas)
 
-    def initial_outputs(self) -> list[torch.Tensor]:
-        return [torch.zeros((1, 1), dtype=torch.int64)]  # no rope delta before the first chunk
+    def initial_outputs(self, hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
+        no_grid = torch.zeros((0, 3), dtype=torch.int64)
+        return [torch.zeros((0, hidden), dtype=dtype), torch.zeros((0, hidden), dtype=dtype), no_grid, no_grid,
+                torch.zeros((1, 1), dtype=torch.int64)]
 
     def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
                       previous: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [embeddings[0], processed["image_grid_thw"], previous[0]]
-
-    def step_values(self, previous: list[torch.Tensor], hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
-        return [torch.zeros((0, hidden), dtype=dtype), torch.zeros((0, 3), dtype=torch.int64), previous[0]]
+        return [embeddings[0], previous[1], processed["image_grid_thw"], previous[3], previous[4]]
 
 
 def _sample(processor: Any) -> dict[str, torch.Tensor]:
