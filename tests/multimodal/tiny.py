@@ -61,8 +61,32 @@ def _qwen2_5_vl() -> tuple[Any, Any]:
     return config, processor
 
 
+def _idefics3() -> tuple[Any, Any]:
+    grid = [f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
+    specials = ["<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>", *grid]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Idefics3Config(
+        text_config=dict(
+            model_type="llama", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=4, initializer_range=INIT),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), scale_factor=2, initializer_range=INIT,
+        tie_word_embeddings=False, pad_token_id=0,
+    )
+    # Tiles of 16 x 16 pixels (16 patches, 4 tokens after the pixel shuffle); images resized
+    # to at most 32 pixels on their longest edge, so that they are split into up to 2 x 2 tiles.
+    image_processor = transformers.Idefics3ImageProcessor(size={"longest_edge": 32},
+                                                          max_image_size={"longest_edge": 16})
+    processor = transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
+    return config, processor
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "qwen2_5_vl": _qwen2_5_vl,
+    "idefics3": _idefics3,
 }
 
 

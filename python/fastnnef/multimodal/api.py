@@ -73,7 +73,7 @@ from fastnnef.multimodal.decoder import (
 )
 from fastnnef.multimodal.encoder import EncoderCheck, check_encoder, export_encoder, run_encoder
 from fastnnef.multimodal.families import family_of
-from fastnnef.multimodal.family import Family
+from fastnnef.multimodal.family import Family, Sample
 from fastnnef.multimodal.manifest import (
     ARTEFACT_NAME,
     DECODER_DIRNAME,
@@ -199,7 +199,8 @@ def dump_multimodal(
     _check_inputs_dtype(force_inputs_dtype, cache_dtype)
     layout = kv_layout(model.config)
     hidden = int(model.config.get_text_config(decoder=True).hidden_size)
-    processed = family.sample(processor)
+    sample = family.sample(processor)
+    processed = sample.inputs
     _check_positions(layout.max_positions, processed["input_ids"].shape[1])
     contracts = [_contract(family, i, model.config, hidden) for i in range(len(family.encoders))]
     inputs = family.decoder_inputs(model)
@@ -207,8 +208,8 @@ def dump_multimodal(
 
     progress.phase("running the model in PyTorch for the test bundles")
     with _timed(timings, "bundles"), torch.no_grad():
-        reference = [torch.cat([spec.reference(model, processed, i) for i in range(spec.count(processed))])
-                     for spec in family.encoders]
+        reference = [torch.cat([spec.reference(model, item) for item in items])
+                     for spec, items in zip(family.encoders, sample.items)]
     # Encoders first (uncompressed); the decoder's weights are compressed after.
     target.parent.mkdir(parents=True, exist_ok=True)
     _native.remove_stale_temps(target)
@@ -216,12 +217,12 @@ def dump_multimodal(
     try:
         encoder_artefacts: list[EncoderArtefact] = []
         encoder_paths: dict[str, Path] = {}
-        for spec, contract in zip(family.encoders, contracts):
+        for spec, contract, items in zip(family.encoders, contracts, sample.items):
             progress.phase(f"tracing and writing the {spec.modality} encoder")
             folder = staging / spec.modality
             folder.mkdir()
             with _timed(timings, f"export {spec.modality}"):
-                export_encoder(spec, model, processed, folder / ARTEFACT_NAME, target_version, naming,
+                export_encoder(spec, model, items, folder / ARTEFACT_NAME, target_version, naming,
                                folder / TESTS_DIR)
             rel = f"{spec.modality}/{ARTEFACT_NAME}"
             encoder_paths[spec.modality] = target / rel
@@ -276,7 +277,7 @@ def dump_multimodal(
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
             with _timed(timings, "verify"):
                 encoder_checks, bundle_checks, generation = _verify(
-                    family, model, checkpoint, processed, staging, encoder_artefacts, decoder_path,
+                    family, model, checkpoint, sample, staging, encoder_artefacts, decoder_path,
                     [example, *modes], inputs, wrapper.empty_cache(cache_dtype), hidden, cache_dtype, tolerance,
                     exact,
                 )
@@ -303,7 +304,7 @@ def dump_multimodal(
 
 # --- helpers ---------------------------------------------------------------------------
 def _verify(
-    family: Family, model: Any, checkpoint: Checkpoint, processed: dict[str, torch.Tensor], staging: Path,
+    family: Family, model: Any, checkpoint: Checkpoint, sample: Sample, staging: Path,
     encoders: list[EncoderArtefact], decoder_path: Path, bundles: list[Bundle], inputs: Any,
     empty_cache: list[torch.Tensor], hidden: int, cache_dtype: torch.dtype, tolerance: str, exact: bool,
 ) -> tuple[list[EncoderCheck], list[BundleCheck], GenerationCheck]:
@@ -311,10 +312,10 @@ def _verify(
     prompt with the encoder artefacts' outputs; raises on the first failure."""
     encoder_checks: list[EncoderCheck] = []
     embeddings: list[torch.Tensor] = []
-    for spec, encoder in zip(family.encoders, encoders):
+    for spec, encoder, items in zip(family.encoders, encoders, sample.items):
         artefact = TractArtefact.load(staging / encoder.rel_path)
-        got = run_encoder(artefact, spec, model, processed)
-        checks = check_encoder(spec, model, processed, got, tolerance)
+        got = run_encoder(artefact, spec, model, items)
+        checks = check_encoder(spec, model, items, got, tolerance)
         failed = [c for c in checks if not c.ok]
         if failed:
             raise T2NErrorIOPytorchTractNotISO(
@@ -328,7 +329,7 @@ def _verify(
     bundle_checks = [check_bundle(decoder, b, tolerance) for b in bundles]
     raise_on_failed_bundles(bundle_checks, tolerance)
     generator = TractMultimodalGenerator(decoder, inputs, empty_cache, hidden, cache_dtype, eos_ids(model))
-    generation = check_generation(model, generator, processed, embeddings, GENERATED_TOKENS, exact,
+    generation = check_generation(model, generator, sample.inputs, embeddings, GENERATED_TOKENS, exact,
                                   checkpoint.tokenizer)
     if not generation.ok:
         raise T2NErrorIOPytorchTractNotISO(

@@ -34,11 +34,12 @@ class EncoderCheck:
     ok: bool
 
 
-def export_encoder(spec: EncoderSpec, model: Any, processed: dict[str, torch.Tensor], path: Path,
+def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]], path: Path,
                    target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path) -> Bundle:
-    """Trace and write the encoder of ``spec``; returns (and saves) its export bundle."""
+    """Trace (on the first item) and write the encoder of ``spec``; returns (and saves) its
+    export bundle."""
     module = spec.build(model).eval()
-    inputs = spec.graph_inputs(model, processed, 0)
+    inputs = spec.graph_inputs(model, items[0])
     output_names = [spec.output_name, *spec.extra_output_names(model.config)]
     target = _KeepOutputs(target_version, check_io=False, dynamic_axes=spec.dynamic_axes,
                           dump_identity_properties=False)
@@ -54,22 +55,22 @@ def export_encoder(spec: EncoderSpec, model: Any, processed: dict[str, torch.Ten
 
 
 def run_encoder(artefact: TractArtefact, spec: EncoderSpec, model: Any,
-                processed: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+                items: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
     """The artefact's main embeddings for every sample item, in order."""
     outputs = []
-    for item in range(spec.count(processed)):
-        inputs = [t.detach().float().numpy() for t in spec.graph_inputs(model, processed, item)]
+    for item in items:
+        inputs = [t.detach().float().numpy() for t in spec.graph_inputs(model, item)]
         outputs.append(torch.from_numpy(artefact.run(inputs)[0]))
     return outputs
 
 
-def check_encoder(spec: EncoderSpec, model: Any, processed: dict[str, torch.Tensor], got: list[torch.Tensor],
+def check_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]], got: list[torch.Tensor],
                   tolerance: str) -> list[EncoderCheck]:
     """Each item's tract embeddings ``got`` against Hugging Face's at ``tolerance``."""
     checks = []
-    for item, obtained in enumerate(got):
-        want = spec.reference(model, processed, item).detach().float().numpy()
+    for index, (item, obtained) in enumerate(zip(items, got)):
+        want = spec.reference(model, item).detach().float().numpy()
         report = _native.compare(want, obtained.numpy(), tolerance)
-        shape = list(spec.graph_inputs(model, processed, item)[0].shape)
-        checks.append(EncoderCheck(spec.modality, item, shape, str(report), bool(report.ok)))
+        shape = list(spec.graph_inputs(model, item)[0].shape)
+        checks.append(EncoderCheck(spec.modality, index, shape, str(report), bool(report.ok)))
     return checks

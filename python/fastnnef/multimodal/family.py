@@ -27,11 +27,10 @@ class EncoderSpec:
     input_names: tuple[str, ...]
     dynamic_axes: dict[str, dict[int, str]]
     build: Callable[[Any], nn.Module]  # the traced module (tower + projector) of the HF model
-    count: Callable[[dict[str, torch.Tensor]], int]  # items (images) in the processor's output
-    # The encoder graph's inputs for ONE item (an image) of the processor's output.
-    graph_inputs: Callable[[Any, dict[str, torch.Tensor], int], tuple[torch.Tensor, ...]]
+    # The encoder graph's inputs for ONE item (an image: ``Sample.items``).
+    graph_inputs: Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]
     # Hugging Face's own embeddings of that item (what the decoder receives in HF).
-    reference: Callable[[Any, dict[str, torch.Tensor], int], torch.Tensor]
+    reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]
     # The manifest's host-side input contract (how to shape the processor's tensor).
     input_contract: Callable[[Any], dict[str, Any]]
     extra_output_names: Callable[[Any], list[str]] = lambda config: []  # DeepStack streams
@@ -45,6 +44,15 @@ class EncoderSpec:
         return f"in_{self.embeds}_embeddings"
 
 
+@dataclass
+class Sample:
+    """The sample prompt with its media through the processor."""
+
+    inputs: dict[str, torch.Tensor]  # the processor's output, as Hugging Face's generate takes it
+    # Per encoder, per item in prompt order: that item's own tensors (one image's pixels...).
+    items: list[list[dict[str, torch.Tensor]]]
+
+
 @dataclass(frozen=True)
 class Family:
     """A multimodal ``model_type``: its encoders and its decoder's extra inputs."""
@@ -56,9 +64,8 @@ class Family:
     encoders: tuple[EncoderSpec, ...]
     decoder_inputs: Callable[[Any], "DecoderInputs"]  # from the HF model
     decoder_modules: tuple[str, ...]  # the decoder's module paths in the HF model (what -c compresses)
-    # The processor's output (input_ids, pixel_values, ...) for a sample prompt holding
-    # the sample media (samples.py), as Hugging Face's generate takes it.
-    sample: Callable[[Any], dict[str, torch.Tensor]]
+    # The sample prompt holding the sample media (samples.py), through the processor.
+    sample: Callable[[Any], Sample]
 
 
 class DecoderInputs(ABC):

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family
+from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
 from fastnnef.multimodal.splice import splice_embeddings
 
@@ -109,27 +109,17 @@ class Qwen25VisionEncoder(nn.Module):
         return merger.mlp(grouped).flatten(0, 1)
 
 
-def _image_slices(processed: dict[str, torch.Tensor], index: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Image ``index``'s patches and its grid row, from the processor's output."""
-    grid = processed["image_grid_thw"]
-    sizes = [int(t * h * w) for t, h, w in grid.tolist()]
-    start = sum(sizes[:index])
-    return processed["pixel_values"][start : start + sizes[index]], grid[index : index + 1]
-
-
-def _graph_inputs(model: Any, processed: dict[str, torch.Tensor], index: int) -> tuple[torch.Tensor, ...]:
-    patches, grid = _image_slices(processed, index)
-    t, h, w = (int(v) for v in grid[0])
+def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    patches, (t, h, w) = item["pixel_values"], (int(v) for v in item["image_grid_thw"][0])
     if t != 1:
-        raise T2NErrorNotImplemented(f"image {index} has {t} temporal patches: the encoder takes single-frame images")
+        raise T2NErrorNotImplemented(f"an image has {t} temporal patches: the encoder takes single-frame images")
     m = int(model.config.vision_config.spatial_merge_size)
     return (patches.reshape(h // m, w // m, m, m, patches.shape[-1]),)
 
 
-def _reference(model: Any, processed: dict[str, torch.Tensor], index: int) -> torch.Tensor:
-    patches, grid = _image_slices(processed, index)
+def _reference(model: Any, item: dict[str, torch.Tensor]) -> torch.Tensor:
     with torch.no_grad():
-        out = model.model.get_image_features(patches, grid, return_dict=True)
+        out = model.model.get_image_features(item["pixel_values"], item["image_grid_thw"], return_dict=True)
     return torch.cat(list(out.pooler_output), dim=0)
 
 
@@ -236,11 +226,15 @@ class Qwen25VLDecoderInputs(DecoderInputs):
         return [embeddings[0], previous[1], processed["image_grid_thw"], previous[3], previous[4]]
 
 
-def _sample(processor: Any) -> dict[str, torch.Tensor]:
-    images = sample_images()
+def _sample(processor: Any) -> Sample:
     image = "<|vision_start|>" + processor.image_token + "<|vision_end|>"
     text = f"describe this picture {image} and this one {image} what do you see"
-    return dict(processor(text=[text], images=images, return_tensors="pt"))
+    inputs = dict(processor(text=[text], images=sample_images(), return_tensors="pt"))
+    grid = inputs["image_grid_thw"]
+    bounds = [0, *torch.cumsum(grid.prod(-1), 0).tolist()]
+    items = [{"pixel_values": inputs["pixel_values"][a:b], "image_grid_thw": grid[i : i + 1]}
+             for i, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    return Sample(inputs, [items])
 
 
 FAMILY = Family(
@@ -252,7 +246,6 @@ FAMILY = Family(
         EncoderSpec(
             modality="vision", embeds="image", placeholder_attr="image_token_id", dynamic_axis="IMG_STATE",
             input_names=("pixel_values",), dynamic_axes={"pixel_values": {0: "MH", 1: "MW"}},
-            count=lambda processed: len(processed["image_grid_thw"]),
             build=lambda model: Qwen25VisionEncoder(model.model.visual), graph_inputs=_graph_inputs,
             reference=_reference, input_contract=_input_contract,
         ),

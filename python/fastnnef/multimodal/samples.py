@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-IMAGE_SIZES = ((20, 28), (12, 16))  # (height, width) before the processor resizes them
+IMAGE_SIZES = ((20, 28), (12, 32))  # (height, width) before the processor resizes them
 
 
 def sample_images() -> list[np.ndarray]:
