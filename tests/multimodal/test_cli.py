@@ -46,3 +46,9 @@ def test_export_without_verification_then_refused_over_it(mm_checkpoint: Callabl
 def test_one_source_flag_required(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-e", "x"]) == 2
     assert "give exactly one of -s/--model-slug and -d/--local-dir" in capsys.readouterr().err
+
+
+def test_readme_lists_the_families() -> None:
+    from fastnnef.multimodal.families import families_markdown
+
+    assert families_markdown() in (ROOT / "README.md").read_text()
