@@ -84,7 +84,30 @@ def _idefics3() -> tuple[Any, Any]:
     return config, processor
 
 
+def _mistral3() -> tuple[Any, Any]:
+    specials = ["[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Mistral3Config(
+        text_config=dict(
+            model_type="mistral", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256,
+            initializer_range=INIT, bos_token_id=1, eos_token_id=2, pad_token_id=0, sliding_window=None,
+        ),
+        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, head_dim=8, image_size=64, patch_size=2, initializer_range=INIT),
+        image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"), spatial_merge_size=2, vision_feature_layer=-1,
+        multimodal_projector_bias=False, initializer_range=INIT, tie_word_embeddings=False,
+    )
+    # Images resized to at most 32 pixels on their longest edge, in whole 2 x 2 patch blocks.
+    image_processor = transformers.PixtralImageProcessor(patch_size={"height": 4, "width": 4},
+                                                         size={"longest_edge": 32})
+    processor = transformers.PixtralProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=2,
+                                              spatial_merge_size=2)
+    return config, processor
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "mistral3": _mistral3,
     "qwen2_5_vl": _qwen2_5_vl,
     "idefics3": _idefics3,
 }

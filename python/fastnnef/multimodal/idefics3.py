@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family, Sample
+from fastnnef.multimodal.family import EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
-from fastnnef.multimodal.splice import splice_embeddings
+from fastnnef.multimodal.splice import SplicedImageEmbeddings
 
 
 class Idefics3VisionEncoder(nn.Module):
@@ -67,31 +67,6 @@ def _input_contract(config: Any) -> dict[str, Any]:
     }
 
 
-class Idefics3DecoderInputs(DecoderInputs):
-    """Image embeddings spliced at the ``<image>`` tokens; 1-D positions."""
-
-    names = ("in_image_embeddings",)
-    output_names = ("out_image_embeddings",)
-    dynamic_axes = {"in_image_embeddings": {0: "IMG"}}
-
-    def __init__(self, config: Any):
-        self.image_token_id = int(config.image_token_id)
-
-    def feed(self, model: Any, input_ids: torch.Tensor, past: int,
-             extras: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
-        (images,) = extras
-        embeds = splice_embeddings(model.get_input_embeddings()(input_ids), input_ids == self.image_token_id, images)
-        positions = torch.arange(past, past + input_ids.shape[1])[None]
-        return {"inputs_embeds": embeds, "position_ids": positions}, (images,)
-
-    def initial_outputs(self, hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
-        return [torch.zeros((0, hidden), dtype=dtype)]
-
-    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
-                      previous: list[torch.Tensor]) -> list[torch.Tensor]:
-        return [embeddings[0]]
-
-
 def _sample(processor: Any) -> Sample:
     images = sample_images()
     text = "describe this picture <image> and this one <image> what do you see"
@@ -118,7 +93,7 @@ FAMILY = Family(
             graph_inputs=_graph_inputs, reference=_reference, input_contract=_input_contract,
         ),
     ),
-    decoder_inputs=lambda model: Idefics3DecoderInputs(model.config),
+    decoder_inputs=lambda model: SplicedImageEmbeddings(int(model.config.image_token_id)),
     decoder_modules=("model.text_model", "lm_head"),
     sample=_sample,
 )

@@ -6,11 +6,19 @@ a bank whose row 0 is zeros (``where`` picks the token's own embedding there), n
 boolean indexing or ``masked_scatter``, whose output shapes depend on the data: the graph
 stays symbolic in the prompt length and in the number of embeddings, and a chunk without
 placeholders (generation steps) takes an empty ``[0, hidden]`` input.
+
+:class:`SplicedImageEmbeddings` is the decoder input of the families whose decoder only
+needs that (1-D positions): ``in_image_embeddings`` in, passed through as
+``out_image_embeddings`` (torch_to_nnef_llm's decoder IO).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from fastnnef.multimodal.family import DecoderInputs
 
 
 def splice_embeddings(inputs_embeds: torch.Tensor, placeholders: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
@@ -20,3 +28,28 @@ def splice_embeddings(inputs_embeds: torch.Tensor, placeholders: torch.Tensor, f
     bank = torch.cat([inputs_embeds.new_zeros(1, inputs_embeds.shape[-1]), features.to(inputs_embeds.dtype)], dim=0)
     gathered = bank.index_select(0, slot.reshape(-1)).reshape(inputs_embeds.shape)
     return torch.where(placeholders[..., None], gathered, inputs_embeds)
+
+
+class SplicedImageEmbeddings(DecoderInputs):
+    """Image embeddings spliced at the placeholder token ``token_id``; 1-D positions."""
+
+    names = ("in_image_embeddings",)
+    output_names = ("out_image_embeddings",)
+    dynamic_axes = {"in_image_embeddings": {0: "IMG"}}
+
+    def __init__(self, token_id: int):
+        self.token_id = token_id
+
+    def feed(self, model: Any, input_ids: torch.Tensor, past: int,
+             extras: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        (images,) = extras
+        embeds = splice_embeddings(model.get_input_embeddings()(input_ids), input_ids == self.token_id, images)
+        positions = torch.arange(past, past + input_ids.shape[1])[None]
+        return {"inputs_embeds": embeds, "position_ids": positions}, (images,)
+
+    def initial_outputs(self, hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:
+        return [torch.zeros((0, hidden), dtype=dtype)]
+
+    def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
+                      previous: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [embeddings[0]]
