@@ -106,7 +106,46 @@ def _mistral3() -> tuple[Any, Any]:
     return config, processor
 
 
+def _gemma3() -> tuple[Any, Any]:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}
+    for word in [*sorted(set(WORDS)), "Here", "original", "image", "crops", ",", ":", "are", "some", "was",
+                 "split", "into", *specials]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                              "image_token": "<image_soft_token>"},
+    )
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Gemma3Config(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=4, initializer_range=INIT),
+        mm_tokens_per_image=4, boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"], initializer_range=INIT, tie_word_embeddings=False,
+    )
+    # 16 x 16 images; pan and scan cuts the wide sample images into crops (a count per image).
+    image_processor = transformers.Gemma3ImageProcessor(
+        size={"height": 16, "width": 16}, do_pan_and_scan=True, pan_and_scan_min_crop_size=8,
+        pan_and_scan_max_num_crops=4, pan_and_scan_min_ratio_to_activate=1.2,
+    )
+    processor = transformers.Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4)
+    return config, processor
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "gemma3": _gemma3,
     "mistral3": _mistral3,
     "qwen2_5_vl": _qwen2_5_vl,
     "idefics3": _idefics3,

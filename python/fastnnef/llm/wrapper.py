@@ -17,8 +17,8 @@ is symbolic in both and one artefact serves prompt processing (P = 0) and genera
 
 Multimodal decoders (``fastnnef.multimodal``) give the wrapper ``extra_inputs``: graph
 inputs after the cache (the modality embeddings and what places them) that turn
-``input_ids`` into the embeddings and positions the model is fed, and may add outputs
-after the cache.
+``input_ids`` into the embeddings and positions the model is fed (and may widen what the
+masks let see, e.g. image tokens seeing each other), and may add outputs after the cache.
 """
 
 from __future__ import annotations
@@ -87,10 +87,12 @@ class ExtraInputs(Protocol):
     count: int
 
     def feed(
-        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...]
-    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...],
+        masks: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
         """The model's keywords replacing ``input_ids``/``position_ids`` (``inputs_embeds``,
-        ``position_ids``), and the outputs the graph returns after the cache."""
+        ``position_ids``; ``attention_masks``: replaces ``masks``, per layer type), and the
+        outputs the graph returns after the cache."""
         ...
 
 
@@ -122,11 +124,12 @@ class KVCacheLM(nn.Module):
             flat_cache, extras = flat_cache[: -self.extra_inputs.count], flat_cache[-self.extra_inputs.count :]
         new, past = input_ids.shape[1], flat_cache[0].shape[2]
         masks = attention_masks(past, new, self.layout.windows, self.compute_dtype)
-        mask: Union[torch.Tensor, dict[str, torch.Tensor]] = masks if self.layout.mixed else next(iter(masks.values()))
-        fed: dict[str, torch.Tensor] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
+        fed: dict[str, Any] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
         extra_outputs: tuple[torch.Tensor, ...] = ()
         if self.extra_inputs is not None:
-            fed, extra_outputs = self.extra_inputs.feed(self.model, input_ids, past, extras)
+            fed, extra_outputs = self.extra_inputs.feed(self.model, input_ids, past, extras, masks)
+            masks = fed.pop("attention_masks", masks)
+        mask: Union[torch.Tensor, dict[str, torch.Tensor]] = masks if self.layout.mixed else next(iter(masks.values()))
         cache = cache_from_flat(flat_cache)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:

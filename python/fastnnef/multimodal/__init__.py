@@ -13,6 +13,7 @@ artefact per modality, and ``multimodal.json`` tying them, in torch_to_nnef_llm'
 ``qwen2_5_vl.py``   Qwen2.5-VL: vision tower at any size, mrope positions in the graph
 ``idefics3.py``     Idefics3: tiles through the tower and the pixel-shuffle connector
 ``mistral3.py``     Mistral3: the Pixtral tower at any size, the patch merger
+``gemma3.py``       Gemma3: fixed-size SigLIP tower, image tokens attending both ways
 ``splice.py``       embeddings placed at the placeholder tokens, in the traced graph
 ``encoder.py``      one encoder artefact: trace, bundle, check against Hugging Face
 ``decoder.py``      the decoder (``llm.wrapper.KVCacheLM`` + extra inputs): bundles,

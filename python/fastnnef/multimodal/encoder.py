@@ -36,10 +36,10 @@ class EncoderCheck:
 
 def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]], path: Path,
                    target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path) -> Bundle:
-    """Trace (on the first item) and write the encoder of ``spec``; returns (and saves) its
-    export bundle."""
+    """Trace (on ``spec.trace_item``) and write the encoder of ``spec``; returns (and saves)
+    its export bundle."""
     module = spec.build(model).eval()
-    inputs = spec.graph_inputs(model, items[0])
+    inputs = spec.graph_inputs(model, spec.trace_item(items))
     output_names = [spec.output_name, *spec.extra_output_names(model.config)]
     target = _KeepOutputs(target_version, check_io=False, dynamic_axes=spec.dynamic_axes,
                           dump_identity_properties=False)

@@ -7,11 +7,12 @@ from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.multimodal.family import Family
+from fastnnef.multimodal.gemma3 import FAMILY as GEMMA3
 from fastnnef.multimodal.idefics3 import FAMILY as IDEFICS3
 from fastnnef.multimodal.mistral3 import FAMILY as MISTRAL3
 from fastnnef.multimodal.qwen2_5_vl import FAMILY as QWEN2_5_VL
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, IDEFICS3, MISTRAL3)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, IDEFICS3, MISTRAL3, GEMMA3)}
 
 
 def supported_list() -> str:

@@ -34,6 +34,10 @@ class EncoderSpec:
     # The manifest's host-side input contract (how to shape the processor's tensor).
     input_contract: Callable[[Any], dict[str, Any]]
     extra_output_names: Callable[[Any], list[str]] = lambda config: []  # DeepStack streams
+    fixed_size: bool = False  # the tower takes one image size only (no dynamic patch count)
+    # The item the encoder is traced on, from the sample's items (default: the first). A
+    # dynamic axis must not be 1 in the trace: the export would take it for a static 1.
+    trace_item: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] = lambda items: items[0]
 
     @property
     def output_name(self) -> str:
@@ -82,9 +86,11 @@ class DecoderInputs(ABC):
 
     @abstractmethod
     def feed(
-        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...]
-    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
-        """``ExtraInputs.feed``: the model's ``inputs_embeds``/``position_ids``, extra outputs."""
+        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...],
+        masks: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
+        """``ExtraInputs.feed``: the model's ``inputs_embeds``/``position_ids`` (and
+        ``attention_masks`` when the family widens the causal ones), extra outputs."""
 
     @abstractmethod
     def initial_outputs(self, hidden: int, dtype: torch.dtype) -> list[torch.Tensor]:

@@ -207,7 +207,8 @@ class Qwen25VLDecoderInputs(DecoderInputs):
         return torch.stack(axes)[:, None, :], new_deltas
 
     def feed(self, model: Any, input_ids: torch.Tensor, past: int,
-             extras: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+             extras: tuple[torch.Tensor, ...],
+             masks: dict[str, torch.Tensor]) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
         images, videos, image_grid, video_grid, deltas = extras
         embeds = model.get_input_embeddings()(input_ids)
         embeds = splice_embeddings(embeds, input_ids == self.image_token_id, images)

@@ -41,7 +41,8 @@ class SplicedImageEmbeddings(DecoderInputs):
         self.token_id = token_id
 
     def feed(self, model: Any, input_ids: torch.Tensor, past: int,
-             extras: tuple[torch.Tensor, ...]) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+             extras: tuple[torch.Tensor, ...],
+             masks: dict[str, torch.Tensor]) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
         (images,) = extras
         embeds = splice_embeddings(model.get_input_embeddings()(input_ids), input_ids == self.token_id, images)
         positions = torch.arange(past, past + input_ids.shape[1])[None]
