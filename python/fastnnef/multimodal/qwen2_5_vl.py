@@ -36,7 +36,7 @@ not be split across chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -45,6 +45,34 @@ from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
 from fastnnef.multimodal.splice import splice_embeddings
+
+
+def vision_attention(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Hugging Face's Qwen-VL vision attention over ONE image (its ``cu_seqlens`` split
+    would freeze the traced image's size), with an optional additive mask."""
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
+
+    seq = x.shape[0]
+    # Sizes spelled out: a -1 beside the dynamic axis would be a size tract cannot name.
+    q, k, v = attn.qkv(x).reshape(seq, 3, attn.num_heads, attn.head_dim).permute(1, 0, 2, 3).unbind(0)
+    q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+    q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, seq, head_dim]
+    scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
+    if mask is not None:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.matmul(weights, v)[0].transpose(0, 1).flatten(1)
+    return attn.proj(out)
+
+
+def grid_indices(mh: int, mw: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per patch of a merge-block grid ``[MH, MW, m, m]`` (the processor's order): its row
+    and column in patches."""
+    shape = (mh, mw, m, m)
+    row = (torch.arange(mh)[:, None, None, None] * m + torch.arange(m)[None, None, :, None]).expand(shape)
+    col = (torch.arange(mw)[None, :, None, None] * m + torch.arange(m)[None, None, None, :]).expand(shape)
+    return row.reshape(-1), col.reshape(-1)
 
 
 class Qwen25VisionEncoder(nn.Module):
@@ -58,41 +86,18 @@ class Qwen25VisionEncoder(nn.Module):
         self.window = int(visual.window_size // visual.spatial_merge_size // visual.patch_size)
         self.full_attention = set(visual.fullatt_block_indexes)
 
-    def _grid_indices(self, mh: int, mw: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per patch (processor order): its row and column in patches, and its window id."""
-        m = self.merge
-        rows = torch.arange(mh)[:, None, None, None]
-        cols = torch.arange(mw)[None, :, None, None]
-        inner_r = torch.arange(m)[None, None, :, None]
-        inner_c = torch.arange(m)[None, None, None, :]
-        shape = (mh, mw, m, m)
-        row = (rows * m + inner_r).expand(shape).reshape(-1)
-        col = (cols * m + inner_c).expand(shape).reshape(-1)
-        # One id per window: rows of windows times a bound above any count of window columns.
-        window = ((rows // self.window) * 65536 + cols // self.window).expand(shape).reshape(-1)
-        return row, col, window
-
-    def _attention(self, block: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   mask: torch.Tensor | None) -> torch.Tensor:
-        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
-
-        attn = block.attn
-        seq = x.shape[0]
-        # Sizes spelled out: a -1 beside the dynamic axis would be a size tract cannot name.
-        q, k, v = attn.qkv(x).reshape(seq, 3, attn.num_heads, attn.head_dim).permute(1, 0, 2, 3).unbind(0)
-        q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
-        q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, seq, head_dim]
-        scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
-        if mask is not None:
-            scores = scores + mask
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(weights, v)[0].transpose(0, 1).flatten(1)
-        return attn.proj(out)
+    def _window_ids(self, mh: int, mw: int) -> torch.Tensor:
+        """Per patch (processor order): its attention window, as one id (rows of windows
+        times a bound above any count of window columns)."""
+        rows = torch.arange(mh)[:, None, None, None] // self.window
+        cols = torch.arange(mw)[None, :, None, None] // self.window
+        return (rows * 65536 + cols).expand(mh, mw, self.merge, self.merge).reshape(-1)
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         mh, mw = pixel_values.shape[0], pixel_values.shape[1]
         hidden = self.visual.patch_embed(pixel_values.reshape(-1, pixel_values.shape[-1]))
-        row, col, window = self._grid_indices(mh, mw)
+        row, col = grid_indices(mh, mw, self.merge)
+        window = self._window_ids(mh, mw)
         cos, sin = self.visual.rotary_pos_emb(hidden, torch.stack([row, col], dim=-1))
         dtype = hidden.dtype
         same_window = window[:, None] == window[None, :]
@@ -100,7 +105,7 @@ class Qwen25VisionEncoder(nn.Module):
                                   torch.full((), torch.finfo(dtype).min, dtype=dtype))[None, None]
         for index, block in enumerate(self.visual.blocks):
             mask = None if index in self.full_attention else window_mask
-            hidden = hidden + self._attention(block, block.norm1(hidden), cos, sin, mask)
+            hidden = hidden + vision_attention(block.attn, block.norm1(hidden), cos, sin, mask)
             hidden = hidden + block.mlp(block.norm2(hidden))
         # The merger's own view(-1, 4 * C) would turn one unnamed size into another (N into
         # N / 4), which the export cannot tell apart: group by the named grid sizes instead.
