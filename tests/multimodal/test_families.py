@@ -95,6 +95,7 @@ def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: 
 
     from fastnnef.llm.architectures import kv_layout
     from fastnnef.llm.wrapper import KVCacheLM
+    from fastnnef.multimodal.encoder import concatenated
 
     directory = mm_checkpoint(name)
     family = FAMILIES[name]
@@ -102,8 +103,8 @@ def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: 
     sample = family.sample(transformers.AutoProcessor.from_pretrained(directory))
     inputs = family.decoder_inputs(model)
     hidden = model.config.get_text_config().hidden_size
-    embeddings = [torch.cat([spec.reference(model, item) for item in items])
-                  for spec, items in zip(family.encoders, sample.items)]
+    embeddings = [t for spec, items in zip(family.encoders, sample.items)
+                  for t in concatenated([spec.reference(model, item) for item in items])]
     wrapper = KVCacheLM(model, kv_layout(model.config), 0, inputs)
     values = inputs.prompt_values(sample.inputs, embeddings, inputs.initial_outputs(hidden, torch.float32))
     with torch.no_grad():

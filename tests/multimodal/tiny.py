@@ -144,7 +144,38 @@ def _gemma3() -> tuple[Any, Any]:
     return config, processor
 
 
+def _qwen3_vl() -> tuple[Any, Any]:
+    specials = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+    tokenizer = _word_tokenizer(specials)
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Qwen3VLConfig(
+        text_config=dict(
+            num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+                             "mrope_interleaved": True},
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            depth=3, hidden_size=32, intermediate_size=64, num_heads=4, in_channels=3, patch_size=2,
+            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16,
+            deepstack_visual_indexes=[0, 1], initializer_range=INIT,
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        initializer_range=INIT, tie_word_embeddings=False,
+    )
+    image_processor = transformers.Qwen2VLImageProcessor(
+        patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=16, max_pixels=48 * 48,
+    )
+    video_processor = transformers.Qwen3VLVideoProcessor(patch_size=2, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                              video_processor=video_processor)
+    return config, processor
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "qwen3_vl": _qwen3_vl,
     "gemma3": _gemma3,
     "mistral3": _mistral3,
     "qwen2_5_vl": _qwen2_5_vl,

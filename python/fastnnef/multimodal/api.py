@@ -71,12 +71,13 @@ from fastnnef.multimodal.decoder import (
     check_generation,
     decoder_io,
 )
-from fastnnef.multimodal.encoder import EncoderCheck, check_encoder, export_encoder, run_encoder
+from fastnnef.multimodal.encoder import EncoderCheck, check_encoder, concatenated, export_encoder, run_encoder
 from fastnnef.multimodal.families import family_of
 from fastnnef.multimodal.family import Family, Sample
 from fastnnef.multimodal.manifest import (
     ARTEFACT_NAME,
     DECODER_DIRNAME,
+    DEEPSTACK_AXIS,
     MANIFEST_NAME,
     EmbeddingContract,
     EncoderArtefact,
@@ -208,8 +209,8 @@ def dump_multimodal(
 
     progress.phase("running the model in PyTorch for the test bundles")
     with _timed(timings, "bundles"), torch.no_grad():
-        reference = [torch.cat([spec.reference(model, item) for item in items])
-                     for spec, items in zip(family.encoders, sample.items)]
+        reference = [t for spec, items in zip(family.encoders, sample.items)
+                     for t in concatenated([spec.reference(model, item) for item in items])]
     # Encoders first (uncompressed); the decoder's weights are compressed after.
     target.parent.mkdir(parents=True, exist_ok=True)
     _native.remove_stale_temps(target)
@@ -324,7 +325,7 @@ def _verify(
                 + ". Nothing was written"
             )
         encoder_checks += checks
-        embeddings.append(torch.cat(got).to(cache_dtype))
+        embeddings += [t.to(cache_dtype) for t in concatenated(got)]
     decoder = TractArtefact.load(decoder_path)
     bundle_checks = [check_bundle(decoder, b, tolerance) for b in bundles]
     raise_on_failed_bundles(bundle_checks, tolerance)
@@ -376,7 +377,9 @@ def _contract(family: Family, index: int, config: Any, hidden: int) -> Embedding
             f"config.json has no {spec.placeholder_attr}: the decoder cannot find where the {spec.embeds} "
             "embeddings go without the placeholder token id"
         )
-    return EmbeddingContract(spec.embeds, hidden, int(placeholder), spec.dynamic_axis)
+    layers = spec.injection_layers(config)
+    return EmbeddingContract(spec.embeds, hidden, int(placeholder), spec.dynamic_axis, layers,
+                             DEEPSTACK_AXIS if layers else "")
 
 
 def _check_positions(max_positions: int, prompt: int) -> None:

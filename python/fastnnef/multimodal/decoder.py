@@ -93,7 +93,10 @@ class DecoderRunner:
 
 class TractMultimodalGenerator:
     """Greedy decoding with the decoder artefact and its own cache, from a prompt whose
-    embeddings are given (the encoder artefacts' outputs)."""
+    embeddings are given (the encoder artefacts' outputs). End-of-sequence and placeholder
+    tokens are never picked, here and in Hugging Face's run: a generated placeholder would
+    get the spliced embeddings fed back in the artefact, its own embedding in Hugging Face
+    (trained models never generate one; tiny random ones may)."""
 
     def __init__(self, artefact: TractArtefact, inputs: DecoderInputs, empty_cache: Sequence[torch.Tensor],
                  hidden: int, dtype: torch.dtype, suppressed: Sequence[int]):
@@ -102,7 +105,7 @@ class TractMultimodalGenerator:
         self.empty_cache = [c.numpy() for c in empty_cache]
         self.hidden = hidden
         self.dtype = dtype
-        self.suppressed = list(suppressed)
+        self.suppressed = [*suppressed, *inputs.placeholder_ids]
 
     def generate(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor], count: int,
                  forced: Optional[Sequence[int]] = None) -> tuple[list[int], list[np.ndarray]]:
@@ -135,7 +138,7 @@ def check_generation(model: Any, generator: TractMultimodalGenerator, processed:
     tract: encoder artefacts' ``embeddings`` into the decoder artefact, then its own cache."""
     prompt = processed["input_ids"]
     modality_inputs = {k: v for k, v in processed.items() if k not in PROMPT_INPUTS}
-    reference = torch_generate(model, prompt, count, **modality_inputs)
+    reference = torch_generate(model, prompt, count, generator.inputs.placeholder_ids, **modality_inputs)
     tract_tokens, rows = generator.generate(processed, embeddings, count)
     divergence = next((i for i, (a, b) in enumerate(zip(reference, tract_tokens)) if a != b), None)
     near_tie, agreement = False, 1.0

@@ -55,22 +55,28 @@ def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Te
 
 
 def run_encoder(artefact: TractArtefact, spec: EncoderSpec, model: Any,
-                items: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
-    """The artefact's main embeddings for every sample item, in order."""
+                items: list[dict[str, torch.Tensor]]) -> list[list[torch.Tensor]]:
+    """The artefact's outputs (embeddings, then any extra streams) for every sample item."""
     outputs = []
     for item in items:
         inputs = [t.detach().float().numpy() for t in spec.graph_inputs(model, item)]
-        outputs.append(torch.from_numpy(artefact.run(inputs)[0]))
+        outputs.append([torch.from_numpy(o) for o in artefact.run(inputs)])
     return outputs
 
 
-def check_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]], got: list[torch.Tensor],
-                  tolerance: str) -> list[EncoderCheck]:
-    """Each item's tract embeddings ``got`` against Hugging Face's at ``tolerance``."""
+def check_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]],
+                  got: list[list[torch.Tensor]], tolerance: str) -> list[EncoderCheck]:
+    """Each item's tract outputs ``got`` against Hugging Face's at ``tolerance``."""
     checks = []
     for index, (item, obtained) in enumerate(zip(items, got)):
-        want = spec.reference(model, item).detach().float().numpy()
-        report = _native.compare(want, obtained.numpy(), tolerance)
+        reports = [_native.compare(want.detach().float().numpy(), out.numpy(), tolerance)
+                   for want, out in zip(spec.reference(model, item), obtained)]
         shape = list(spec.graph_inputs(model, item)[0].shape)
-        checks.append(EncoderCheck(spec.modality, index, shape, str(report), bool(report.ok)))
+        checks.append(EncoderCheck(spec.modality, index, shape, "; ".join(str(r) for r in reports),
+                                   all(bool(r.ok) for r in reports)))
     return checks
+
+
+def concatenated(per_item: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """Each output of an encoder, its items concatenated (what the decoder takes)."""
+    return [torch.cat(list(rows)) for rows in zip(*per_item)]

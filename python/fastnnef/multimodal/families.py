@@ -11,8 +11,9 @@ from fastnnef.multimodal.gemma3 import FAMILY as GEMMA3
 from fastnnef.multimodal.idefics3 import FAMILY as IDEFICS3
 from fastnnef.multimodal.mistral3 import FAMILY as MISTRAL3
 from fastnnef.multimodal.qwen2_5_vl import FAMILY as QWEN2_5_VL
+from fastnnef.multimodal.qwen3_vl import FAMILY as QWEN3_VL
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, IDEFICS3, MISTRAL3, GEMMA3)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, QWEN3_VL, IDEFICS3, MISTRAL3, GEMMA3)}
 
 
 def supported_list() -> str:

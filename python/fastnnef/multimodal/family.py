@@ -29,11 +29,14 @@ class EncoderSpec:
     build: Callable[[Any], nn.Module]  # the traced module (tower + projector) of the HF model
     # The encoder graph's inputs for ONE item (an image: ``Sample.items``).
     graph_inputs: Callable[[Any, dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]
-    # Hugging Face's own embeddings of that item (what the decoder receives in HF).
-    reference: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor]
+    # Hugging Face's own outputs for that item, in the graph's output order: the
+    # embeddings the decoder receives in HF, then any extra streams (DeepStack).
+    reference: Callable[[Any, dict[str, torch.Tensor]], list[torch.Tensor]]
     # The manifest's host-side input contract (how to shape the processor's tensor).
     input_contract: Callable[[Any], dict[str, Any]]
     extra_output_names: Callable[[Any], list[str]] = lambda config: []  # DeepStack streams
+    # The decoder layers the extra streams are added at (the manifest's injection_layers).
+    injection_layers: Callable[[Any], tuple[int, ...]] = lambda config: ()
     fixed_size: bool = False  # the tower takes one image size only (no dynamic patch count)
     # The item the encoder is traced on, from the sample's items (default: the first). A
     # dynamic axis must not be 1 in the trace: the export would take it for a static 1.
@@ -79,6 +82,7 @@ class DecoderInputs(ABC):
     names: tuple[str, ...]
     output_names: tuple[str, ...] = ()
     dynamic_axes: dict[str, dict[int, str]]
+    placeholder_ids: tuple[int, ...]  # the tokens whose embeddings are replaced
 
     @property
     def count(self) -> int:
@@ -102,5 +106,6 @@ class DecoderInputs(ABC):
     def prompt_values(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor],
                       previous: list[torch.Tensor]) -> list[torch.Tensor]:
         """The values of these inputs for a chunk holding every placeholder of the prompt:
-        ``processed`` is the processor's output, ``embeddings`` the encoders' outputs (one
-        per encoder, items concatenated), ``previous`` the preceding chunk's extra outputs."""
+        ``processed`` is the processor's output, ``embeddings`` the encoders' outputs (every
+        output of each encoder in order, items concatenated), ``previous`` the preceding
+        chunk's extra outputs."""

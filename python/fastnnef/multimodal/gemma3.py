@@ -43,10 +43,10 @@ def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tens
     return (item["pixel_values"],)
 
 
-def _reference(model: Any, item: dict[str, torch.Tensor]) -> torch.Tensor:
+def _reference(model: Any, item: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model.model.get_image_features(item["pixel_values"], return_dict=True)
-    return out.pooler_output.flatten(0, 1)
+    return [out.pooler_output.flatten(0, 1)]
 
 
 def _input_contract(config: Any) -> dict[str, Any]:

@@ -50,10 +50,10 @@ def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tens
     return (item["pixel_values"][0],)
 
 
-def _reference(model: Any, item: dict[str, torch.Tensor]) -> torch.Tensor:
+def _reference(model: Any, item: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model.model.get_image_features(item["pixel_values"], item["pixel_attention_mask"], return_dict=True)
-    return torch.cat(list(out.pooler_output), dim=0)
+    return [torch.cat(list(out.pooler_output), dim=0)]
 
 
 def _input_contract(config: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any, Optional
 MANIFEST_NAME = "multimodal.json"
 DECODER_DIRNAME = "decoder"  # the decoder's folder; an encoder's is its modality ("vision")
 ARTEFACT_NAME = "model.nnef.tgz"
+DEEPSTACK_AXIS = "IMG_DEEP"  # the row count of the DeepStack streams (torch_to_nnef_llm's symbol)
 
 
 def deepstack_output_name(modality: str, index: int) -> str:

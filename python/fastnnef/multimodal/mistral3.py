@@ -67,11 +67,11 @@ def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tens
     return (item["pixel_values"],)
 
 
-def _reference(model: Any, item: dict[str, torch.Tensor]) -> torch.Tensor:
+def _reference(model: Any, item: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model.model.get_image_features(item["pixel_values"], item["image_sizes"],
                                              vision_feature_layer=model.config.vision_feature_layer, return_dict=True)
-    return torch.cat(list(out.pooler_output), dim=0)
+    return [torch.cat(list(out.pooler_output), dim=0)]
 
 
 def _input_contract(config: Any) -> dict[str, Any]:

@@ -122,10 +122,10 @@ def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tens
     return (patches.reshape(h // m, w // m, m, m, patches.shape[-1]),)
 
 
-def _reference(model: Any, item: dict[str, torch.Tensor]) -> torch.Tensor:
+def _reference(model: Any, item: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad():
         out = model.model.get_image_features(item["pixel_values"], item["image_grid_thw"], return_dict=True)
-    return torch.cat(list(out.pooler_output), dim=0)
+    return [torch.cat(list(out.pooler_output), dim=0)]
 
 
 def _input_contract(config: Any) -> dict[str, Any]:
@@ -165,12 +165,14 @@ class Qwen25VLDecoderInputs(DecoderInputs):
     dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_video_embeddings": {0: "VID_STATE"},
                     "in_image_grid_thw": {0: "IMG_GRID"}, "in_video_grid_thw": {0: "VID_GRID"}}
 
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, video_interval: Optional[int] = None):
         self.image_token_id = int(config.image_token_id)
         self.video_token_id = int(config.video_token_id)
+        self.placeholder_ids = (self.image_token_id, self.video_token_id)
         self.merge = int(config.vision_config.spatial_merge_size)
-        # Hugging Face's temporal spacing of video frames without second_per_grid_ts (1 s per grid).
-        self.video_interval = int(config.vision_config.tokens_per_second)
+        # Hugging Face's temporal spacing of video frames: without second_per_grid_ts (1 s
+        # per grid) for Qwen2.5-VL.
+        self.video_interval = video_interval or int(config.vision_config.tokens_per_second)
 
     def _runs(self, input_ids: torch.Tensor, token: int, grid: torch.Tensor) -> _Runs:
         inside = input_ids[0] == token

@@ -21,13 +21,18 @@ import torch
 from fastnnef.multimodal.family import DecoderInputs
 
 
+def gathered_rows(placeholders: torch.Tensor, features: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[1, S, H]`` (``like``'s shape and dtype): row i of ``features [N, H]`` at the i-th
+    position where ``placeholders [1, S]`` (bool) is set, zeros elsewhere."""
+    slot = torch.cumsum(placeholders.to(torch.int64), dim=1) * placeholders.to(torch.int64)  # 1-based, 0 elsewhere
+    bank = torch.cat([like.new_zeros(1, like.shape[-1]), features.to(like.dtype)], dim=0)
+    return bank.index_select(0, slot.reshape(-1)).reshape(like.shape)
+
+
 def splice_embeddings(inputs_embeds: torch.Tensor, placeholders: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
     """``inputs_embeds [1, S, H]`` with the rows of ``features [N, H]`` at the positions
     where ``placeholders [1, S]`` (bool) is set, in order."""
-    slot = torch.cumsum(placeholders.to(torch.int64), dim=1) * placeholders.to(torch.int64)  # 1-based, 0 elsewhere
-    bank = torch.cat([inputs_embeds.new_zeros(1, inputs_embeds.shape[-1]), features.to(inputs_embeds.dtype)], dim=0)
-    gathered = bank.index_select(0, slot.reshape(-1)).reshape(inputs_embeds.shape)
-    return torch.where(placeholders[..., None], gathered, inputs_embeds)
+    return torch.where(placeholders[..., None], gathered_rows(placeholders, features, inputs_embeds), inputs_embeds)
 
 
 class SplicedImageEmbeddings(DecoderInputs):
@@ -39,6 +44,7 @@ class SplicedImageEmbeddings(DecoderInputs):
 
     def __init__(self, token_id: int):
         self.token_id = token_id
+        self.placeholder_ids = (token_id,)
 
     def feed(self, model: Any, input_ids: torch.Tensor, past: int,
              extras: tuple[torch.Tensor, ...],

@@ -1,7 +1,6 @@
-"""Qwen2.5-VL end to end: an image prompt through the processor, the encoder artefact in
-tract at both sample image sizes, its embeddings spliced into the decoder artefact, 16
-greedy tokens with tract's cache equal to Hugging Face's ``generate`` on the pixels; the
-in-graph 3-D positions against Hugging Face's ``get_rope_index``."""
+"""Qwen-VL specifics (Qwen2.5-VL, Qwen3-VL; test_families.py runs both end to end): grids
+that are not whole attention windows, the reference's decoder IO, the in-graph 3-D
+positions against Hugging Face's ``get_rope_index``, the DeepStack streams."""
 
 from __future__ import annotations
 
@@ -66,3 +65,21 @@ def test_positions_equal_get_rope_index(mm_checkpoint: Callable[..., Path],
     step, same = inputs.positions(torch.tensor([[7]]), len(ids), grids["image"], grids["video"], delta)
     assert torch.equal(step, (len(ids) + expected_delta).reshape(1, 1, 1).expand(3, 1, 1)) and torch.equal(same, delta)
 
+
+
+def test_qwen3_vl_deepstack_streams_in_the_manifest_and_the_graphs(exported: Callable[[str], Any]) -> None:
+    """Qwen3-VL (the same decoder inputs, plus DeepStack): one stream per vision block of
+    deepstack_visual_indexes, out of the encoder, into the decoder, added after decoder
+    layer i (the generation and the wrapper-equals-HF tests check the values)."""
+    root = exported("qwen3_vl").export_dir
+    manifest = json.loads((root / "multimodal.json").read_text())
+    (encoder,) = manifest["encoders"]
+    assert manifest["injection_layers"] == {"image": [0, 1]}
+    assert encoder["deepstack"] == [
+        {"layer": i, "name": f"out_image_deepstack_{i}", "feeds": f"in_image_deepstack_{i}",
+         "shape": ["IMG_DEEP", 64], "dtype": "f32"} for i in range(2)]
+    vision = TractArtefact.load(root / "vision" / "model.nnef.tgz")
+    assert vision.output_names == ["out_image_embeddings", "out_image_deepstack_0", "out_image_deepstack_1"]
+    decoder = TractArtefact.load(root / "decoder" / "model.nnef.tgz")
+    assert decoder.input_names[-2:] == ["in_image_deepstack_0", "in_image_deepstack_1"]
+    assert decoder.output_names[-2:] == ["out_image_deepstack_0", "out_image_deepstack_1"]
