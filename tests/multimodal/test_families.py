@@ -104,7 +104,7 @@ def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: 
     inputs = family.decoder_inputs(model)
     hidden = model.config.get_text_config().hidden_size
     embeddings = [t for spec, items in zip(family.encoders, sample.items)
-                  for t in concatenated([spec.reference(model, item) for item in items])]
+                  for t in concatenated(spec, items, [spec.reference(model, item) for item in items])]
     wrapper = KVCacheLM(model, kv_layout(model.config), 0, inputs)
     values = inputs.prompt_values(sample.inputs, embeddings, inputs.initial_outputs(hidden, torch.float32))
     with torch.no_grad():

@@ -19,5 +19,5 @@ def test_every_weight_streamed_from_the_checkpoint(mm_checkpoint: Callable[..., 
     assert checkpoint.streamed
     parameters = dict(checkpoint.model.named_parameters())
     assert parameters and all(isinstance(p, OffloadedTensor) for p in parameters.values())
-    towers = [n for n in parameters if "visual" in n or "vision" in n]
+    towers = [n for n in parameters if any(t in n for t in ("visual", "vision", "audio_tower"))]
     assert towers  # the towers' weights too

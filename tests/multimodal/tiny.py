@@ -174,7 +174,28 @@ def _qwen3_vl() -> tuple[Any, Any]:
     return config, processor
 
 
+def _qwen2_audio() -> tuple[Any, Any]:
+    specials = ["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Qwen2AudioConfig(
+        text_config=dict(
+            model_type="qwen2", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+        ),
+        audio_config=dict(num_mel_bins=16, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                          d_model=32, max_source_positions=50, initializer_range=INIT),
+        audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"), initializer_range=INIT,
+    )
+    # 1-second windows of 100 frames (hop 160 at 16 kHz): the encoder's 50 positions after its stride-2 conv.
+    feature_extractor = transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160,
+                                                             chunk_length=1, n_fft=400)
+    processor = transformers.Qwen2AudioProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
+    return config, processor
+
+
 FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "qwen2_audio": _qwen2_audio,
     "qwen3_vl": _qwen3_vl,
     "gemma3": _gemma3,
     "mistral3": _mistral3,
@@ -188,7 +209,9 @@ def save(name: str, directory: Path, processor: bool = True) -> Path:
     otherwise, its processor, saved in ``directory``."""
     config, proc = FAMILIES[name]()
     torch.manual_seed(0)
-    model = transformers.AutoModelForImageTextToText.from_config(config).eval()
+    from fastnnef.multimodal.families import FAMILIES as EXPORTED
+
+    model = getattr(transformers, EXPORTED[name].auto_class).from_config(config).eval()
     model.save_pretrained(directory)
     if processor:
         proc.save_pretrained(directory)

@@ -15,12 +15,13 @@ artefact per modality, and ``multimodal.json`` tying them, in torch_to_nnef_llm'
 ``idefics3.py``     Idefics3: tiles through the tower and the pixel-shuffle connector
 ``mistral3.py``     Mistral3: the Pixtral tower at any size, the patch merger
 ``gemma3.py``       Gemma3: fixed-size SigLIP tower, image tokens attending both ways
+``qwen2_audio.py``  Qwen2-Audio: Whisper-style tower on a padded window, its mask
 ``splice.py``       embeddings placed at the placeholder tokens, in the traced graph
 ``encoder.py``      one encoder artefact: trace, bundle, check against Hugging Face
 ``decoder.py``      the decoder (``llm.wrapper.KVCacheLM`` + extra inputs): bundles,
                     generation from the image prompt in tract
 ``manifest.py``     ``multimodal.json`` and the embedding contracts
-``samples.py``      the sample images (made here, never downloaded)
+``samples.py``      the sample images and audio clips (made here, never downloaded)
 ==================  ===================================================================
 """
 

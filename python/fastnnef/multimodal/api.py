@@ -129,7 +129,7 @@ class MultimodalExportReport:
         for bundle in self.bundle_checks:
             lines.append(f"tract decoder {bundle.name}: {'ok' if bundle.ok else 'FAILED'}")
         if self.generation is not None:
-            lines.append(f"generation from the image prompt: {self.generation.summary()}")
+            lines.append(f"generation from the sample prompt: {self.generation.summary()}")
         return "\n".join(lines)
 
 
@@ -210,7 +210,7 @@ def dump_multimodal(
     progress.phase("running the model in PyTorch for the test bundles")
     with _timed(timings, "bundles"), torch.no_grad():
         reference = [t for spec, items in zip(family.encoders, sample.items)
-                     for t in concatenated([spec.reference(model, item) for item in items])]
+                     for t in concatenated(spec, items, [spec.reference(model, item) for item in items])]
     # Encoders first (uncompressed); the decoder's weights are compressed after.
     target.parent.mkdir(parents=True, exist_ok=True)
     _native.remove_stale_temps(target)
@@ -325,7 +325,7 @@ def _verify(
                 + ". Nothing was written"
             )
         encoder_checks += checks
-        embeddings += [t.to(cache_dtype) for t in concatenated(got)]
+        embeddings += [t.to(cache_dtype) for t in concatenated(spec, items, got)]
     decoder = TractArtefact.load(decoder_path)
     bundle_checks = [check_bundle(decoder, b, tolerance) for b in bundles]
     raise_on_failed_bundles(bundle_checks, tolerance)

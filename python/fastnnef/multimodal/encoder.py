@@ -59,7 +59,7 @@ def run_encoder(artefact: TractArtefact, spec: EncoderSpec, model: Any,
     """The artefact's outputs (embeddings, then any extra streams) for every sample item."""
     outputs = []
     for item in items:
-        inputs = [t.detach().float().numpy() for t in spec.graph_inputs(model, item)]
+        inputs = [(t.detach().float() if t.is_floating_point() else t).numpy() for t in spec.graph_inputs(model, item)]
         outputs.append([torch.from_numpy(o) for o in artefact.run(inputs)])
     return outputs
 
@@ -77,6 +77,9 @@ def check_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Ten
     return checks
 
 
-def concatenated(per_item: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-    """Each output of an encoder, its items concatenated (what the decoder takes)."""
-    return [torch.cat(list(rows)) for rows in zip(*per_item)]
+def concatenated(spec: EncoderSpec, items: list[dict[str, torch.Tensor]],
+                 per_item: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """Each output of an encoder, its items concatenated (what the decoder takes): each
+    item's rows the decoder uses (``spec.rows``), in prompt order."""
+    counts = [spec.rows(item) if spec.rows is not None else None for item in items]
+    return [torch.cat([t[:n] for t, n in zip(outputs, counts)]) for outputs in zip(*per_item)]

@@ -11,9 +11,10 @@ from fastnnef.multimodal.gemma3 import FAMILY as GEMMA3
 from fastnnef.multimodal.idefics3 import FAMILY as IDEFICS3
 from fastnnef.multimodal.mistral3 import FAMILY as MISTRAL3
 from fastnnef.multimodal.qwen2_5_vl import FAMILY as QWEN2_5_VL
+from fastnnef.multimodal.qwen2_audio import FAMILY as QWEN2_AUDIO
 from fastnnef.multimodal.qwen3_vl import FAMILY as QWEN3_VL
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, QWEN3_VL, IDEFICS3, MISTRAL3, GEMMA3)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, QWEN3_VL, IDEFICS3, MISTRAL3, GEMMA3, QWEN2_AUDIO)}
 
 
 def supported_list() -> str:

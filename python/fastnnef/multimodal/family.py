@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -38,6 +38,9 @@ class EncoderSpec:
     # The decoder layers the extra streams are added at (the manifest's injection_layers).
     injection_layers: Callable[[Any], tuple[int, ...]] = lambda config: ()
     fixed_size: bool = False  # the tower takes one image size only (no dynamic patch count)
+    # How many of an item's output rows the decoder takes (None: all): an encoder of fixed
+    # input size emits rows for its padding too, which the runtime drops.
+    rows: Optional[Callable[[dict[str, torch.Tensor]], int]] = None
     # The item the encoder is traced on, from the sample's items (default: the first). A
     # dynamic axis must not be 1 in the trace: the export would take it for a static 1.
     trace_item: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] = lambda items: items[0]

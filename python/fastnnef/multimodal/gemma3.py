@@ -23,7 +23,7 @@ from torch import nn
 
 from fastnnef.multimodal.family import EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
-from fastnnef.multimodal.splice import SplicedImageEmbeddings
+from fastnnef.multimodal.splice import SplicedEmbeddings
 
 
 class Gemma3VisionEncoder(nn.Module):
@@ -58,7 +58,7 @@ def _input_contract(config: Any) -> dict[str, Any]:
     }
 
 
-class Gemma3DecoderInputs(SplicedImageEmbeddings):
+class Gemma3DecoderInputs(SplicedEmbeddings):
     """Image embeddings spliced at the image tokens; masks widened over each image."""
 
     def __init__(self, token_id: int, window: int | None):

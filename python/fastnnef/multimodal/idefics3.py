@@ -25,7 +25,7 @@ from torch import nn
 
 from fastnnef.multimodal.family import EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
-from fastnnef.multimodal.splice import SplicedImageEmbeddings
+from fastnnef.multimodal.splice import SplicedEmbeddings
 
 
 class Idefics3VisionEncoder(nn.Module):
@@ -93,7 +93,7 @@ FAMILY = Family(
             graph_inputs=_graph_inputs, reference=_reference, input_contract=_input_contract,
         ),
     ),
-    decoder_inputs=lambda model: SplicedImageEmbeddings(int(model.config.image_token_id)),
+    decoder_inputs=lambda model: SplicedEmbeddings(int(model.config.image_token_id)),
     decoder_modules=("model.text_model", "lm_head"),
     sample=_sample,
 )

@@ -24,7 +24,7 @@ from torch import nn
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.multimodal.family import EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
-from fastnnef.multimodal.splice import SplicedImageEmbeddings
+from fastnnef.multimodal.splice import SplicedEmbeddings
 
 
 class PixtralEncoder(nn.Module):
@@ -114,7 +114,7 @@ FAMILY = Family(
             build=_build, graph_inputs=_graph_inputs, reference=_reference, input_contract=_input_contract,
         ),
     ),
-    decoder_inputs=lambda model: SplicedImageEmbeddings(int(model.config.image_token_id)),
+    decoder_inputs=lambda model: SplicedEmbeddings(int(model.config.image_token_id)),
     decoder_modules=("model.language_model", "lm_head"),
     sample=_sample,
 )

@@ -7,9 +7,9 @@ boolean indexing or ``masked_scatter``, whose output shapes depend on the data: 
 stays symbolic in the prompt length and in the number of embeddings, and a chunk without
 placeholders (generation steps) takes an empty ``[0, hidden]`` input.
 
-:class:`SplicedImageEmbeddings` is the decoder input of the families whose decoder only
-needs that (1-D positions): ``in_image_embeddings`` in, passed through as
-``out_image_embeddings`` (torch_to_nnef_llm's decoder IO).
+:class:`SplicedEmbeddings` is the decoder input of the families whose decoder only needs
+that (1-D positions): ``in_<modality>_embeddings`` in, passed through as
+``out_<modality>_embeddings`` (torch_to_nnef_llm's decoder IO).
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ def splice_embeddings(inputs_embeds: torch.Tensor, placeholders: torch.Tensor, f
     return torch.where(placeholders[..., None], gathered_rows(placeholders, features, inputs_embeds), inputs_embeds)
 
 
-class SplicedImageEmbeddings(DecoderInputs):
-    """Image embeddings spliced at the placeholder token ``token_id``; 1-D positions."""
+class SplicedEmbeddings(DecoderInputs):
+    """Embeddings of ``modality`` ("image", "audio") spliced at the placeholder token
+    ``token_id``, their row count the symbol ``axis``; 1-D positions."""
 
-    names = ("in_image_embeddings",)
-    output_names = ("out_image_embeddings",)
-    dynamic_axes = {"in_image_embeddings": {0: "IMG"}}
-
-    def __init__(self, token_id: int):
+    def __init__(self, token_id: int, modality: str = "image", axis: str = "IMG"):
         self.token_id = token_id
         self.placeholder_ids = (token_id,)
+        self.names = (f"in_{modality}_embeddings",)
+        self.output_names = (f"out_{modality}_embeddings",)
+        self.dynamic_axes = {self.names[0]: {0: axis}}
 
     def feed(self, model: Any, input_ids: torch.Tensor, past: int,
              extras: tuple[torch.Tensor, ...],
