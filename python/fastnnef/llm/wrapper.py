@@ -84,7 +84,8 @@ class ExtraInputs(Protocol):
     """Graph inputs after the cache that decide what the model is fed (see the module
     docstring): ``count`` tensors, the last inputs of the wrapper's forward."""
 
-    count: int
+    @property
+    def count(self) -> int: ...
 
     def feed(
         self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...],

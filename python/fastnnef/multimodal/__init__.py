@@ -30,7 +30,7 @@ from fastnnef.exceptions import T2NErrorImport
 try:
     import transformers  # noqa: F401  (every module here builds on it)
 except ImportError as err:  # pragma: no cover - transformers is installed for the tests
-    raise T2NErrorImport("fastnnef.multimodal needs transformers 5: pip install 'fastnnef[llm]'") from err
+    raise T2NErrorImport("fastnnef.multimodal needs transformers 5: pip install 'fastnnef[multimodal]'") from err
 
 from fastnnef.multimodal.api import MultimodalExportReport, dump_multimodal  # noqa: E402
 

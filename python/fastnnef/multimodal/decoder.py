@@ -82,7 +82,9 @@ class DecoderRunner:
         ids = processed["input_ids"]
         is_placeholder = torch.isin(ids[0], torch.tensor(list(placeholder_ids)))
         first = int(is_placeholder.nonzero()[0, 0]) if bool(is_placeholder.any()) else ids.shape[1] // 2
-        past_len = max(1, first // 2)
+        # P of the trace: 2 or more where the text allows (a dynamic axis of 1 in the trace
+        # could be taken for a static 1), before the first placeholder.
+        past_len = max(1, min(max(2, first // 2), first - 1))
         empty = self.wrapper.empty_cache(self.cache_dtype)
         initial = self.inputs.initial_outputs(self.hidden, self.cache_dtype)
         past = self._run("past", [ids[:, :past_len], *empty, *initial])

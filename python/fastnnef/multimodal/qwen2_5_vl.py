@@ -158,9 +158,9 @@ class Qwen25VLDecoderInputs(DecoderInputs):
     inputs passed through as outputs, as torch_to_nnef_llm's decoder does (a runtime
     feeds every ``out_*`` back as ``in_*``; chunks without placeholders ignore them)."""
 
-    names = ("in_image_embeddings", "in_video_embeddings", "in_image_grid_thw", "in_video_grid_thw",
+    names: tuple[str, ...] = ("in_image_embeddings", "in_video_embeddings", "in_image_grid_thw", "in_video_grid_thw",
              "in_rope_deltas")
-    output_names = ("out_image_embeddings", "out_video_embeddings", "out_image_grid_thw", "out_video_grid_thw",
+    output_names: tuple[str, ...] = ("out_image_embeddings", "out_video_embeddings", "out_image_grid_thw", "out_video_grid_thw",
                     "out_rope_deltas")
     dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_video_embeddings": {0: "VID_STATE"},
                     "in_image_grid_thw": {0: "IMG_GRID"}, "in_video_grid_thw": {0: "VID_GRID"}}
