@@ -26,7 +26,7 @@ import torch
 from fastnnef.check import TractArtefact
 from fastnnef.llm.architectures import KVLayout
 from fastnnef.llm.bundles import Bundle
-from fastnnef.llm.verify import NEAR_TIE, GenerationCheck, torch_generate
+from fastnnef.llm.verify import NEAR_TIE, GenerationCheck, _feed, torch_generate
 from fastnnef.llm.wrapper import KVCacheLM, dynamic_axes, io_names
 from fastnnef.multimodal.family import DecoderInputs
 
@@ -104,7 +104,7 @@ class TractMultimodalGenerator:
                  hidden: int, dtype: torch.dtype, suppressed: Sequence[int]):
         self.artefact = artefact
         self.inputs = inputs
-        self.empty_cache = [c.numpy() for c in empty_cache]
+        self.empty_cache = list(empty_cache)
         self.hidden = hidden
         self.dtype = dtype
         self.suppressed = [*suppressed, *inputs.placeholder_ids]
@@ -112,7 +112,8 @@ class TractMultimodalGenerator:
     def generate(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor], count: int,
                  forced: Optional[Sequence[int]] = None) -> tuple[list[int], list[np.ndarray]]:
         extras = self.inputs.prompt_values(processed, embeddings, self.inputs.initial_outputs(self.hidden, self.dtype))
-        values = [processed["input_ids"].numpy(), *self.empty_cache, *[_array(v) for v in extras]]
+        # In the artefact's input dtypes (f16 artefacts take f16); outputs fed back already are.
+        values = _feed(self.artefact, [processed["input_ids"], *self.empty_cache, *extras])
         picks: list[int] = []
         rows: list[np.ndarray] = []
         for step in range(count):
@@ -127,10 +128,6 @@ class TractMultimodalGenerator:
             # The cache and the extra outputs fed back, as a runtime does.
             values = [np.array([[fed]], dtype=np.int64), *outputs[1:]]
         return picks, rows
-
-
-def _array(value: torch.Tensor) -> np.ndarray:
-    return value.detach().float().numpy() if value.is_floating_point() else value.numpy()
 
 
 def check_generation(model: Any, generator: TractMultimodalGenerator, processed: dict[str, torch.Tensor],
