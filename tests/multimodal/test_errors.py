@@ -62,3 +62,15 @@ def test_existing_output_is_left_untouched(mm_checkpoint: Callable[..., Path], t
     with pytest.raises(T2NErrorInvalidArgument, match=r"export directory .*taken already exists.*-iaed"):
         dump_multimodal(out, local_dir=mm_checkpoint(NAME))
     assert [p.name for p in tmp_path.iterdir()] == ["taken"] and [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_another_familys_processor(mm_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    directory = _copy(mm_checkpoint(NAME), tmp_path)
+    for path in directory.iterdir():
+        if path.name.startswith(("processor", "preprocessor", "tokenizer")):
+            path.unlink()
+    for path in mm_checkpoint("idefics3").iterdir():
+        if path.name.startswith(("processor", "preprocessor", "tokenizer")):
+            shutil.copy(path, directory / path.name)
+    _fails(tmp_path, T2NErrorInvalidArgument, r"processor in .* \(Idefics3Processor\) cannot build the qwen2_5_vl "
+           r"sample prompt", local_dir=directory)

@@ -200,7 +200,7 @@ def dump_multimodal(
     _check_inputs_dtype(force_inputs_dtype, cache_dtype)
     layout = kv_layout(model.config)
     hidden = int(model.config.get_text_config(decoder=True).hidden_size)
-    sample = family.sample(processor)
+    sample = _sample(family, processor, directory)
     processed = sample.inputs
     _check_positions(layout.max_positions, processed["input_ids"].shape[1])
     contracts = [_contract(family, i, model.config, hidden) for i in range(len(family.encoders))]
@@ -367,6 +367,18 @@ def _load_processor(directory: Path, trust_remote_code: bool) -> Any:
         return AutoProcessor.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, ImportError, TypeError) as err:
         raise T2NErrorInvalidArgument(f"the processor in {directory} does not load: {err}") from err
+
+
+def _sample(family: Family, processor: Any, directory: Path) -> Sample:
+    """The family's sample prompt through the checkpoint's processor; a processor that
+    cannot make it (another family's, a broken one) is named."""
+    try:
+        return family.sample(processor)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+        raise T2NErrorInvalidArgument(
+            f"the processor in {directory} ({type(processor).__name__}) cannot build the {family.model_type} sample "
+            f"prompt: {type(err).__name__}: {err}; it must be the checkpoint's own processor"
+        ) from err
 
 
 def _contract(family: Family, index: int, config: Any, hidden: int) -> EmbeddingContract:

@@ -49,10 +49,6 @@ class EncoderSpec:
     def output_name(self) -> str:
         return f"out_{self.embeds}_embeddings"
 
-    @property
-    def decoder_input_name(self) -> str:
-        return f"in_{self.embeds}_embeddings"
-
 
 @dataclass
 class Sample:
