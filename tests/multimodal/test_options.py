@@ -37,3 +37,13 @@ def test_f16_export_verified_at_its_tolerance(mm_checkpoint: Callable[..., Path]
     assert all(c.ok for c in report.encoder_checks) and all(b.ok for b in report.bundle_checks)
     assert report.generation is not None and not report.generation.exact_required
     assert len(report.generation.tract_tokens) == 16
+
+
+def test_tied_lm_head_and_token_embedding_written_once(mm_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+    """The decoder reads the token embedding twice (the splice's embeddings, the tied LM
+    head): one variable, one .dat."""
+    report = dump_multimodal(tmp_path / "out", local_dir=mm_checkpoint("idefics3-tied"))
+    assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens
+    members = _members(report.decoder_path)
+    assert [n for n in members if "embed_tokens" in n or "lm_head" in n] == [
+        "model.model.text_model.embed_tokens.weight.dat"]

@@ -61,7 +61,7 @@ def _qwen2_5_vl() -> tuple[Any, Any]:
     return config, processor
 
 
-def _idefics3() -> tuple[Any, Any]:
+def _idefics3(tied: bool = False) -> tuple[Any, Any]:
     grid = [f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
     specials = ["<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>", *grid]
     tokenizer = _word_tokenizer(specials)
@@ -74,7 +74,7 @@ def _idefics3() -> tuple[Any, Any]:
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                            image_size=16, patch_size=4, initializer_range=INIT),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"), scale_factor=2, initializer_range=INIT,
-        tie_word_embeddings=False, pad_token_id=0,
+        tie_word_embeddings=tied, pad_token_id=0,
     )
     # Tiles of 16 x 16 pixels (16 patches, 4 tokens after the pixel shuffle); images resized
     # to at most 32 pixels on their longest edge, so that they are split into up to 2 x 2 tiles.
@@ -201,6 +201,7 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
     "mistral3": _mistral3,
     "qwen2_5_vl": _qwen2_5_vl,
     "idefics3": _idefics3,
+    "idefics3-tied": lambda: _idefics3(tied=True),  # the LM head is the token embedding
 }
 
 
@@ -211,7 +212,7 @@ def save(name: str, directory: Path, processor: bool = True) -> Path:
     torch.manual_seed(0)
     from fastnnef.multimodal.families import FAMILIES as EXPORTED
 
-    model = getattr(transformers, EXPORTED[name].auto_class).from_config(config).eval()
+    model = getattr(transformers, EXPORTED[name.split("-")[0]].auto_class).from_config(config).eval()
     model.save_pretrained(directory)
     if processor:
         proc.save_pretrained(directory)
