@@ -121,8 +121,9 @@ class KVCacheLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
         extras: tuple[torch.Tensor, ...] = ()
-        if self.extra_inputs is not None:
-            flat_cache, extras = flat_cache[: -self.extra_inputs.count], flat_cache[-self.extra_inputs.count :]
+        if self.extra_inputs is not None and self.extra_inputs.count:
+            split = len(flat_cache) - self.extra_inputs.count
+            flat_cache, extras = flat_cache[:split], flat_cache[split:]
         new, past = input_ids.shape[1], flat_cache[0].shape[2]
         masks = attention_masks(past, new, self.layout.windows, self.compute_dtype)
         fed: dict[str, Any] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
