@@ -58,6 +58,7 @@ CONFIG = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_FILE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+CAUSAL_LM = "AutoModelForCausalLM"  # the auto class the LLM exporter loads with
 
 
 @dataclass
@@ -172,15 +173,22 @@ def _weight_files(directory: Path) -> list[Path]:
     return files
 
 
-def check_weights(directory: Path, config: Any, trust_remote_code: bool) -> None:
+def _auto_class(name: str) -> Any:
+    """The transformers auto class that builds the model (``AutoModelForCausalLM`` for the
+    LLM exporter, ``AutoModelForImageTextToText`` for multimodal checkpoints)."""
+    import transformers
+
+    return getattr(transformers, name)
+
+
+def check_weights(directory: Path, config: Any, trust_remote_code: bool, auto_class: str = CAUSAL_LM) -> None:
     """Read every shard's header (not its data): a truncated or corrupt shard, or a weight
     whose shape differs from what the config builds, is reported by name."""
     from safetensors import safe_open
-    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):  # shapes only: no memory for the weights
         # A copy: building a model settles fields of its config (attention implementation).
-        skeleton = AutoModelForCausalLM.from_config(copy.deepcopy(config), trust_remote_code=trust_remote_code)
+        skeleton = _auto_class(auto_class).from_config(copy.deepcopy(config), trust_remote_code=trust_remote_code)
     expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
     wrong: list[str] = []
     for path in _weight_files(directory):
@@ -203,18 +211,20 @@ def load_checkpoint(
     dtype: Optional[torch.dtype],
     attn_implementation: str,
     trust_remote_code: bool,
+    auto_class: str = CAUSAL_LM,
 ) -> Checkpoint:
-    """Check and load the checkpoint in ``directory`` (see the module docstring)."""
+    """Check and load the checkpoint in ``directory`` (see the module docstring) with the
+    transformers auto class named ``auto_class``."""
     config = read_config(directory, trust_remote_code)
     architecture = architecture_of(config)
     files = _weight_files(directory)
     model = None
     source = _streamable(directory, files)
     if source is not None:
-        model = _stream_weights(source, config, dtype, attn_implementation, trust_remote_code)
+        model = _stream_weights(source, config, dtype, attn_implementation, trust_remote_code, auto_class)
     if model is None:
-        check_weights(directory, config, trust_remote_code)
-        model = _load_weights(directory, config, dtype, attn_implementation, trust_remote_code)
+        check_weights(directory, config, trust_remote_code, auto_class)
+        model = _load_weights(directory, config, dtype, attn_implementation, trust_remote_code, auto_class)
     model.eval()
     model.requires_grad_(False)
     return Checkpoint(
@@ -237,14 +247,13 @@ def _streamable(directory: Path, files: list[Path]) -> Optional[Path]:
 
 
 def _stream_weights(
-    source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
+    source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool,
+    auto_class: str,
 ) -> Optional[Any]:
     """The model with every parameter an OffloadedTensor of ``source``, or None when
     transformers must convert some checkpoint tensors at load in a way not supported here
     (see the module docstring).
     Missing, unexpected and wrongly shaped weights raise before anything is bound."""
-    from transformers import AutoModelForCausalLM
-
     try:
         ckpt = open_checkpoint(source)
     except T2NErrorCheckpoint as err:
@@ -255,7 +264,7 @@ def _stream_weights(
     # Built on meta: nothing is allocated, not even transiently (a parameter created on
     # the CPU then moved would still cost its size in address space).
     with torch.device("meta"):
-        model: Any = AutoModelForCausalLM.from_config(
+        model: Any = _auto_class(auto_class).from_config(
             config, dtype=model_dtype, attn_implementation=attn_implementation, trust_remote_code=trust_remote_code,
         )
     # Buffers are not in checkpoints (rotary inv_freq, embedding scales): real storage,
@@ -420,17 +429,16 @@ def _ignorable(model: Any, key: str) -> bool:
 
 
 def _load_weights(
-    directory: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool
+    directory: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool,
+    auto_class: str,
 ) -> Any:
     """``from_pretrained`` in the checkpoint's dtype (or ``dtype``), so weights are loaded
     once, never converted after loading. Weights the config needs but the checkpoint
     lacks would be random: refused."""
-    from transformers import AutoModelForCausalLM
-
     model: Any
     info: dict[str, Any]
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(  # type: ignore[misc]
+        model, info = _auto_class(auto_class).from_pretrained(
             directory, config=config, dtype=dtype or "auto", attn_implementation=attn_implementation,
             local_files_only=True, trust_remote_code=trust_remote_code, output_loading_info=True,
         )

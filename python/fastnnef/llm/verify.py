@@ -117,8 +117,11 @@ def raise_on_failed_bundles(checks: Sequence[BundleCheck], tolerance: str) -> No
     raise T2NErrorIOPytorchTractNotISO(message + "\nNothing was written; a looser -tt tolerance may fit half precision")
 
 
-def torch_generate(model: Any, prompt: torch.Tensor, count: int) -> list[int]:
-    """Hugging Face's greedy ``generate`` of exactly ``count`` tokens.
+def torch_generate(model: Any, prompt: torch.Tensor, count: int, suppressed: Sequence[int] = (),
+                   **model_inputs: torch.Tensor) -> list[int]:
+    """Hugging Face's greedy ``generate`` of exactly ``count`` tokens (``model_inputs``:
+    what else the model takes with the prompt, e.g. a multimodal model's pixel values;
+    ``suppressed``: tokens never picked, besides end-of-sequence ones).
 
     Only greedy search acts: the checkpoint's generation defaults (repetition penalty,
     sampling settings, banned words, ...) are set aside for the call, and end-of-sequence
@@ -130,12 +133,13 @@ def torch_generate(model: Any, prompt: torch.Tensor, count: int) -> list[int]:
     saved = model.generation_config
     # A fresh config on our own model instance, restored below: generate() fills every
     # unset field from model.generation_config.
-    model.generation_config = GenerationConfig(eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+    model.generation_config = GenerationConfig(eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0,
+                                               suppress_tokens=list(suppressed) or None)
     try:
         with torch.no_grad():
             out = model.generate(
                 prompt, attention_mask=torch.ones_like(prompt), do_sample=False, num_beams=1,
-                max_new_tokens=count, min_new_tokens=count,
+                max_new_tokens=count, min_new_tokens=count, **model_inputs,
             )
     finally:
         model.generation_config = saved

@@ -19,12 +19,17 @@ is symbolic in both and one artefact serves prompt processing (P = 0) and genera
   when ``j <= P+i``, and for a sliding-window layer only when also ``j > P+i - window``
   (transformers' rule). Models with several layer types get one mask per type (none
   for linear-attention layers, which see only their states).
+
+Multimodal decoders (``fastnnef.multimodal``) give the wrapper ``extra_inputs``: graph
+inputs after the cache (the modality embeddings and what places them) that turn
+``input_ids`` into the embeddings and positions the model is fed (and may widen what the
+masks let see, e.g. image tokens seeing each other), and may add outputs after the cache.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Collection, Union
+from typing import Any, Collection, Optional, Protocol, Union
 
 import torch
 from torch import nn
@@ -93,13 +98,32 @@ def attention_masks(
     return masks
 
 
+class ExtraInputs(Protocol):
+    """Graph inputs after the cache that decide what the model is fed (see the module
+    docstring): ``count`` tensors, the last inputs of the wrapper's forward."""
+
+    @property
+    def count(self) -> int: ...
+
+    def feed(
+        self, model: Any, input_ids: torch.Tensor, past: int, extras: tuple[torch.Tensor, ...],
+        masks: dict[str, torch.Tensor],
+    ) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
+        """The model's keywords replacing ``input_ids``/``position_ids`` (``inputs_embeds``,
+        ``position_ids``; ``attention_masks``: replaces ``masks``, per layer type), and the
+        outputs the graph returns after the cache."""
+        ...
+
+
 class KVCacheLM(nn.Module):
     """Wraps a Hugging Face causal LM for export (see the module docstring).
 
     ``num_logits_to_keep``: logits for the last N positions; 0 keeps all of them.
+    ``extra_inputs``: inputs after the cache (multimodal decoders), or None.
     """
 
-    def __init__(self, lm: Any, layout: KVLayout, num_logits_to_keep: int = 1):
+    def __init__(self, lm: Any, layout: KVLayout, num_logits_to_keep: int = 1,
+                 extra_inputs: Optional[ExtraInputs] = None):
         super().__init__()
         # Named as in torch_to_nnef_llm's wrapper, so weights get the same labels
         # (model.model.layers.0.self_attn.q_proj.weight, model.lm_head.weight).
@@ -119,28 +143,34 @@ class KVCacheLM(nn.Module):
         self.linear_attention = nn.ModuleDict({str(i): GatedDeltaNetOps() for i in self.linear_layers})
         # The past length P is read from the first key/value layer's keys.
         self._first_key = 2 * next(i for i in range(layout.n_layers) if i not in self.linear_layers)
+        self.extra_inputs = extra_inputs
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        extras: tuple[torch.Tensor, ...] = ()
+        if self.extra_inputs is not None and self.extra_inputs.count:
+            split = len(flat_cache) - self.extra_inputs.count
+            flat_cache, extras = flat_cache[:split], flat_cache[split:]
         new, past = input_ids.shape[1], flat_cache[self._first_key].shape[2]
         masks: dict[str, Any] = attention_masks(past, new, self.layout.windows, self.compute_dtype)
+        fed: dict[str, Any] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
+        extra_outputs: tuple[torch.Tensor, ...] = ()
+        if self.extra_inputs is not None:
+            fed, extra_outputs = self.extra_inputs.feed(self.model, input_ids, past, extras, masks)
+            masks = fed.pop("attention_masks", masks)
         if self.linear:
             masks[LINEAR_ATTENTION] = None
         mask: Union[torch.Tensor, dict[str, Any]] = masks if self.layout.mixed else next(iter(masks.values()))
-        positions = torch.arange(past, past + new)[None]
         cache = cache_from_flat(flat_cache, self.linear_layers)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:
             kwargs["logits_to_keep"] = self.num_logits_to_keep
         ops = {i: self.linear_attention[str(i)] for i in self.linear_layers}
         with gated_delta_net_forward(self._linear_mixers, ops):  # type: ignore[arg-type]
-            out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, return_dict=True,
-                **kwargs,
-            )
+            out = self.model(attention_mask=mask, use_cache=True, return_dict=True, **fed, **kwargs)
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
             logits = logits[:, -self.num_logits_to_keep :]
-        return (logits, *flat_from_cache(cache, self.layout.n_layers))
+        return (logits, *flat_from_cache(cache, self.layout.n_layers), *extra_outputs)
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per

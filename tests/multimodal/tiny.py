@@ -1,0 +1,219 @@
+"""Tiny random-weight multimodal checkpoints with their processors, built offline: configs,
+a word-level tokenizer holding the family's special tokens, and the family's image
+processor constructed from parameters (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import transformers
+
+INIT = 0.3  # as tests/llm/tiny.py: random models with varied greedy continuations
+WORDS = ("describe this picture in a few words please what do you see here it is a small image of "
+         "red green blue sky sea tree house cat dog and the").split()
+
+
+def _word_tokenizer(specials: list[str]) -> Any:
+    """A word-level fast tokenizer: <unk> <s> </s>, the words, then ``specials``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for word in [*sorted(set(WORDS)), *specials]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<unk>")
+    fast.add_special_tokens({"additional_special_tokens": specials})
+    return fast
+
+
+def _qwen2_5_vl() -> tuple[Any, Any]:
+    specials = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+    tokenizer = _word_tokenizer(specials)
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256,
+            initializer_range=INIT, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                     "mrope_section": [2, 3, 3]},
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, in_channels=3, patch_size=2,
+            spatial_merge_size=2, temporal_patch_size=2, window_size=8, out_hidden_size=64,
+            fullatt_block_indexes=[1], initializer_range=INIT,
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        initializer_range=INIT, tie_word_embeddings=False,
+    )
+    image_processor = transformers.Qwen2VLImageProcessor(
+        patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=16, max_pixels=48 * 48,
+    )
+    video_processor = transformers.Qwen2VLVideoProcessor(patch_size=2, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                                 video_processor=video_processor)
+    return config, processor
+
+
+def _idefics3(tied: bool = False) -> tuple[Any, Any]:
+    grid = [f"<row_{r}_col_{c}>" for r in range(1, 5) for c in range(1, 5)]
+    specials = ["<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>", *grid]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Idefics3Config(
+        text_config=dict(
+            model_type="llama", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=4, initializer_range=INIT),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), scale_factor=2, initializer_range=INIT,
+        tie_word_embeddings=tied, pad_token_id=0,
+    )
+    # Tiles of 16 x 16 pixels (16 patches, 4 tokens after the pixel shuffle); images resized
+    # to at most 32 pixels on their longest edge, so that they are split into up to 2 x 2 tiles.
+    image_processor = transformers.Idefics3ImageProcessor(size={"longest_edge": 32},
+                                                          max_image_size={"longest_edge": 16})
+    processor = transformers.Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4)
+    return config, processor
+
+
+def _mistral3() -> tuple[Any, Any]:
+    specials = ["[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Mistral3Config(
+        text_config=dict(
+            model_type="mistral", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256,
+            initializer_range=INIT, bos_token_id=1, eos_token_id=2, pad_token_id=0, sliding_window=None,
+        ),
+        vision_config=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, head_dim=8, image_size=64, patch_size=2, initializer_range=INIT),
+        image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"), spatial_merge_size=2, vision_feature_layer=-1,
+        multimodal_projector_bias=False, initializer_range=INIT, tie_word_embeddings=False,
+    )
+    # Images resized to at most 32 pixels on their longest edge, in whole 2 x 2 patch blocks.
+    image_processor = transformers.PixtralImageProcessor(patch_size={"height": 4, "width": 4},
+                                                         size={"longest_edge": 32})
+    processor = transformers.PixtralProcessor(image_processor=image_processor, tokenizer=tokenizer, patch_size=2,
+                                              spatial_merge_size=2)
+    return config, processor
+
+
+def _gemma3() -> tuple[Any, Any]:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}
+    for word in [*sorted(set(WORDS)), "Here", "original", "image", "crops", ",", ":", "are", "some", "was",
+                 "split", "into", *specials]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                              "image_token": "<image_soft_token>"},
+    )
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Gemma3Config(
+        text_config=dict(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=16, patch_size=4, initializer_range=INIT),
+        mm_tokens_per_image=4, boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"], initializer_range=INIT, tie_word_embeddings=False,
+    )
+    # 16 x 16 images; pan and scan cuts the wide sample images into crops (a count per image).
+    image_processor = transformers.Gemma3ImageProcessor(
+        size={"height": 16, "width": 16}, do_pan_and_scan=True, pan_and_scan_min_crop_size=8,
+        pan_and_scan_max_num_crops=4, pan_and_scan_min_ratio_to_activate=1.2,
+    )
+    processor = transformers.Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4)
+    return config, processor
+
+
+def _qwen3_vl() -> tuple[Any, Any]:
+    specials = ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]
+    tokenizer = _word_tokenizer(specials)
+    ids = {s: tokenizer.convert_tokens_to_ids(s) for s in specials}
+    config = transformers.Qwen3VLConfig(
+        text_config=dict(
+            num_hidden_layers=3, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3],
+                             "mrope_interleaved": True},
+            bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(
+            depth=3, hidden_size=32, intermediate_size=64, num_heads=4, in_channels=3, patch_size=2,
+            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16,
+            deepstack_visual_indexes=[0, 1], initializer_range=INIT,
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        initializer_range=INIT, tie_word_embeddings=False,
+    )
+    image_processor = transformers.Qwen2VLImageProcessor(
+        patch_size=2, merge_size=2, temporal_patch_size=2, min_pixels=16, max_pixels=48 * 48,
+    )
+    video_processor = transformers.Qwen3VLVideoProcessor(patch_size=2, merge_size=2, temporal_patch_size=2)
+    processor = transformers.Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                                              video_processor=video_processor)
+    return config, processor
+
+
+def _qwen2_audio() -> tuple[Any, Any]:
+    specials = ["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"]
+    tokenizer = _word_tokenizer(specials)
+    config = transformers.Qwen2AudioConfig(
+        text_config=dict(
+            model_type="qwen2", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=256, initializer_range=INIT,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+        ),
+        audio_config=dict(num_mel_bins=16, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                          d_model=32, max_source_positions=50, initializer_range=INIT),
+        audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"), initializer_range=INIT,
+    )
+    # 1-second windows of 100 frames (hop 160 at 16 kHz): the encoder's 50 positions after its stride-2 conv.
+    feature_extractor = transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160,
+                                                             chunk_length=1, n_fft=400)
+    processor = transformers.Qwen2AudioProcessor(feature_extractor=feature_extractor, tokenizer=tokenizer)
+    return config, processor
+
+
+FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
+    "qwen2_audio": _qwen2_audio,
+    "qwen3_vl": _qwen3_vl,
+    "gemma3": _gemma3,
+    "mistral3": _mistral3,
+    "qwen2_5_vl": _qwen2_5_vl,
+    "idefics3": _idefics3,
+    "idefics3-tied": lambda: _idefics3(tied=True),  # the LM head is the token embedding
+}
+
+
+def save(name: str, directory: Path, processor: bool = True) -> Path:
+    """The tiny checkpoint of family ``name`` (seeded random weights) and, unless told
+    otherwise, its processor, saved in ``directory``."""
+    config, proc = FAMILIES[name]()
+    torch.manual_seed(0)
+    from fastnnef.multimodal.families import FAMILIES as EXPORTED
+
+    model = getattr(transformers, EXPORTED[name.split("-")[0]].auto_class).from_config(config).eval()
+    model.save_pretrained(directory)
+    if processor:
+        proc.save_pretrained(directory)
+    return directory
