@@ -110,3 +110,25 @@ def test_decoder_on_another_prompt_than_traced(exported: Callable[[str], Any],
               inputs["image_grid_thw"].numpy(), np.zeros((0, 3), np.int64), np.zeros((1, 1), np.int64),
               *(stream[0].numpy() for stream in features.deepstack_features)]
     np.testing.assert_allclose(decoder.run(values)[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_generated_image_token_stays_text(mm_checkpoint: Callable[..., Path]) -> None:
+    """A step holding an image token the model generated, fed the prompt's embeddings,
+    grids and DeepStack streams back (passed-through outputs): the token keeps its own
+    embedding, text positions and the rope delta, and no stream is added, as in Hugging
+    Face's generation steps (the wrapper's traced code, run in PyTorch)."""
+    model, _ = _model_and_sample(mm_checkpoint)
+    inputs = Qwen3VLDecoderInputs(model)
+    hidden = model.config.text_config.hidden_size
+    ids = torch.tensor([[7, model.config.image_token_id]])
+    rows = torch.ones((4, hidden))  # the prompt's one image of 2 x 2 merged patches
+    delta = torch.tensor([[-3]])
+    extras = (rows, torch.zeros((0, hidden)), torch.tensor([[1, 4, 4]]), torch.zeros((0, 3), dtype=torch.int64),
+              delta, rows, rows)
+    fed, outputs = inputs.feed(model, ids, 20, extras, {})
+    assert torch.equal(fed["inputs_embeds"], model.get_input_embeddings()(ids))
+    assert torch.equal(fed["position_ids"], (20 - 3 + torch.arange(2)).expand(3, 1, 2))
+    assert torch.equal(outputs[4], delta)
+    with torch.no_grad():  # the DeepStack hooks add zeros and go
+        model(**fed)
+    assert all(not layer._forward_hooks for layer in model.model.language_model.layers)
