@@ -44,7 +44,7 @@ from torch import nn
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
-from fastnnef.multimodal.splice import splice_embeddings
+from fastnnef.multimodal.splice import complete_placeholders, splice_embeddings
 
 
 def vision_attention(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -217,10 +217,15 @@ class Qwen25VLDecoderInputs(DecoderInputs):
              extras: tuple[torch.Tensor, ...],
              masks: dict[str, torch.Tensor]) -> tuple[dict[str, Any], tuple[torch.Tensor, ...]]:
         images, videos, image_grid, video_grid, deltas = extras
+        is_image, is_video = input_ids == self.image_token_id, input_ids == self.video_token_id
         embeds = model.get_input_embeddings()(input_ids)
-        embeds = splice_embeddings(embeds, input_ids == self.image_token_id, images)
-        embeds = splice_embeddings(embeds, input_ids == self.video_token_id, videos)
-        positions, new_deltas = self.positions(input_ids, past, image_grid, video_grid, deltas)
+        embeds = splice_embeddings(splice_embeddings(embeds, is_image, images), is_video, videos)
+        # Placeholders that splice nothing (a generated one: complete_placeholders) are text
+        # for the positions too, as in Hugging Face's generation steps.
+        stray = ((is_image & ~complete_placeholders(is_image, images))
+                 | (is_video & ~complete_placeholders(is_video, videos)))
+        positions, new_deltas = self.positions(torch.where(stray, -1, input_ids), past, image_grid, video_grid,
+                                               deltas)
         return {"inputs_embeds": embeds, "position_ids": positions}, (images, videos, image_grid, video_grid,
                                                                       new_deltas)
 
