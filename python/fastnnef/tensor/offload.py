@@ -57,7 +57,7 @@ from fastnnef.exceptions import (
     T2NErrorNotImplemented,
 )
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
-from fastnnef.tensor.quant.qtract import Q4_0_BLOCK_BYTES, Q4_0_GROUP
+from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.traced import traced_torch_function
 
 log = logging.getLogger("fastnnef")
@@ -282,10 +282,13 @@ class OffloadedTensor(torch.Tensor):
     def _materialize(self) -> torch.Tensor:
         if self.packed:
             return self.packed_qtensor().decompress()
+        if self.q4_0:
+            # Rust quantizes and dequantizes block by block from the file's map straight
+            # into the values in ``dtype``: memory for those values only, as a plain cast.
+            values = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
+            return _from_float_array(values, self.dtype).reshape(self.shape)
         raw = torch.from_numpy(self.checkpoint.raw(self.key))
         values = raw.view(self.stored_dtype).reshape(self.shape)
-        if self.q4_0:
-            values = _q4_0_round_trip(values)
         return values if values.dtype == self.dtype else values.to(self.dtype)
 
     def shares_data_with(self, other: "OffloadedTensor") -> bool:
@@ -488,13 +491,20 @@ def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: Dict[str, Any]) ->
 
 def _q4_0_round_trip(values: torch.Tensor) -> torch.Tensor:
     """``values`` through Q4_0 and back (tract's arithmetic), so torch computes with the
-    weights tract will load."""
+    weights tract will load; computed block by block in Rust, in ``values``' dtype (no
+    packed blocks or f32 copy of the tensor)."""
+    values = values.contiguous()
     if values.dtype == torch.bfloat16:
-        array, bf16 = values.view(torch.int16).numpy(), True
-    else:
-        array, bf16 = values.float().numpy() if values.dtype not in _FLOATS else values.numpy(), False
-    blocks = _native.q4_0_quantize(array, bf16=bf16)
-    return torch.from_numpy(_native.q4_0_dequantize(blocks, list(values.shape))).to(values.dtype)
+        back = _native.q4_0_round_trip(values.view(torch.int16).numpy(), bf16=True)
+        return _from_float_array(back, torch.bfloat16)
+    array = values.numpy() if values.dtype in _FLOATS else values.float().numpy()
+    return torch.from_numpy(_native.q4_0_round_trip(array)).to(values.dtype)
+
+
+def _from_float_array(array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over a float array from Rust (no copy): bfloat16 arrives as uint16 bits."""
+    tensor = torch.from_numpy(array)
+    return tensor.view(torch.bfloat16) if dtype == torch.bfloat16 else tensor
 
 
 def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
