@@ -120,3 +120,26 @@ def test_bf16_checkpoint_exported_as_q4_0_in_f16(tmp_path):
     assert dat.payload() == whole_tensor_q4_0(state["head.weight"]).tobytes()
     used = model.head.weight.to_base_tensor()
     assert torch.equal(bits(used), bits(previous_round_trip(state["head.weight"], torch.float16)))
+
+
+@pytest.mark.parametrize("q4_0", [False, True], ids=["float", "q4_0"])
+def test_embedding_lookup_reads_only_its_rows(tmp_path, monkeypatch, q4_0):
+    """An eager lookup in a tied embedding (bf16 checkpoint, f16 model) equals indexing the
+    whole value, and never materializes the table."""
+    table = weights(torch.bfloat16, 96, 64) / 100
+    save_file({"embed.weight": table}, tmp_path / "m.safetensors")
+    tied = OffloadedTensor(open_checkpoint(tmp_path / "m.safetensors"), "embed.weight", torch.float16, q4_0=q4_0)
+    model = Head().half().eval()
+    param = nn.Parameter(tied, requires_grad=False)
+    model.embed._parameters["weight"] = model.head._parameters["weight"] = param
+    ids = torch.tensor([[1, 5, 3, 95, 5]])
+    whole = tied.to_base_tensor()
+    expected = whole[ids] @ whole.T
+    materialized = []
+    real = OffloadedTensor._materialize
+    monkeypatch.setattr(OffloadedTensor, "_materialize", lambda self: materialized.append(self) or real(self))
+    with torch.no_grad():
+        got = model(ids)
+    assert len(materialized) == 1  # the head's matmul only
+    assert torch.equal(got, expected)
+    assert torch.equal(bits(model.embed(ids)), bits(whole[ids]))

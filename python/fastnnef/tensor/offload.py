@@ -9,7 +9,9 @@ and the dtype the model sees:
   used for that op and dropped after it; so tracing, and the reference outputs check_io
   compares with, need memory only for the weights in use at once (inside a
   :class:`~fastnnef.tensor.residency.TensorResidencyPool` scope, the pool keeps values
-  for their next uses, within its budget);
+  for their next uses, within its budget); a weight written as Q4_0 materializes as its
+  Q4_0 values, computed by Rust block by block from the map straight into ``dtype`` (no
+  f32 or packed copy), and an eager embedding lookup reads only the rows it selects;
 - ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
   weights, not a constant;
 - at export, the Rust sink streams the tensor from the checkpoint straight into its
@@ -369,7 +371,24 @@ class OffloadedTensor(torch.Tensor):
         def plain(a: Any) -> Any:
             return a.to_base_tensor() if isinstance(a, OffloadedTensor) else a
 
+        if func is _aten.embedding.default and isinstance(args[0], OffloadedTensor) and active_tensor_residency() is None:
+            # A lookup reads its rows only: no copy of a vocabulary-sized table (often tied
+            # to the LM head) per forward. A pool scope serves whole values instead.
+            rest, rest_kwargs = tree_map(plain, args[1:]), tree_map(plain, kwargs)
+            return args[0].lookup(lambda table: func(table, *rest, **rest_kwargs))
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
+
+    def lookup(self, select_rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``select_rows(self.to_base_tensor())`` for a ``select_rows`` that picks whole rows
+        (dim 0: an embedding lookup), reading only those rows from the file. Equal values:
+        Q4_0 blocks never straddle rows, so the picked rows quantize as in the whole tensor."""
+        if self.packed:
+            return select_rows(self._materialize())
+        table = torch.from_numpy(self.checkpoint.raw(self.key)).view(self.stored_dtype).reshape(self.shape)
+        picked = select_rows(table)
+        if self.q4_0:
+            picked = _q4_0_round_trip(picked)
+        return picked if picked.dtype == self.dtype else picked.to(self.dtype)
 
 
 class ComposedOffloadedTensor(OffloadedTensor):
@@ -443,6 +462,9 @@ class ComposedOffloadedTensor(OffloadedTensor):
     def _materialize(self) -> torch.Tensor:
         values = self.composed_values()
         return _q4_0_round_trip(values) if self.q4_0 else values
+
+    def lookup(self, select_rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        return select_rows(self._materialize())  # the pieces are composed first
 
     def check(self, label: str, encoding: str) -> None:
         """Refuse, before anything is written, what ``.dat`` cannot hold as ``encoding``
