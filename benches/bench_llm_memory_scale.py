@@ -149,8 +149,15 @@ def export(python_path: str, checkpoint: Path, out: Path, flags: list[str]) -> t
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    timings = next((line for line in stdout.splitlines() if line.startswith("timings:")), "")
-    return wall, peak["RssAnon"] / 1024, peak["VmHWM"] / 1024, timings
+    lines = stdout.splitlines()
+    timings = next((line for line in lines if line.startswith("timings:")), "")
+    # The PyTorch run writing tests/: its own summary line, or (older versions) "bundles".
+    torch_run = next((line for line in lines if line.startswith("PyTorch run writing")), "")
+    old_style = re.search(r"bundles (\d+\.\d+) s", timings)
+    if not torch_run and old_style:
+        torch_run = f"PyTorch run writing tests/: {old_style.group(1)} s"
+    return wall, peak["RssAnon"] / 1024, peak["VmHWM"] / 1024, f"{timings}; {torch_run}"
+
 
 
 def main() -> None:

@@ -371,9 +371,10 @@ class OffloadedTensor(torch.Tensor):
         def plain(a: Any) -> Any:
             return a.to_base_tensor() if isinstance(a, OffloadedTensor) else a
 
-        if func is _aten.embedding.default and isinstance(args[0], OffloadedTensor) and active_tensor_residency() is None:
+        if func is _aten.embedding.default and type(args[0]) is OffloadedTensor and active_tensor_residency() is None:
             # A lookup reads its rows only: no copy of a vocabulary-sized table (often tied
-            # to the LM head) per forward. A pool scope serves whole values instead.
+            # to the LM head) per forward. A pool scope serves whole values instead; composed
+            # and sliced tensors are not one checkpoint tensor, they are materialized.
             rest, rest_kwargs = tree_map(plain, args[1:]), tree_map(plain, kwargs)
             return args[0].lookup(lambda table: func(table, *rest, **rest_kwargs))
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
@@ -462,9 +463,6 @@ class ComposedOffloadedTensor(OffloadedTensor):
     def _materialize(self) -> torch.Tensor:
         values = self.composed_values()
         return _q4_0_round_trip(values) if self.q4_0 else values
-
-    def lookup(self, select_rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        return select_rows(self._materialize())  # the pieces are composed first
 
     def check(self, label: str, encoding: str) -> None:
         """Refuse, before anything is written, what ``.dat`` cannot hold as ``encoding``
