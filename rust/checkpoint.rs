@@ -21,6 +21,7 @@ use safetensors::Dtype;
 
 use crate::dat::{self, EncodeOptions, Encoding, Header, SrcDtype, TensorView};
 use crate::error::{Error, Result};
+use crate::quant::{self, FloatKind};
 
 /// Largest JSON header accepted (the `safetensors` crate's own limit).
 const MAX_HEADER: u64 = 100_000_000;
@@ -355,6 +356,48 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// `key`'s values through min-max Q4_0 and back, as `target`, into `out` (`numel *
+    /// target.size()` bytes): what torch computes with for a weight written as Q4_0
+    /// ([`quant::round_trip_q4_0`]). Streamed: [`STREAM_WINDOW`] bytes of the file mapped
+    /// at a time, quantized and dequantized block by block straight into `out`, so the
+    /// only memory it takes beyond `out` is one window of file pages (no packed blocks, no
+    /// f32 copy of the tensor).
+    pub fn q4_0_round_trip(&self, key: &str, target: FloatKind, out: &mut [u8]) -> Result<()> {
+        let entry = self.entry(key)?;
+        let kind = match self.src_dtype(key)? {
+            SrcDtype::F32 => FloatKind::F32,
+            SrcDtype::F16 => FloatKind::F16,
+            SrcDtype::Bf16 => FloatKind::Bf16,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "tensor '{key}' is {}: Q4_0 quantizes F32, F16 or BF16 tensors",
+                    other.name()
+                )))
+            }
+        };
+        quant::check_shape(key, &entry.shape)?;
+        let es = kind.size() as u64;
+        let total = entry.len / es;
+        let ts = target.size();
+        if out.len() as u64 != total * ts as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "the Q4_0 values of tensor '{key}' take {} bytes as {target:?}, the buffer has {}",
+                total * ts as u64,
+                out.len()
+            )));
+        }
+        let step = (STREAM_WINDOW / es / 256 * 256).max(256);
+        let mut start = 0;
+        while start < total {
+            let n = step.min(total - start);
+            let map = self.map(key, start * es, n * es)?;
+            let dst = &mut out[(start as usize) * ts..((start + n) as usize) * ts];
+            quant::round_trip_q4_0(map.bytes(), kind, target, 1.0, (start as usize) / quant::BLOCK, dst)?;
+            start += n;
+        }
+        Ok(())
+    }
+
     /// All of `key`'s data mapped copy-on-write (for zero-copy views handed to torch):
     /// writes through the view land in private memory, never in the file. `None` for an
     /// empty tensor.
@@ -438,6 +481,28 @@ pub(crate) mod tests {
         bad[8] = b'[';
         fs::write(&p, &bad).unwrap();
         assert!(Checkpoint::open(&p).unwrap_err().to_string().contains("bad header"));
+    }
+
+    #[test]
+    fn q4_0_round_trip_streams_the_same_values_as_the_whole_tensor() {
+        // Larger than one window, so several maps are stitched together.
+        let rows = (STREAM_WINDOW as usize / 2) / 64 + 3;
+        let vals: Vec<u16> = (0..rows * 64)
+            .map(|i| half::bf16::from_f32(((i as f32) * 0.013).sin() * 4.0).to_bits())
+            .collect();
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("model.safetensors");
+        write_safetensors(&p, &[("w", "BF16", vec![rows, 64], bytes.clone()), ("i", "I64", vec![1, 32], vec![0; 256])]);
+        let c = Checkpoint::open(&p).unwrap();
+        let mut got = vec![0u8; rows * 64 * 2];
+        c.q4_0_round_trip("w", FloatKind::F16, &mut got).unwrap();
+        let mut expected = vec![0u8; rows * 64 * 2];
+        quant::round_trip_q4_0(&bytes, FloatKind::Bf16, FloatKind::F16, 1.0, 0, &mut expected).unwrap();
+        assert_eq!(got, expected);
+        let err = c.q4_0_round_trip("i", FloatKind::F32, &mut vec![0u8; 128]).unwrap_err().to_string();
+        assert!(err.contains("tensor 'i' is"), "{err}");
+        assert!(c.q4_0_round_trip("w", FloatKind::F32, &mut got).is_err(), "a buffer of the wrong size is refused");
     }
 
     #[test]

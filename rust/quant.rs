@@ -12,7 +12,7 @@
 //! evaluate to NaN: a non-finite input value, and a block whose scale overflows f16
 //! (`amax > 65504 * 8`), are rejected with [`Error::ImpossibleQuantization`].
 
-use half::f16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -88,6 +88,38 @@ impl FloatKind {
             }
         }
         x
+    }
+}
+
+impl FloatKind {
+    /// `v` rounded to this type (nearest even, as torch's `.to(dtype)`), back in f32.
+    fn round(self, v: f32) -> f32 {
+        match self {
+            FloatKind::F32 => v,
+            FloatKind::F16 => f16::from_f32(v).to_f32(),
+            FloatKind::Bf16 => bf16::from_f32(v).to_f32(),
+        }
+    }
+
+    /// Store `values` as little-endian values of this type (rounded to nearest even).
+    fn store(self, values: &[f32], out: &mut [u8]) {
+        match self {
+            FloatKind::F32 => {
+                for (o, v) in out.chunks_exact_mut(4).zip(values) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            FloatKind::F16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                    o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+                }
+            }
+            FloatKind::Bf16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(values) {
+                    o.copy_from_slice(&bf16::from_f32(*v).to_le_bytes());
+                }
+            }
+        }
     }
 }
 
@@ -231,6 +263,76 @@ pub fn quantize_q4_0(
         })
 }
 
+/// Quantize `src` (little-endian values of `kind`, a whole number of blocks) to Q4_0 and
+/// dequantize it again, block by block, writing the values into `out` as `target`: the
+/// values torch computes with for a weight written as Q4_0. Each dequantized f32 value is
+/// first rounded to `kind` (the weight's own dtype), then stored as `target` (the dtype
+/// the model runs in), the two conversions torch makes; so the result is byte-identical
+/// to [`quantize_q4_0`] + [`dequantize_q4_0`] + those casts, without the packed blocks or
+/// an f32 copy of the tensor. `first_block` numbers blocks in error messages. Runs on the
+/// current rayon pool.
+pub fn round_trip_q4_0(
+    src: &[u8],
+    kind: FloatKind,
+    target: FloatKind,
+    percentile: f32,
+    first_block: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    check_percentile(percentile)?;
+    let block_src = BLOCK * kind.size();
+    let block_out = BLOCK * target.size();
+    if !src.len().is_multiple_of(block_src) {
+        return Err(Error::ImpossibleQuantization(format!(
+            "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
+            src.len() / kind.size()
+        )));
+    }
+    let n_blocks = src.len() / block_src;
+    if out.len() != n_blocks * block_out {
+        return Err(Error::InvalidArgument(format!(
+            "Q4_0 round-trip output buffer holds {} bytes, {n_blocks} blocks of {:?} need {}",
+            out.len(),
+            target,
+            n_blocks * block_out
+        )));
+    }
+    src.par_chunks(block_src)
+        .zip(out.par_chunks_mut(block_out))
+        .enumerate()
+        .with_min_len(256)
+        .try_for_each(|(i, (block, dst))| {
+            let mut packed = [0u8; BLOCK_BYTES];
+            quantize_block(&kind.load_block(block), kind, percentile, NibbleOrder::Ggml, first_block + i, &mut packed)?;
+            let values = dequantize_block(&packed, NibbleOrder::Ggml).map(|v| kind.round(v));
+            target.store(&values, dst);
+            Ok(())
+        })
+}
+
+/// One block's values: `(q - 8) * scale`, in f32.
+fn dequantize_block(block: &[u8], order: NibbleOrder) -> [f32; BLOCK] {
+    let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
+    unpack_nibbles(&block[2..], order).map(|q| (f32::from(q) - 8.0) * d)
+}
+
+/// Dequantize Q4_0 blocks into little-endian values of `target` (f32 values rounded to
+/// nearest even, as torch's cast of [`dequantize_q4_0`]'s output), no f32 copy in between.
+pub fn dequantize_q4_0_as(blocks: &[u8], order: NibbleOrder, target: FloatKind, out: &mut [u8]) -> Result<()> {
+    let block_out = BLOCK * target.size();
+    if !blocks.len().is_multiple_of(BLOCK_BYTES) || out.len() != blocks.len() / BLOCK_BYTES * block_out {
+        return Err(Error::DatFormat(format!(
+            "Q4_0 payload of {} bytes is not {} values in {BLOCK_BYTES}-byte blocks",
+            blocks.len(),
+            out.len() / target.size()
+        )));
+    }
+    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(block_out)).with_min_len(256).for_each(|(b, dst)| {
+        target.store(&dequantize_block(b, order), dst);
+    });
+    Ok(())
+}
+
 /// Dequantize Q4_0 blocks into f32: `(q - 8) * scale`.
 pub fn dequantize_q4_0(blocks: &[u8], order: NibbleOrder, out: &mut [f32]) -> Result<()> {
     if !blocks.len().is_multiple_of(BLOCK_BYTES) || out.len() != blocks.len() / BLOCK_BYTES * BLOCK {
@@ -241,11 +343,7 @@ pub fn dequantize_q4_0(blocks: &[u8], order: NibbleOrder, out: &mut [f32]) -> Re
         )));
     }
     blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(BLOCK)).with_min_len(256).for_each(|(b, dst)| {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let q = unpack_nibbles(&b[2..], order);
-        for (o, &qi) in dst.iter_mut().zip(q.iter()) {
-            *o = (f32::from(qi) - 8.0) * d;
-        }
+        dst.copy_from_slice(&dequantize_block(b, order));
     });
     Ok(())
 }
@@ -317,6 +415,61 @@ mod tests {
         let err = quantize_q4_0(&big, FloatKind::F32, 1.0, NibbleOrder::Ggml, 0, &mut out).unwrap_err();
         assert!(err.to_string().contains("overflows f16"), "{err}");
         assert!(quantize_q4_0(&[0u8; 128], FloatKind::F32, 0.0, NibbleOrder::Ggml, 0, &mut out).is_err());
+    }
+
+    /// Little-endian bytes of `kind` for `vals` (rounded to nearest even).
+    fn bytes_of(vals: &[f32], kind: FloatKind) -> Vec<u8> {
+        let mut out = vec![0u8; vals.len() * kind.size()];
+        kind.store(vals, &mut out);
+        out
+    }
+
+    /// What the block-wise round trip must equal: quantize the whole tensor, dequantize
+    /// the whole tensor to f32, round each value to `kind`, store it as `target`.
+    fn round_trip_in_steps(src: &[u8], kind: FloatKind, target: FloatKind) -> Vec<u8> {
+        let n = src.len() / kind.size();
+        let mut blocks = vec![0u8; n / BLOCK * BLOCK_BYTES];
+        quantize_q4_0(src, kind, 1.0, NibbleOrder::Ggml, 0, &mut blocks).unwrap();
+        let mut values = vec![0f32; n];
+        dequantize_q4_0(&blocks, NibbleOrder::Ggml, &mut values).unwrap();
+        let rounded: Vec<f32> = values.iter().map(|&v| kind.round(v)).collect();
+        bytes_of(&rounded, target)
+    }
+
+    #[test]
+    fn round_trip_equals_quantize_dequantize_and_casts() {
+        let kinds = [FloatKind::F32, FloatKind::F16, FloatKind::Bf16];
+        // Values spanning magnitudes, with zero blocks and ties, over 300 blocks.
+        let vals: Vec<f32> = (0..BLOCK * 300)
+            .map(|i| if (i / BLOCK) % 7 == 3 { 0.0 } else { (i as f32 * 0.731).sin() * 10f32.powi((i % 5) as i32 - 2) })
+            .collect();
+        for kind in kinds {
+            let src = bytes_of(&vals, kind);
+            for target in kinds {
+                let mut got = vec![0u8; vals.len() * target.size()];
+                round_trip_q4_0(&src, kind, target, 1.0, 0, &mut got).unwrap();
+                assert_eq!(got, round_trip_in_steps(&src, kind, target), "{kind:?} -> {target:?}");
+                // Dequantizing packed blocks straight to `target` equals f32 then the cast.
+                let mut blocks = vec![0u8; vals.len() / BLOCK * BLOCK_BYTES];
+                quantize_q4_0(&src, kind, 1.0, NibbleOrder::Ggml, 0, &mut blocks).unwrap();
+                let mut f32s = vec![0f32; vals.len()];
+                dequantize_q4_0(&blocks, NibbleOrder::Ggml, &mut f32s).unwrap();
+                let mut direct = vec![0u8; vals.len() * target.size()];
+                dequantize_q4_0_as(&blocks, NibbleOrder::Ggml, target, &mut direct).unwrap();
+                assert_eq!(direct, bytes_of(&f32s, target), "blocks -> {target:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_reports_the_block_and_checks_sizes() {
+        let mut nan = vec![0u8; BLOCK * 4 * 3];
+        nan[BLOCK * 4 * 2..BLOCK * 4 * 2 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        let mut out = vec![0u8; BLOCK * 2 * 3];
+        let err = round_trip_q4_0(&nan, FloatKind::F32, FloatKind::F16, 1.0, 10, &mut out).unwrap_err();
+        assert!(err.to_string().contains("block 12"), "{err}");
+        let err = round_trip_q4_0(&nan, FloatKind::F32, FloatKind::F32, 1.0, 0, &mut out).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
     }
 
     #[test]

@@ -24,6 +24,7 @@ BENCHES = ROOT / "benches"
 # Per bench: what its result line looks like in a smoke run. Heaviest first: the runs start
 # in this order, two at a time, so that the longest do not start last.
 RESULT_LINES = {
+    "bench_llm_memory_scale.py": r"^\S+ q4_0: \d+\.\d+ s wall, peak RssAnon \d+ MiB, peak VmHWM \d+ MiB$",
     "bench_llm_vs_torch_to_nnef.py": r"^\s+fastnnef-llm:\s+\d+\.\d+ s wall, peak RSS\s+\d+ MiB",
     "bench_llm_moe_memory.py": r"startup \d+ MiB, peak \d+ MiB, above startup -?\d+ MiB, export \d+\.\d+ s$",
     "bench_vs_reference.py": r"^\s*\d+\.\d+GB dir\s+fastnnef stream\s+\d+\.\d+\s+\d+",

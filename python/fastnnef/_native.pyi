@@ -109,8 +109,16 @@ def q4_0_quantize(array: npt.NDArray, bf16: bool = False, percentile: float = 1.
     nibble order: ``n_blocks * 18`` bytes. Reference recipe (nnef-format.md §2.1).
     Raises T2NErrorImpossibleQuantization when the element count is not a multiple of 32."""
 
-def q4_0_dequantize(blocks: npt.NDArray[np.uint8], shape: Sequence[int]) -> npt.NDArray[np.float32]:
-    """Inverse of ``q4_0_quantize`` (GGML nibble order)."""
+def q4_0_dequantize(blocks: npt.NDArray[np.uint8], shape: Sequence[int], dtype: str = "f32") -> npt.NDArray:
+    """Inverse of ``q4_0_quantize`` (GGML nibble order), as ``dtype``: ``"f32"``,
+    ``"f16"``, or ``"bf16"`` (a uint16 array of bfloat16 bits), each value rounded to
+    nearest even from its f32 value, with no f32 copy of the tensor."""
+
+def q4_0_round_trip(array: npt.NDArray, bf16: bool = False) -> npt.NDArray:
+    """``array`` (float32, float16, or bfloat16 bits with ``bf16``; C-contiguous) through
+    min-max Q4_0 and back, in its own dtype and shape: byte-identical to
+    ``q4_0_dequantize(q4_0_quantize(array))`` cast back to the array's dtype, computed
+    block by block (no packed blocks, no f32 copy)."""
 
 def q4_0_blocks_dat_encode(blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> bytes:
     """A whole ``.dat`` file of already-packed Q4_0 ``blocks`` (GGML order, as
@@ -192,6 +200,13 @@ class Checkpoint:
         """The tensor's bytes as a writable uint8 array over a private copy-on-write map of
         just that tensor (zero-copy; writes never reach the file; the map is released with
         the last view)."""
+    def q4_0_round_trip(self, key: str, dtype: str) -> npt.NDArray:
+        """The tensor through min-max Q4_0 and back, flat, as ``dtype`` (``"f32"``,
+        ``"f16"``, or ``"bf16"``: uint16 bits): each value rounded to the tensor's own
+        dtype, then to ``dtype`` (torch's two casts). Computed block by block from 64 MiB
+        windows of the file's map into the new array only. T2NErrorInvalidArgument for a
+        non-float tensor or dtype, T2NErrorImpossibleQuantization for a shape or value Q4_0
+        cannot hold."""
 
 @final
 class _TensorMap:

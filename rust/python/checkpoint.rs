@@ -10,7 +10,7 @@ use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
-use super::to_pyerr;
+use super::{float_array, float_kind, to_pyerr};
 use crate::checkpoint::Checkpoint;
 use crate::dat::{EncodeOptions, Encoding};
 
@@ -87,6 +87,16 @@ impl PyCheckpoint {
         // remapped or resized while it lives, so the memory stays valid as long as the array
         // (or any view of it, torch's included) does.
         Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
+    }
+
+    /// `key` through min-max Q4_0 and back, as a 1-D array of `dtype` (`"f32"`, `"f16"`,
+    /// or `"bf16"`: uint16 bits): the values torch computes with for a weight written as
+    /// Q4_0, computed block by block from the file's map (no f32 copy, no packed blocks).
+    fn q4_0_round_trip<'py>(&self, py: Python<'py>, key: &str, dtype: &str) -> PyResult<Bound<'py, PyAny>> {
+        let target = float_kind(dtype)?;
+        let numel: usize = self.inner.entry(key).map_err(to_pyerr)?.shape.iter().product();
+        let inner = &self.inner;
+        float_array(py, target, numel, |out| inner.q4_0_round_trip(key, target, out))
     }
 
     fn __repr__(&self) -> String {

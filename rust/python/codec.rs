@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 use super::checkpoint::PyCheckpoint;
-use super::{numpy_element, to_pyerr};
+use super::{float_array, float_kind, numpy_element, to_pyerr};
 use crate::archive::{self, ArtefactWriter, Format};
 use crate::dat::{self, Decoded, EncodeOptions, Encoding, Header, SrcDtype, TensorView, Values};
 use crate::error::Error;
@@ -252,13 +252,38 @@ fn q4_0_quantize<'py>(
     Ok(PyArray1::from_vec(py, blocks))
 }
 
-/// Dequantize GGML-order Q4_0 blocks to float32 of `shape`.
+/// `array` (float32, float16, or bfloat16 bits with `bf16`; C-contiguous) through min-max
+/// Q4_0 and back, in its own dtype, block by block (no packed blocks, no f32 copy).
 #[pyfunction]
+#[pyo3(signature = (array, bf16 = false))]
+fn q4_0_round_trip<'py>(
+    py: Python<'py>,
+    array: &Bound<'py, PyUntypedArray>,
+    bf16: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let view = view_of(array, bf16)?;
+    let kind = match view.dtype() {
+        SrcDtype::F32 => quant::FloatKind::F32,
+        SrcDtype::F16 => quant::FloatKind::F16,
+        SrcDtype::Bf16 => quant::FloatKind::Bf16,
+        other => return Err(invalid(format!("Q4_0 quantizes float32, float16 or bfloat16 arrays, got {}", other.name()))),
+    };
+    let src = view.as_contiguous().ok_or_else(|| invalid("the Q4_0 round trip needs a C-contiguous array".into()))?;
+    float_array(py, kind, view.numel(), |out| quant::round_trip_q4_0(src, kind, kind, 1.0, 0, out))?
+        .call_method1("reshape", (PyTuple::new(py, view.shape())?,))
+}
+
+/// Dequantize GGML-order Q4_0 blocks to `shape`, as `dtype` (`"f32"`, `"f16"`, or
+/// `"bf16"`: uint16 bits), rounded from the f32 values without an f32 copy.
+#[pyfunction]
+#[pyo3(signature = (blocks, shape, dtype = "f32"))]
 fn q4_0_dequantize<'py>(
     py: Python<'py>,
     blocks: PyReadonlyArrayDyn<'py, u8>,
     shape: Vec<usize>,
+    dtype: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let target = float_kind(dtype)?;
     let bytes = blocks.as_slice().map_err(|_| invalid("Q4_0 blocks must be a contiguous uint8 array".into()))?;
     let count: usize = shape.iter().product();
     if count != bytes.len() / quant::BLOCK_BYTES * quant::BLOCK {
@@ -268,13 +293,8 @@ fn q4_0_dequantize<'py>(
             bytes.len() / quant::BLOCK_BYTES * quant::BLOCK
         )));
     }
-    let values = py
-        .detach(|| {
-            let mut out = vec![0f32; count];
-            quant::dequantize_q4_0(bytes, NibbleOrder::Ggml, &mut out).map(|()| out)
-        })
-        .map_err(to_pyerr)?;
-    PyArray1::from_vec(py, values).call_method1("reshape", (PyTuple::new(py, shape)?,))
+    float_array(py, target, count, |out| quant::dequantize_q4_0_as(bytes, NibbleOrder::Ggml, target, out))?
+        .call_method1("reshape", (PyTuple::new(py, shape)?,))
 }
 
 /// A `.dat` file of already-packed GGML-order Q4_0 blocks (no re-quantization).
@@ -412,6 +432,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remove_stale_temps, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_quantize, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_dequantize, m)?)?;
+    m.add_function(wrap_pyfunction!(q4_0_round_trip, m)?)?;
     m.add_function(wrap_pyfunction!(q4_0_blocks_dat_encode, m)?)?;
     m.add_class::<DatTensor>()?;
     m.add_class::<PyArtefactWriter>()?;

@@ -7,8 +7,11 @@ mod tract;
 
 use pyo3::prelude::*;
 
+use numpy::{PyArray1, PyArrayMethods};
+
 use crate::dat::SrcDtype;
 use crate::error::Error;
+use crate::quant::FloatKind;
 
 /// The element type of a numpy dtype (kind + item size): the one table of numpy dtypes the
 /// bindings use, for encoding arrays and for feeding them to tract.
@@ -28,6 +31,41 @@ pub(crate) fn numpy_element(kind: u8, itemsize: usize) -> Option<SrcDtype> {
         (b'b', 1) => SrcDtype::Bool,
         _ => return None,
     })
+}
+
+/// The float type named `name` (`"f32"`, `"f16"` or `"bf16"`).
+pub(crate) fn float_kind(name: &str) -> PyResult<FloatKind> {
+    match name {
+        "f32" => Ok(FloatKind::F32),
+        "f16" => Ok(FloatKind::F16),
+        "bf16" => Ok(FloatKind::Bf16),
+        _ => Err(to_pyerr(Error::InvalidArgument(format!(
+            "float dtype must be 'f32', 'f16' or 'bf16', got '{name}'"
+        )))),
+    }
+}
+
+/// A new 1-D numpy array of `n` values of `kind` (float32, float16, or uint16 holding
+/// bfloat16 bits), filled by `fill` with its bytes while the GIL is released.
+pub(crate) fn float_array<'py>(
+    py: Python<'py>,
+    kind: FloatKind,
+    n: usize,
+    fill: impl FnOnce(&mut [u8]) -> crate::error::Result<()> + Send,
+) -> PyResult<Bound<'py, PyAny>> {
+    // Zeroed by calloc: pages are only touched as `fill` writes them.
+    let bytes = PyArray1::<u8>::zeros(py, n * kind.size(), false);
+    {
+        // SAFETY: the array was just created and no other reference to it exists yet.
+        let slice = unsafe { bytes.as_slice_mut() }.expect("a new array is contiguous");
+        py.detach(|| fill(slice)).map_err(to_pyerr)?;
+    }
+    let numpy_dtype = match kind {
+        FloatKind::F32 => "float32",
+        FloatKind::F16 => "float16",
+        FloatKind::Bf16 => "uint16",
+    };
+    bytes.call_method1("view", (numpy_dtype,))
 }
 
 /// Raise `err` as the matching class of `fastnnef.exceptions`.

@@ -7,6 +7,7 @@ and an export with ``-nv`` runs in a process whose address space cannot hold the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,8 @@ def test_streamed_q4_0_without_verification(checkpoint: Callable[..., Path], tmp
     directory = checkpoint("llama")
     report = dump_llm(tmp_path / "out", local_dir=directory, compression_method="min_max_q4_0", no_verify=True)
     assert not report.verified and report.generation is None
+    # The PyTorch run writing tests/ is timed on its own line (issue 19).
+    assert re.search(r"^PyTorch run writing tests/ .*: \d+\.\d+ s$", report.summary(), re.MULTILINE), report.summary()
     hf = _hf_model(directory)
     with tarfile.open(report.model_path) as tar:
         for name in ("model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"):

@@ -9,7 +9,9 @@ and the dtype the model sees:
   used for that op and dropped after it; so tracing, and the reference outputs check_io
   compares with, need memory only for the weights in use at once (inside a
   :class:`~fastnnef.tensor.residency.TensorResidencyPool` scope, the pool keeps values
-  for their next uses, within its budget);
+  for their next uses, within its budget); a weight written as Q4_0 materializes as its
+  Q4_0 values, computed by Rust block by block from the map straight into ``dtype`` (no
+  f32 or packed copy), and an eager embedding lookup reads only the rows it selects;
 - ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
   weights, not a constant;
 - at export, the Rust sink streams the tensor from the checkpoint straight into its
@@ -57,7 +59,7 @@ from fastnnef.exceptions import (
     T2NErrorNotImplemented,
 )
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
-from fastnnef.tensor.quant.qtract import Q4_0_BLOCK_BYTES, Q4_0_GROUP
+from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.traced import traced_torch_function
 
 log = logging.getLogger("fastnnef")
@@ -282,10 +284,13 @@ class OffloadedTensor(torch.Tensor):
     def _materialize(self) -> torch.Tensor:
         if self.packed:
             return self.packed_qtensor().decompress()
+        if self.q4_0:
+            # Rust quantizes and dequantizes block by block from the file's map straight
+            # into the values in ``dtype``: memory for those values only, as a plain cast.
+            values = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
+            return _from_float_array(values, self.dtype).reshape(self.shape)
         raw = torch.from_numpy(self.checkpoint.raw(self.key))
         values = raw.view(self.stored_dtype).reshape(self.shape)
-        if self.q4_0:
-            values = _q4_0_round_trip(values)
         return values if values.dtype == self.dtype else values.to(self.dtype)
 
     def shares_data_with(self, other: "OffloadedTensor") -> bool:
@@ -366,7 +371,25 @@ class OffloadedTensor(torch.Tensor):
         def plain(a: Any) -> Any:
             return a.to_base_tensor() if isinstance(a, OffloadedTensor) else a
 
+        if func is _aten.embedding.default and type(args[0]) is OffloadedTensor and active_tensor_residency() is None:
+            # A lookup reads its rows only: no copy of a vocabulary-sized table (often tied
+            # to the LM head) per forward. A pool scope serves whole values instead; composed
+            # and sliced tensors are not one checkpoint tensor, they are materialized.
+            rest, rest_kwargs = tree_map(plain, args[1:]), tree_map(plain, kwargs)
+            return args[0].lookup(lambda table: func(table, *rest, **rest_kwargs))
         return func(*tree_map(plain, args), **tree_map(plain, kwargs))
+
+    def lookup(self, select_rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``select_rows(self.to_base_tensor())`` for a ``select_rows`` that picks whole rows
+        (dim 0: an embedding lookup), reading only those rows from the file. Equal values:
+        Q4_0 blocks never straddle rows, so the picked rows quantize as in the whole tensor."""
+        if self.packed:
+            return select_rows(self._materialize())
+        table = torch.from_numpy(self.checkpoint.raw(self.key)).view(self.stored_dtype).reshape(self.shape)
+        picked = select_rows(table)
+        if self.q4_0:
+            picked = _q4_0_round_trip(picked)
+        return picked if picked.dtype == self.dtype else picked.to(self.dtype)
 
 
 class ComposedOffloadedTensor(OffloadedTensor):
@@ -488,13 +511,20 @@ def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: Dict[str, Any]) ->
 
 def _q4_0_round_trip(values: torch.Tensor) -> torch.Tensor:
     """``values`` through Q4_0 and back (tract's arithmetic), so torch computes with the
-    weights tract will load."""
+    weights tract will load; computed block by block in Rust, in ``values``' dtype (no
+    packed blocks or f32 copy of the tensor)."""
+    values = values.contiguous()
     if values.dtype == torch.bfloat16:
-        array, bf16 = values.view(torch.int16).numpy(), True
-    else:
-        array, bf16 = values.float().numpy() if values.dtype not in _FLOATS else values.numpy(), False
-    blocks = _native.q4_0_quantize(array, bf16=bf16)
-    return torch.from_numpy(_native.q4_0_dequantize(blocks, list(values.shape))).to(values.dtype)
+        back = _native.q4_0_round_trip(values.view(torch.int16).numpy(), bf16=True)
+        return _from_float_array(back, torch.bfloat16)
+    array = values.numpy() if values.dtype in _FLOATS else values.float().numpy()
+    return torch.from_numpy(_native.q4_0_round_trip(array)).to(values.dtype)
+
+
+def _from_float_array(array: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over a float array from Rust (no copy): bfloat16 arrives as uint16 bits."""
+    tensor = torch.from_numpy(array)
+    return tensor.view(torch.bfloat16) if dtype == torch.bfloat16 else tensor
 
 
 def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:

@@ -33,6 +33,8 @@ from fastnnef.tensor.quant.base import QScalePerGroupF16, QTensor, check_percent
 
 Q4_0_GROUP = _native.Q4_0_BLOCK  # values per block: the Rust core's constant
 Q4_0_BLOCK_BYTES = 18
+# The float dtypes Rust dequantizes into directly, by the names it takes (bfloat16 as uint16 bits).
+FLOAT_DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 class QTensorTract(QTensor):
@@ -112,10 +114,14 @@ class QTensorTractScaleOnly(QTensorTract):
 
     def decompress(self) -> torch.Tensor:
         """Dequantized by ``_native`` (tract's arithmetic); through f16 on ARM machines,
-        as tract's ARM kernels do."""
-        values = torch.from_numpy(_native.q4_0_dequantize(self.blocks.cpu().numpy(), list(self.shape)))
-        if "arm" in (self.specific_machine or platform.machine()).lower():
-            values = values.to(torch.float16)
+        as tract's ARM kernels do. Rust writes the values in their final float dtype
+        (rounded from f32 as a cast would): no f32 copy of the tensor on the way."""
+        through = torch.float16 if "arm" in (self.specific_machine or platform.machine()).lower() else None
+        dtype = through or self.dequant_to_dtype
+        name = FLOAT_DTYPE_NAMES.get(dtype, "f32")
+        values = torch.from_numpy(_native.q4_0_dequantize(self.blocks.cpu().numpy(), list(self.shape), name))
+        if name == "bf16":
+            values = values.view(torch.bfloat16)
         return values.to(device=self.device, dtype=self.dequant_to_dtype)
 
     def nbytes_quantized(self) -> int:
