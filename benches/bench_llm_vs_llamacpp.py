@@ -24,7 +24,8 @@ run the bench times ``dd if=/dev/zero bs=1M count=4096 conv=fdatasync`` (the dis
 sustained write bandwidth) and ``cp -r`` of the checkpoint. Nothing is dropped from the
 page cache; ``sync`` runs, untimed, after each output is deleted, so that no run pays for
 the previous one's writeback. Only one checkpoint and one output exist at a time; a run
-whose output would not fit in the free space (leaving 8 GB) is skipped and says so.
+(or the copy) whose output would not fit in the free space, leaving ``--disk-margin-gb``
+(8 GB) to the machine's other users, is skipped and says so.
 
 The converter is not a dependency. Take it from the llama-cpp-python source distribution:
     pip download --no-deps --no-binary llama-cpp-python llama-cpp-python -d /tmp/llamacpp
@@ -73,7 +74,6 @@ SHAPES: dict[str, dict[str, int]] = {
 }
 SHARD_BYTES = 2 * 10**9
 CHUNK_ELEMENTS = 16 * 2**20  # generated and written at a time: 32 MiB of bf16
-DISK_MARGIN = 8 * 10**9  # left free for the machine's other users
 
 # name -> (tool, its flags, bytes per parameter of the output at most: decides whether it fits)
 RUNS: dict[str, tuple[str, list[str], float]] = {
@@ -307,7 +307,11 @@ def dd_bandwidth(workdir: Path, mib: int) -> float:
     return mib * 2**20 / seconds / 1e6
 
 
-def cp_seconds(checkpoint: Path, workdir: Path) -> float:
+def cp_seconds(checkpoint: Path, workdir: Path, size: int, margin: float) -> Optional[float]:
+    """Seconds of ``cp -r`` of the checkpoint (None, with a note, when the copy would not fit)."""
+    if (free := shutil.disk_usage(workdir).free) < size + margin:
+        print(f"cp -r skipped: needs {(size + margin) / 1e9:.1f} GB free with the margin, {free / 1e9:.1f} GB free")
+        return None
     copy = workdir / "cp-copy"
     start = time.perf_counter()
     subprocess.run(["cp", "-r", str(checkpoint), str(copy)], check=True)
@@ -320,7 +324,7 @@ def cp_seconds(checkpoint: Path, workdir: Path) -> float:
 # --- the bench ----------------------------------------------------------------------------
 
 def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter: tuple[Optional[Path], list[Path]],
-                dd_mib: int, cleanup: bool) -> list[str]:
+                dd_mib: int, cleanup: bool, margin: float) -> list[str]:
     """Builds the shape's checkpoint, times dd, cp and the runs; returns its table rows."""
     dims = SHAPES[shape]
     checkpoint = workdir / f"checkpoint-{shape}"
@@ -330,15 +334,15 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
     print(f"\n== {shape}: {params / 1e9:.2f} B parameters, {size / 1e9:.2f} GB of bf16 safetensors "
           f"({len(list(checkpoint.glob('*.safetensors')))} shards)")
     dd = dd_bandwidth(workdir, dd_mib)
-    cp = cp_seconds(checkpoint, workdir)
-    print(f"dd bs=1M count={dd_mib} conv=fdatasync: {dd:.0f} MB/s; cp -r of the checkpoint: {cp:.2f} s "
-          f"({size / cp / 1e6:.0f} MB/s); load average {os.getloadavg()[0]:.1f}")
+    cp = cp_seconds(checkpoint, workdir, size, margin)
+    print(f"dd bs=1M count={dd_mib} conv=fdatasync: {dd:.0f} MB/s; cp -r of the checkpoint: "
+          + (f"{cp:.2f} s ({size / cp / 1e6:.0f} MB/s)" if cp else "-") + f"; load average {os.getloadavg()[0]:.1f}")
     results: dict[str, list[Measure]] = {run: [] for run in runs}
     for rep in range(reps):
         for run in runs:
             output = workdir / f"out-{run}"
             shutil.rmtree(output, ignore_errors=True)
-            needed = RUNS[run][2] * params + DISK_MARGIN
+            needed = RUNS[run][2] * params + margin
             if (free := shutil.disk_usage(workdir).free) < needed:
                 print(f"{run}: skipped (needs {needed / 1e9:.1f} GB free with the margin, {free / 1e9:.1f} GB free)")
                 continue
@@ -368,15 +372,16 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
                 f"{anon.peak_anon_mib - anon.baseline_anon_mib:+10.0f} {measures[0].artefact_bytes / 1e9:7.2f} GB"
                 f"  {phase}")
         print(line)
+        cp_ratio = f"{min(walls) / cp:.2f}" if cp else "-"
         rows.append(f"| {shape} | {run} | {len(walls)} | {min(walls):.1f} / {statistics.median(walls):.1f} | "
                     f"{worst.peak_rss_mib:,.0f} (+{worst.peak_rss_mib - worst.baseline_rss_mib:,.0f}) | "
                     f"{anon.peak_anon_mib:,.0f} (+{anon.peak_anon_mib - anon.baseline_anon_mib:,.0f}) | "
-                    f"{measures[0].artefact_bytes / 1e9:.2f} | {phase} | {min(walls) / cp:.2f} |")
+                    f"{measures[0].artefact_bytes / 1e9:.2f} | {phase} | {cp_ratio} |")
     if results.get("fastnnef-f16") and results.get("converter-f16"):
         ours = min(m.wall for m in results["fastnnef-f16"])
         theirs = min(m.wall for m in results["converter-f16"])
         print(f"f16: fastnnef-llm {theirs / ours:.2f}x the converter's speed (min walls {ours:.1f} / {theirs:.1f} s)")
-    print(f"cp -r {cp:.1f} s; dd {dd:.0f} MB/s")
+    print("cp -r " + (f"{cp:.1f} s" if cp else "skipped") + f"; dd {dd:.0f} MB/s")
     if cleanup:
         shutil.rmtree(checkpoint)
     return rows
@@ -393,6 +398,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2, help="rounds of interleaved runs")
     parser.add_argument("--dd-mib", type=int, default=4096)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fastnnef-llamacpp-bench"))
+    parser.add_argument("--disk-margin-gb", type=float, default=8.0,
+                        help="free space to leave for the machine's other users (a copy or run that would "
+                             "leave less is skipped)")
     parser.add_argument("--cleanup", action="store_true",
                         help="delete each checkpoint after its runs, and the workdir at the end (default: kept, "
                              "and reused by the next run)")
@@ -411,13 +419,14 @@ def main() -> None:
     if args.smoke:
         with tempfile.TemporaryDirectory(prefix="fastnnef-llamacpp-bench-") as tmp:
             runs = [r for r in runs if r in ("fastnnef-f16", "converter-f16")]
-            rows = bench_shape("smoke", runs, 1, Path(tmp), converter, 16, cleanup=True)
+            rows = bench_shape("smoke", runs, 1, Path(tmp), converter, 16, cleanup=True, margin=0)
     else:
         args.workdir.mkdir(parents=True, exist_ok=True)
         rows = []
         try:
             for shape in args.shapes:
-                rows += bench_shape(shape, runs, args.reps, args.workdir, converter, args.dd_mib, args.cleanup)
+                rows += bench_shape(shape, runs, args.reps, args.workdir, converter, args.dd_mib, args.cleanup,
+                                   args.disk_margin_gb * 1e9)
         finally:
             if args.cleanup:
                 shutil.rmtree(args.workdir, ignore_errors=True)
