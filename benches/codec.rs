@@ -62,6 +62,7 @@ fn encode_benches(c: &mut Criterion) {
     let bf16_view = TensorView::contiguous(&bf16, SrcDtype::Bf16, &[rows, cols]).unwrap();
     group.throughput(Throughput::Bytes(bf16.len() as u64));
     group.bench_function("bf16_to_f32", |b| b.iter(|| run(&bf16_view, Encoding::F32, &mut out)));
+    group.bench_function("bf16_to_f16", |b| b.iter(|| run(&bf16_view, Encoding::F16, &mut out)));
     group.finish();
 
     let mut group = c.benchmark_group("q4_0");

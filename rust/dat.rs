@@ -683,6 +683,46 @@ pub fn with_label(label: &str, err: Error) -> Error {
         other => other,
     }
 }
+/// Values narrowed to f16 per piece of [`NARROW_PIECE`] elements, pieces in parallel on the
+/// current rayon pool: each widened to f32 (bf16 is the high half of an f32), then narrowed
+/// by `half`'s slice conversion, which uses the CPU's F16C instructions where it has them
+/// (rounding to nearest even, as the per-value conversion). A finite value that does not fit
+/// f16 is an error naming its flat index (`first` is the index of `src`'s first value).
+fn narrow_to_f16(src: &[u8], width: usize, first: usize, out: &mut Vec<u8>) -> Result<()> {
+    use half::slice::HalfFloatSliceExt;
+    use rayon::prelude::*;
+
+    out.resize(src.len() / width * 2, 0);
+    out.par_chunks_mut(NARROW_PIECE * 2).zip(src.par_chunks(NARROW_PIECE * width)).enumerate().try_for_each(
+        |(piece, (dst, src))| {
+            let wide: Vec<f32> = if width == 2 {
+                src.chunks_exact(2).map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)).collect()
+            } else {
+                src.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+            };
+            let mut narrow = vec![f16::ZERO; wide.len()];
+            narrow.convert_from_f32_slice(&wide);
+            if let Some(i) = narrow.iter().zip(&wide).position(|(h, v)| h.is_infinite() && v.is_finite()) {
+                let name = if width == 2 { "bf16" } else { "f32" };
+                return Err(Error::DtypeOverflow(format!(
+                    "{name} value {} at flat index {} does not fit f16 (max 65504); export it as f32 or rescale the \
+                     tensor",
+                    wide[i],
+                    first + piece * NARROW_PIECE + i
+                )));
+            }
+            for (d, h) in dst.chunks_exact_mut(2).zip(&narrow) {
+                d.copy_from_slice(&h.to_le_bytes());
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Elements per parallel piece of [`narrow_to_f16`]: small enough to split a chunk over the
+/// cores, large enough that scheduling is negligible.
+const NARROW_PIECE: usize = 64 * 1024;
+
 
 /// Stream the payload of `view` as `encoding` into `sink`, in pieces of at most a few MiB
 /// (contiguous pass-through payloads go out as one borrowed slice, without a copy).
@@ -724,24 +764,7 @@ pub fn encode_payload(
                 sink(&out)?;
             }
             Plan::Bf16ToF16 | Plan::F32ToF16 => {
-                out.clear();
-                let (name, width) = if plan == Plan::Bf16ToF16 { ("bf16", 2) } else { ("f32", 4) };
-                for (i, b) in src.chunks_exact(width).enumerate() {
-                    let v = if width == 2 {
-                        f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
-                    } else {
-                        f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-                    };
-                    let h = f16::from_f32(v);
-                    if h.is_infinite() && v.is_finite() {
-                        return Err(Error::DtypeOverflow(format!(
-                            "{name} value {v} at flat index {} does not fit f16 (max 65504); export it as f32 \
-                             or rescale the tensor",
-                            start + i
-                        )));
-                    }
-                    out.extend_from_slice(&h.to_le_bytes());
-                }
+                narrow_to_f16(src, if plan == Plan::Bf16ToF16 { 2 } else { 4 }, start, &mut out)?;
                 sink(&out)?;
             }
             Plan::F16ToF32 => {
@@ -1062,6 +1085,41 @@ mod tests {
         assert!(matches!(err, Error::DtypeOverflow(ref m) if m.contains("'w'")), "{err}");
         let ok = enc(&bits[..1], |v| v.to_le_bytes().to_vec(), SrcDtype::Bf16, &[1], Encoding::F16);
         assert_eq!(&ok[HEADER_LEN..], &f16::from_f32(1.5).to_le_bytes());
+    }
+
+    #[test]
+    fn narrowing_to_f16_equals_the_per_value_conversion() {
+        // Every bf16 bit pattern (NaNs, infinities, subnormals, values too large for f16)
+        // and f32 patterns around f16's range, over several parallel pieces: each f16 is
+        // the per-value conversion's, and an overflow names the first index of its piece.
+        let bf16: Vec<u8> = (0..=u16::MAX).flat_map(|b| b.to_le_bytes()).collect();
+        let f32s: Vec<u8> = (0..3 * NARROW_PIECE as u32)
+            .map(|i| f32::from_bits(0x3380_0000u32.wrapping_add(i.wrapping_mul(0x9E37))))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        for (src, width) in [(&bf16, 2usize), (&f32s, 4)] {
+            let widen = |b: &[u8]| {
+                if width == 2 {
+                    f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+                } else {
+                    f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                }
+            };
+            let fits: Vec<u8> = src
+                .chunks_exact(width)
+                .filter(|b| !(f16::from_f32(widen(b)).is_infinite() && widen(b).is_finite()))
+                .flatten()
+                .copied()
+                .collect();
+            let mut out = Vec::new();
+            narrow_to_f16(&fits, width, 0, &mut out).unwrap();
+            let expected: Vec<u8> = fits.chunks_exact(width).flat_map(|b| f16::from_f32(widen(b)).to_le_bytes()).collect();
+            assert_eq!(out, expected);
+        }
+        let mut big = vec![0u8; 2 * NARROW_PIECE + 8];
+        big[2 * NARROW_PIECE + 2..2 * NARROW_PIECE + 4].copy_from_slice(&((70000f32.to_bits() >> 16) as u16).to_le_bytes());
+        let err = narrow_to_f16(&big, 2, 10, &mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains(&format!("at flat index {}", 10 + NARROW_PIECE + 1)), "{err}");
     }
 
     #[test]
