@@ -205,6 +205,20 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
 }
 
 
+def _smolvlm() -> tuple[Any, Any]:
+    """Idefics3's tiny model and processor parameters under SmolVLM's classes."""
+    idefics3, processor = _idefics3()
+    config = transformers.SmolVLMConfig(**{k: v for k, v in idefics3.to_dict().items() if k != "model_type"})
+    image_processor = transformers.SmolVLMImageProcessor(size={"longest_edge": 32},
+                                                         max_image_size={"longest_edge": 16})
+    video_processor = transformers.SmolVLMVideoProcessor()
+    return config, transformers.SmolVLMProcessor(image_processor=image_processor, tokenizer=processor.tokenizer,
+                                                 video_processor=video_processor, image_seq_len=4)
+
+
+FAMILIES["smolvlm"] = _smolvlm
+
+
 def save(name: str, directory: Path, processor: bool = True) -> Path:
     """The tiny checkpoint of family ``name`` (seeded random weights) and, unless told
     otherwise, its processor, saved in ``directory``."""
