@@ -267,3 +267,18 @@ def _qwen3_5(moe: bool = False) -> tuple[Any, Any]:
 
 FAMILIES["qwen3_5"] = _qwen3_5
 FAMILIES["qwen3_5_moe"] = lambda: _qwen3_5(moe=True)
+
+
+def _qwen3_vl_moe() -> tuple[Any, Any]:
+    """Qwen3-VL's tiny model and processor, its decoder's MLPs sparse MoE blocks (4 experts, 2 routed)."""
+    dense, processor = _qwen3_vl()
+    values = dense.to_dict()
+    text = {k: v for k, v in values.pop("text_config").items() if k != "model_type"}
+    vision = {k: v for k, v in values.pop("vision_config").items() if k != "model_type"}
+    text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+    top = {k: values[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                                  "tie_word_embeddings")}
+    return transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **top), processor
+
+
+FAMILIES["qwen3_vl_moe"] = _qwen3_vl_moe
