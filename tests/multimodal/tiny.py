@@ -205,6 +205,20 @@ FAMILIES: dict[str, Callable[[], tuple[Any, Any]]] = {
 }
 
 
+def _smolvlm() -> tuple[Any, Any]:
+    """Idefics3's tiny model and processor parameters under SmolVLM's classes."""
+    idefics3, processor = _idefics3()
+    config = transformers.SmolVLMConfig(**{k: v for k, v in idefics3.to_dict().items() if k != "model_type"})
+    image_processor = transformers.SmolVLMImageProcessor(size={"longest_edge": 32},
+                                                         max_image_size={"longest_edge": 16})
+    video_processor = transformers.SmolVLMVideoProcessor()
+    return config, transformers.SmolVLMProcessor(image_processor=image_processor, tokenizer=processor.tokenizer,
+                                                 video_processor=video_processor, image_seq_len=4)
+
+
+FAMILIES["smolvlm"] = _smolvlm
+
+
 def save(name: str, directory: Path, processor: bool = True) -> Path:
     """The tiny checkpoint of family ``name`` (seeded random weights) and, unless told
     otherwise, its processor, saved in ``directory``."""
@@ -217,3 +231,54 @@ def save(name: str, directory: Path, processor: bool = True) -> Path:
     if processor:
         proc.save_pretrained(directory)
     return directory
+
+
+def _qwen3_5(moe: bool = False) -> tuple[Any, Any]:
+    """Qwen3-VL's tiny processor; a hybrid decoder: gated-delta-net layers around a full
+    attention one (the first layer linear), mrope on half of each head (interleaved
+    sections of 2, 1 and 1 pairs); a tower without DeepStack."""
+    _, processor = _qwen3_vl()
+    ids = {s: processor.tokenizer.convert_tokens_to_ids(s)
+           for s in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")}
+    experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=32) if moe else {}
+    config = (transformers.Qwen3_5MoeConfig if moe else transformers.Qwen3_5Config)(
+        text_config=dict(
+            num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+            hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
+            linear_conv_kernel_dim=4, vocab_size=len(processor.tokenizer), max_position_embeddings=256,
+            initializer_range=INIT, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                             "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+            **experts,
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=4, in_channels=3, patch_size=2,
+            spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16,
+            initializer_range=INIT,
+        ),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    return config, processor
+
+
+FAMILIES["qwen3_5"] = _qwen3_5
+FAMILIES["qwen3_5_moe"] = lambda: _qwen3_5(moe=True)
+
+
+def _qwen3_vl_moe() -> tuple[Any, Any]:
+    """Qwen3-VL's tiny model and processor, its decoder's MLPs sparse MoE blocks (4 experts, 2 routed)."""
+    dense, processor = _qwen3_vl()
+    values = dense.to_dict()
+    text = {k: v for k, v in values.pop("text_config").items() if k != "model_type"}
+    vision = {k: v for k, v in values.pop("vision_config").items() if k != "model_type"}
+    text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1)
+    top = {k: values[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                                  "tie_word_embeddings")}
+    return transformers.Qwen3VLMoeConfig(text_config=text, vision_config=vision, **top), processor
+
+
+FAMILIES["qwen3_vl_moe"] = _qwen3_vl_moe

@@ -12,7 +12,10 @@ artefact per modality, and ``multimodal.json`` tying them, in torch_to_nnef_llm'
 ``family.py``       what a family defines: encoder specs, the decoder's extra inputs
 ``qwen2_5_vl.py``   Qwen2.5-VL: vision tower at any size, mrope positions in the graph
 ``qwen3_vl.py``     Qwen3-VL: as Qwen2.5-VL, plus the DeepStack streams
+``qwen3_vl_moe.py`` Qwen3-VL-MoE: Qwen3-VL's family, MoE decoder blocks
+``qwen3_5.py``      Qwen3.5(-MoE): Qwen3-VL's tower, a gated-delta-net hybrid decoder
 ``idefics3.py``     Idefics3: tiles through the tower and the pixel-shuffle connector
+``smolvlm.py``      SmolVLM2: Idefics3's family under its own ``model_type``
 ``mistral3.py``     Mistral3: the Pixtral tower at any size, the patch merger
 ``gemma3.py``       Gemma3: fixed-size SigLIP tower, image tokens attending both ways
 ``qwen2_audio.py``  Qwen2-Audio: Whisper-style tower on a padded window, its mask

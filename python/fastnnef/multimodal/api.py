@@ -48,6 +48,7 @@ from fastnnef.llm.api import (
     LLM_NAMING_SCHEME,
     _attn,
     _check_inputs_dtype,
+    _check_linear_attention,
     _compressor,
     _display,
     _dtype_str,
@@ -61,6 +62,7 @@ from fastnnef.llm.api import (
 from fastnnef.llm.architectures import kv_layout
 from fastnnef.llm.bundles import Bundle, write_modes_json
 from fastnnef.llm.load import CONFIG, Checkpoint, load_checkpoint, resolve_source
+from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, to_enum
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import BundleCheck, GenerationCheck, check_bundle, eos_ids, raise_on_failed_bundles
@@ -205,7 +207,6 @@ def dump_multimodal(
     _check_positions(layout.max_positions, processed["input_ids"].shape[1])
     contracts = [_contract(family, i, model.config, hidden) for i in range(len(family.encoders))]
     inputs = family.decoder_inputs(model)
-    io = decoder_io(layout, inputs)
 
     progress.phase("running the model in PyTorch for the test bundles")
     with _timed(timings, "bundles"), torch.no_grad():
@@ -237,8 +238,10 @@ def dump_multimodal(
         tests_dir = decoder_dir / TESTS_DIR
         tests_dir.mkdir(parents=True)
         wrapper = KVCacheLM(model, layout, num_logits_to_keep, inputs).eval()
+        _check_linear_attention(wrapper, target_version)
+        io = decoder_io(wrapper, inputs)
         runner = DecoderRunner(wrapper, inputs, io, cache_dtype, hidden)
-        with _timed(timings, "bundles"):
+        with _timed(timings, "bundles"), dense_experts(model):
             modes = runner.bundles(processed, reference)
             for bundle in modes:
                 bundle.save(tests_dir)
@@ -256,7 +259,9 @@ def dump_multimodal(
             force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
             reify_sdpa_operator=reify_sdpa_operator,
         )
-        with _timed(timings, "export decoder"), progress.writing():
+        # MoE blocks: one tract_moe_ffn where the target has it, else the dense form.
+        with _timed(timings, "export decoder"), moe_export_forms(model, inference_target.capabilities()), \
+                progress.writing():
             export_model_to_nnef(
                 wrapper, example_inputs, decoder_path, inference_target,
                 input_names=io.input_names, output_names=io.output_names, compression_level=0,

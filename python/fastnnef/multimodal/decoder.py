@@ -24,10 +24,9 @@ import numpy as np
 import torch
 
 from fastnnef.check import TractArtefact
-from fastnnef.llm.architectures import KVLayout
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.verify import NEAR_TIE, GenerationCheck, _feed, torch_generate
-from fastnnef.llm.wrapper import KVCacheLM, dynamic_axes, io_names
+from fastnnef.llm.wrapper import KVCacheLM
 from fastnnef.multimodal.family import DecoderInputs
 
 PROMPT_INPUTS = ("input_ids", "attention_mask")  # what is not a modality input of HF's generate
@@ -42,10 +41,12 @@ class DecoderIO:
     dynamic_axes: dict[str, dict[int, str]]
 
 
-def decoder_io(layout: KVLayout, inputs: DecoderInputs) -> DecoderIO:
-    names_in, names_out = io_names(layout.n_layers)
+def decoder_io(wrapper: KVCacheLM, inputs: DecoderInputs) -> DecoderIO:
+    """The wrapper's names and axes (its cache: keys and values, or a linear-attention
+    layer's states), then the family's inputs."""
+    names_in, names_out = wrapper.io_names()
     return DecoderIO(names_in + list(inputs.names), names_out + list(inputs.output_names),
-                     {**dynamic_axes(layout.n_layers), **inputs.dynamic_axes})
+                     {**wrapper.dynamic_axes(), **inputs.dynamic_axes})
 
 
 class DecoderRunner:

@@ -12,9 +12,15 @@ from fastnnef.multimodal.idefics3 import FAMILY as IDEFICS3
 from fastnnef.multimodal.mistral3 import FAMILY as MISTRAL3
 from fastnnef.multimodal.qwen2_5_vl import FAMILY as QWEN2_5_VL
 from fastnnef.multimodal.qwen2_audio import FAMILY as QWEN2_AUDIO
+from fastnnef.multimodal.qwen3_5 import FAMILY as QWEN3_5
+from fastnnef.multimodal.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from fastnnef.multimodal.qwen3_vl import FAMILY as QWEN3_VL
+from fastnnef.multimodal.qwen3_vl_moe import FAMILY as QWEN3_VL_MOE
+from fastnnef.multimodal.smolvlm import FAMILY as SMOLVLM
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (QWEN2_5_VL, QWEN3_VL, IDEFICS3, MISTRAL3, GEMMA3, QWEN2_AUDIO)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    QWEN2_5_VL, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, IDEFICS3, SMOLVLM, MISTRAL3, GEMMA3, QWEN2_AUDIO,
+)}
 
 
 def supported_list() -> str:

@@ -46,7 +46,8 @@ class Qwen3VisionEncoder(nn.Module):
         self.visual = visual
         self.merge = int(visual.spatial_merge_size)
         self.side = int(visual.num_grid_per_side)
-        self.deepstack = list(visual.deepstack_visual_indexes)
+        # Qwen3.5's tower has no DeepStack streams (its model deletes the attribute).
+        self.deepstack = list(getattr(visual, "deepstack_visual_indexes", ()))
 
     def _axis_taps(self, index: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Bilinear taps and weights (align_corners) of positions ``index`` on an axis of
