@@ -31,15 +31,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
-
 from bench_llm_vs_torch_to_nnef import FASTNNEF_PYTHON, reference_missing, run, stub_tract
 
 ROOT = FASTNNEF_PYTHON.parent
+T = TypeVar("T")
 ARTEFACT = Path("model") / "model.nnef.tgz"
 # The weight forms of a row: the flags both commands get.
 FORMS: dict[str, list[str]] = {"f32": [], "f16": ["-dt", "f16"], "q4_0": ["-c", "min_max_q4_0"]}
@@ -134,6 +134,22 @@ class Exporter:
         return wall
 
 
+@dataclass(frozen=True)
+class Seconds:
+    """Wall and CPU seconds of one timed call (tract runs on the calling thread, so CPU
+    time is the work itself: on a machine shared with other jobs, wall time also counts
+    the waits for a core)."""
+
+    wall: float
+    cpu: float
+
+
+def timed(call: Callable[[], T]) -> tuple[Seconds, T]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = call()
+    return Seconds(time.perf_counter() - wall, time.process_time() - cpu), result
+
+
 class Session:
     """One loaded artefact: its inputs are the token ids then the caches (empty at
     prefill), its outputs the logits then the caches, in the same order."""
@@ -141,9 +157,7 @@ class Session:
     def __init__(self, path: Path) -> None:
         from fastnnef.check import TractArtefact
 
-        started = time.perf_counter()
-        self.artefact = TractArtefact.load(path)
-        self.load_s = time.perf_counter() - started
+        self.load, self.artefact = timed(lambda: TractArtefact.load(path))
         dtypes = {"f32": np.float32, "f16": np.float16, "i64": np.int64}
         (_, ids_fact), *cache_facts = self.artefact.input_facts
         if len(ids_fact) != 2:
@@ -156,44 +170,54 @@ class Session:
         logits, *cache = self.artefact.run([ids.astype(np.int64), *cache])
         return int(logits.reshape(-1, logits.shape[-1])[-1].argmax()), cache
 
-    def prefill(self, prompt: np.ndarray) -> tuple[float, int, list[np.ndarray]]:
-        started = time.perf_counter()
-        token, cache = self.step(prompt, self.empty)
-        return time.perf_counter() - started, token, cache
+    def prefill(self, prompt: np.ndarray) -> tuple[Seconds, tuple[int, list[np.ndarray]]]:
+        return timed(lambda: self.step(prompt, self.empty))
 
-    def decode(self, token: int, cache: list[np.ndarray], steps: int) -> tuple[float, list[int]]:
-        tokens = []
-        started = time.perf_counter()
-        for _ in range(steps):
-            token, cache = self.step(np.array([[token]]), cache)
-            tokens.append(token)
-        return time.perf_counter() - started, tokens
+    def decode(self, token: int, cache: list[np.ndarray], steps: int) -> tuple[Seconds, list[int]]:
+        def run() -> list[int]:
+            nonlocal token, cache
+            tokens = []
+            for _ in range(steps):
+                token, cache = self.step(np.array([[token]]), cache)
+                tokens.append(token)
+            return tokens
+
+        return timed(run)
 
 
-def measure(paths: dict[str, Path], prompt: np.ndarray, steps: int, repeats: int) -> dict[str, dict[str, Any]]:
-    """Per side: best load s, prefill tok/s, decode tok/s and the greedy tokens, the
-    sides interleaved in every round so that both see the same load of the machine."""
+@dataclass
+class Timings:
+    """One side's best (smallest) seconds over the rounds, and its greedy tokens."""
+
+    load: list[Seconds] = field(default_factory=list)
+    prefill: list[Seconds] = field(default_factory=list)
+    decode: list[Seconds] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def best(self, what: str, clock: str) -> float:
+        return min(getattr(s, clock) for s in getattr(self, what))
+
+
+def measure(paths: dict[str, Path], prompt: np.ndarray, steps: int, repeats: int) -> dict[str, Timings]:
+    """Per side, every round's load, prefill and decode seconds, the sides interleaved in
+    every round so that both see the same load of the machine."""
     sessions: dict[str, Session] = {}
-    load = {side: [] for side in paths}
+    timings = {side: Timings() for side in paths}
     for _ in range(repeats):
         for side, path in paths.items():
             sessions.pop(side, None)  # one copy of each artefact in memory at a time
             sessions[side] = Session(path)
-            load[side].append(sessions[side].load_s)
+            timings[side].load.append(sessions[side].load)
     for session in sessions.values():
         session.prefill(prompt[:, :8])  # warm-up
-    prefill: dict[str, list[float]] = {side: [] for side in paths}
-    decode: dict[str, list[float]] = {side: [] for side in paths}
-    tokens: dict[str, list[int]] = {}
     for _ in range(repeats):
         for side, session in sessions.items():
-            seconds, first, cache = session.prefill(prompt)
-            prefill[side].append(seconds)
+            seconds, (first, cache) = session.prefill(prompt)
+            timings[side].prefill.append(seconds)
             seconds, generated = session.decode(first, cache, steps)
-            decode[side].append(seconds)
-            tokens[side] = [first, *generated]
-    return {side: {"load_s": min(load[side]), "prefill_tok_s": prompt.shape[1] / min(prefill[side]),
-                   "decode_tok_s": steps / min(decode[side]), "tokens": tokens[side]} for side in paths}
+            timings[side].decode.append(seconds)
+            timings[side].tokens = [first, *generated]
+    return timings
 
 
 def main() -> None:
@@ -207,6 +231,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128, help="prefill length")
     parser.add_argument("--decode", type=int, default=64, help="decode steps")
     parser.add_argument("--repeats", type=int, default=3, help="best of, interleaved")
+    parser.add_argument("--reuse", action="store_true", help="time the artefacts a previous run left, if any")
     parser.add_argument("--cleanup", action="store_true", help="delete the checkpoints and artefacts afterwards")
     parser.add_argument("--smoke", action="store_true", help="tiny llama f32 and mixtral Q4_0, in a temp dir")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the checkpoint-building child
@@ -238,9 +263,10 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Optional[Exporte
 
     stub = stub_tract(workdir, TRACT_VERSION)  # the linked tract: MoE blocks need >= 0.23.9 in the reference
     exporters = [Exporter("fastnnef", sys.executable, str(FASTNNEF_PYTHON)), *([reference] if reference else [])]
-    print(f"prefill {args.prompt} tokens, decode {args.decode} steps, best of {args.repeats}, interleaved")
-    header = f"{'family':<10} {'form':<5} {'side':<9} {'export s':>8} {'load s':>7} {'prefill tok/s':>13} {'decode tok/s':>12}"
-    lines = [header]
+    print(f"prefill {args.prompt} tokens, decode {args.decode} steps, best of {args.repeats}, interleaved; "
+          "tok/s from CPU time (wall in brackets); ratio: ours / the reference's speed (> 1: ours faster)")
+    lines = ["| family | form | side | export s | load s | prefill tok/s | decode tok/s | greedy tokens equal |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
     pairs = SMOKE_ROWS if args.smoke else [(family, form) for family in args.families for form in args.forms]
     for family, form in pairs:
         source = workdir / "checkpoints" / family
@@ -250,22 +276,35 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Optional[Exporte
         for exporter in exporters:
             out = workdir / "artefacts" / f"{family}-{form}-{exporter.name}"
             try:
-                export_s[exporter.name] = exporter.export(source, out, form, stub)
+                reused = args.reuse and (out / ARTEFACT).is_file()
+                export_s[exporter.name] = float("nan") if reused else exporter.export(source, out, form, stub)
                 paths[exporter.name] = out / ARTEFACT
             except SystemExit as failure:  # the reference cannot export every family
                 print(f"{family} {form}: {exporter.name} export failed: {str(failure)[-600:]}")
-        timed = measure(paths, prompt, args.decode, args.repeats)
-        for side, row in timed.items():
-            lines.append(f"{family:<10} {form:<5} {side:<9} {export_s[side]:>8.2f} {row['load_s']:>7.2f} "
-                         f"{row['prefill_tok_s']:>13.1f} {row['decode_tok_s']:>12.1f}")
-        if len(timed) == 2:
-            ours, ref = timed["fastnnef"], timed["reference"]
-            agree = np.mean(np.equal(ours["tokens"], ref["tokens"]))
-            lines.append(f"{family:<10} {form:<5} {'ratio':<9} {'':>8} {ref['load_s'] / ours['load_s']:>6.2f}x "
-                         f"{ours['prefill_tok_s'] / ref['prefill_tok_s']:>12.2f}x "
-                         f"{ours['decode_tok_s'] / ref['decode_tok_s']:>11.2f}x  greedy tokens equal: {agree:.0%}")
-        print(lines[-1] if len(timed) < 2 else "\n".join(lines[-3:]), flush=True)
+        timings = measure(paths, prompt, args.decode, args.repeats)
+        rows = [row(family, form, side, export_s[side], t, args.prompt, args.decode) for side, t in timings.items()]
+        if len(timings) == 2:
+            rows.append(ratio_row(family, form, export_s, timings))
+        lines += rows
+        print("\n".join(rows), flush=True)
     print("\n".join(lines))
+
+
+def row(family: str, form: str, side: str, export_s: float, t: Timings, prompt: int, steps: int) -> str:
+    rates = [f"{n / t.best(what, 'cpu'):.1f} ({n / t.best(what, 'wall'):.1f})"
+             for what, n in (("prefill", prompt), ("decode", steps))]
+    return (f"| {family} | {form} | {side} | {export_s:.2f} | {t.best('load', 'cpu'):.2f} | {rates[0]} | {rates[1]} "
+            "| |")
+
+
+def ratio_row(family: str, form: str, export_s: dict[str, float], timings: dict[str, Timings]) -> str:
+    """Ours / the reference's speed: the reference's seconds over ours."""
+    ours, ref = timings["fastnnef"], timings["reference"]
+    speed = [f"**{ref.best(what, 'cpu') / ours.best(what, 'cpu'):.2f}×** "
+             f"({ref.best(what, 'wall') / ours.best(what, 'wall'):.2f}×)" for what in ("prefill", "decode")]
+    agree = np.mean(np.equal(ours.tokens, ref.tokens))
+    return (f"| {family} | {form} | ratio | {export_s['reference'] / export_s['fastnnef']:.2f}× "
+            f"| {ref.best('load', 'cpu') / ours.best('load', 'cpu'):.2f}× | {speed[0]} | {speed[1]} | {agree:.0%} |")
 
 
 if __name__ == "__main__":
