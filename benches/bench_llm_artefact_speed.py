@@ -102,6 +102,10 @@ def _build(directory: Path, families: list[str], smoke: bool) -> None:
             dims["moe_intermediate_size"] = dims["intermediate_size"]
         torch.manual_seed(0)
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**dims))
+        with torch.no_grad():  # like a trained model's: an exporter may drop a multiplication by ones
+            for parameter in model.parameters():
+                if bool((parameter == 1).all()) or bool((parameter == 0).all()):
+                    parameter.add_(torch.randn_like(parameter) * 0.1)
         checkpoint = directory / family / family
         model.save_pretrained(checkpoint)
         save_tokenizer(checkpoint)
