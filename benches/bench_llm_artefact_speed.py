@@ -5,11 +5,14 @@ Random-weight checkpoints (llama ~100 M parameters; mixtral, qwen3-moe and gpt-o
 8 experts, top-2, small dimensions; a local word-level tokenizer) are built once under
 ``--workdir``. Each is exported by both commands with ``-nv`` as f32, f16 (``-dt f16``) and
 Q4_0 (``-c min_max_q4_0``), each command a fresh process. Then both artefacts of a row are
-loaded in this process by the linked tract and timed, interleaved (ours, the reference's,
-ours, ...), best of ``--repeats``: load (optimize and plan), prefill tokens/s (one
-``--prompt``-token prompt, empty cache) and decode tokens/s (``--decode`` one-token steps
-feeding the growing cache back). The ratio is ours / the reference's (above 1: ours is
-faster). The greedy tokens of both are compared and reported.
+loaded in this process by the linked tract and timed, interleaved (ABBA), best of
+``--repeats``: load (optimize and plan), prefill tokens/s (one ``--prompt``-token prompt,
+empty cache) and decode tokens/s (``--decode`` one-token steps feeding the growing cache
+back), from the CPU time of this process (tract runs on the calling thread; on a shared
+machine wall time, printed in brackets, also counts the waits for a core). The ratio is
+ours / the reference's speed (above 1: ours is faster). The greedy tokens of both are
+compared and reported. Parameters a fresh model holds at exactly 1 or 0 (norm weights,
+biases) get noise first: the reference drops multiplications by ones.
 
 torch_to_nnef_llm is not a dependency; install it apart (see bench_llm_vs_torch_to_nnef.py):
     PYTHONPATH=python .venv/bin/python benches/bench_llm_artefact_speed.py --reference /tmp/t2n-bench
