@@ -72,9 +72,10 @@ def _build(directory: Path, scale: float, smoke: bool) -> None:
     save_tokenizer(checkpoint)
 
 
-def stub_tract(folder: Path) -> Path:
+def stub_tract(folder: Path, version: str = TRACT_VERSION) -> Path:
+    """A script answering ``--version`` as tract ``version``: what the reference checks."""
     path = folder / "tract"
-    path.write_text(f"#!/bin/sh\necho 'tract {TRACT_VERSION}'\n")
+    path.write_text(f"#!/bin/sh\necho 'tract {version}'\n")
     path.chmod(0o755)
     return path
 

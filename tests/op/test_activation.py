@@ -6,6 +6,8 @@ negative side, clamps) is exercised; f32 tolerance 1e-4, f16 1e-2.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -165,6 +167,20 @@ def test_activation_f16(factory, tmp_path):
     target = TractNNEF.latest().with_check_io_tolerance(TractCheckTolerance.VERY)
     export_and_check(model, (x,), tmp_path, target=target, atol=1e-2, rtol=1e-2,
                      input_names=["x"], output_names=["y"])
+
+
+def test_f16_softmax_computed_in_f32(tmp_path):
+    """An f16 softmax (gpt-oss's attention) runs in f32 between two casts, as torch's CPU
+    kernel computes it: closer to torch than tract's f16 softmax, and faster on CPUs
+    without f16 arithmetic."""
+    torch.manual_seed(0)
+    x = (torch.randn(2, 8, 16, 17) * 4).half()
+    target = TractNNEF.latest().with_check_io_tolerance(TractCheckTolerance.VERY)
+    path = export_and_check(nn.Softmax(dim=-1), (x,), tmp_path, target=target, compression_level=None,
+                            atol=2e-3, rtol=2e-3, input_names=["x"], output_names=["y"])
+    text = (path / "graph.nnef").read_text()
+    assert re.search(r"(\w+) = tract_core_cast\(x, to = \"f32\"\);\n\s*(\w+) = softmax\(\1, axes = \[3\]\);\n"
+                     r"\s*y = tract_core_cast\(\2, to = \"f16\"\);", text), text
 
 
 def test_integer_clamp(tmp_path):

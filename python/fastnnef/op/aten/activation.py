@@ -331,6 +331,12 @@ def softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     """aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
     (_softmax's third input is half_to_float; both are covered by the traced output dtype)"""
     x, axes = _softmax_input(ctx, x, dim)
+    if x.dtype == "f16" and ctx.out_dtype() == "f16" and not ctx.strict:
+        # torch's CPU kernel computes a half softmax in float and rounds once; tract's f16
+        # softmax rounds every step and, on CPUs without f16 arithmetic, is slower than
+        # two casts and an f32 softmax (gpt-oss's f16 prefill: +9 %, benches/README.md).
+        wide = ctx.tmp("softmax", [ctx.cast(x, "f32")], {"axes": axes}, dtype="f32", suffix="f32")
+        return ctx.emit("tract_core_cast", [wide], {"to": "f16"})
     return ctx.emit("softmax", [x], {"axes": axes})
 
 
