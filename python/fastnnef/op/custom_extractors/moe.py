@@ -108,6 +108,7 @@ ROUTINGS: Dict[str, Callable[[nn.Module], Union[tuple[str, float], str]]] = {
     "Qwen3MoeTopKRouter": _softmax_maybe_renormalized,
     "Qwen3NextTopKRouter": _softmax_maybe_renormalized,
     "Qwen3_5MoeTopKRouter": _softmax_renormalized,
+    "Qwen3VLMoeTextTopKRouter": _softmax_renormalized,
     "OlmoeTopKRouter": _softmax_maybe_renormalized,
     "GraniteMoeTopKRouter": _topk_then_softmax,
     "GraniteMoeSharedTopKRouter": _topk_then_softmax,
