@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
-from fastnnef.nnef.shapes import unknown
+from fastnnef.nnef.shapes import same_size, unknown
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir import UNKNOWN, TensorValue
+from fastnnef.torch_graph.ir import TensorValue
 
 
 def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
@@ -25,10 +25,10 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
     if tuple(out) == tuple(x.shape) and sum(unknown(d) for d in out) <= 1:
         return ctx.emit("copy", [x])  # a single unknown dim is fixed by the equal volumes
     pre = 0
-    while pre < min(x.rank, len(out)) and _same_size(x.shape[pre], out[pre]):
+    while pre < min(x.rank, len(out)) and same_size(x.shape[pre], out[pre]):
         pre += 1
     suf = 0
-    while suf < min(x.rank, len(out)) - pre and _same_size(x.shape[x.rank - 1 - suf], out[len(out) - 1 - suf]):
+    while suf < min(x.rank, len(out)) - pre and same_size(x.shape[x.rank - 1 - suf], out[len(out) - 1 - suf]):
         suf += 1
     if not out:
         return ctx.emit("squeeze", [x], {"axes": list(range(x.rank))})
@@ -53,11 +53,6 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
     shape: list[Union[int, Sym]] = [-1 if i in free else d for i, d in enumerate(window)]
     count = x.rank - pre - suf
     return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
-
-
-def _same_size(a: Dim, b: Dim) -> bool:
-    """Whether two dims are provably one size (an unknown dim equals nothing, itself included)."""
-    return a == b and not unknown(a)
 
 
 def _check_rest(ctx: OpContext, before: Sequence[Dim], others: Sequence[Dim]) -> None:
@@ -171,13 +166,15 @@ def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
 def _broadcast(ctx: OpContext, x: NTensor, sizes: Optional[list[Dim]] = None) -> NTensor:
     out = ctx.out_shape()
     x = ctx.to_rank(x, len(out))
+    kept: set[int] = set()  # dims that expand's -1 keeps: x's own, whatever their size
     if sizes is not None and len(sizes) == len(out):
         # The requested sizes keep the symbols the traced output shape may have lost.
-        out = tuple(x.shape[i] if isinstance(s, int) and not isinstance(s, Sym) and s == -1 else s
-                    for i, s in enumerate(sizes))
-    if tuple(out) == tuple(x.shape):
+        kept = {i for i, s in enumerate(sizes) if isinstance(s, int) and not isinstance(s, Sym) and s == -1}
+        out = tuple(x.shape[i] if i in kept else s for i, s in enumerate(sizes))
+    if all(i in kept or same_size(o, d) for i, (o, d) in enumerate(zip(out, x.shape))):
         return ctx.emit("copy", [x])
-    if any(isinstance(d, Sym) and d == UNKNOWN for d in out):
+    if any(unknown(d) for d in out):
+        # tract_core_broadcast takes the full target shape: an unknown size cannot be written.
         raise ctx.unsupported("expand to a size that depends on a dynamic axis in an unknown way")
     if ctx.strict and x.is_static() and all(isinstance(d, int) for d in out):
         # Strict NNEF has no broadcast op: tile the unit axes.
