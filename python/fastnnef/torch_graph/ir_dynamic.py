@@ -1,11 +1,15 @@
 """Dynamic dimensions of the IR: which output dims of an op vary with a dynamic axis.
 
 The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. An op
-whose kind has a rule (views, reshapes, slices, pads, fills, matmul, cat, arange...) gets
-its output marks from its inputs' marks and size arguments, as expressions over the axes'
-symbols (``symexpr.py``) where they can be written; other ops follow the generic rule:
-same-rank outputs dim by dim, else a dim whose traced size equals a dynamic input dim's is
-marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+whose kind has a rule (views, reshapes, slices, pads, fills, reductions, matmul, cat,
+arange...) gets its output marks from its inputs' marks and size arguments, as expressions
+over the axes' symbols (``symexpr.py``) where they can be written; other ops follow the
+generic rule: same-rank outputs dim by dim, else a dim whose traced size equals a dynamic
+input dim's is marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+
+Rules place dims by the op's arguments (positions, size lists), never by matching traced
+sizes where a dynamic dim is concerned: an axis traced at 1 matches every unit dim, and any
+traced size may equal a merged dim by chance.
 """
 
 from __future__ import annotations
