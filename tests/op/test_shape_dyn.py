@@ -107,3 +107,49 @@ def test_squeeze_of_dynamic_axis_traced_at_one_is_refused(tmp_path: Path) -> Non
     target = TractNNEF.latest().with_dynamic_axes({"in0": {0: "TILES"}})
     with pytest.raises(T2NErrorNotImplemented, match="traced at size 1"):
         export_and_check(Fn(lambda x: x.squeeze(0)), (randn(1, 8),), tmp_path, target=target, input_names=["in0"])
+
+
+class _SiglipTiles(torch.nn.Module):
+    """A SigLIP tower on a batch of tiles, flattened to rows (Gemma 3's and Idefics3's image
+    encoders): exported with one tile in the trace, it must still take several."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+
+        config = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                                 num_attention_heads=4, image_size=16, patch_size=4)
+        self.tower = transformers.SiglipVisionModel(config).eval()
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.tower(pixel_values=pixel_values).last_hidden_state.flatten(0, 1)
+
+
+class _QwenMerger(torch.nn.Module):
+    """Qwen2.5-VL's own patch merger (``view(-1, 4C)``) after patches ``[MH, MW, 2, 2, D]``
+    were flattened to rows: the merger's input row count is ``4*MH*MW``, which the IR does
+    not write (a product of two axes), so its view must not keep that axis as is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLPatchMerger
+
+        self.embed = torch.nn.Linear(12, 8)
+        self.merger = Qwen2_5_VLPatchMerger(dim=16, context_dim=8, spatial_merge_size=2)
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        return self.merger(self.embed(patches.reshape(-1, patches.shape[-1])))
+
+
+@pytest.mark.parametrize("make, traced, dyn, other", [
+    pytest.param(_SiglipTiles, randn(1, 3, 16, 16), {0: "TILES"}, randn(3, 3, 16, 16), id="siglip-tiles-traced-at-one"),
+    pytest.param(_QwenMerger, randn(2, 3, 2, 2, 12), {0: "MH", 1: "MW"}, randn(4, 5, 2, 2, 12), id="qwen-merger"),
+])
+def test_vision_towers(make: Callable[[], torch.nn.Module], traced: torch.Tensor, dyn: dict[int, str],
+                       other: torch.Tensor, tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = make().eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": dyn})
+    export_and_check(model, (traced,), tmp_path, target=target, input_names=["x"], atol=1e-3, rtol=1e-3)
+    export_and_check(model, (traced,), tmp_path, target=target, input_names=["x"], name="other.nnef",
+                     run_inputs=[other], atol=1e-3, rtol=1e-3)
