@@ -189,6 +189,8 @@ RULES = [
      {0: {0: "T"}}, "aten::sum", (None, None)),
     ("mean_keepdim_keeps_axis_traced_at_one", lambda x: x.mean(-1, keepdim=True) * 2, (torch.randn(1, 8),),
      {0: {0: "T"}}, "aten::mean", ("T", None)),
+    ("view_as_traced_at_one", lambda x: x.view_as(x.flatten(0, 1)) * 2, (torch.randn(1, 4, 8),), {0: {0: "T"}},
+     "aten::view_as", ("4*T", None)),
     ("amax_over_axis", lambda x: x.amax(1) * 2, (torch.randn(2, 5, 3),), {0: {1: "S"}}, "aten::amax", (None, None)),
     ("stft_default_hop_not_centred", lambda x: torch.stft(x, 8, window=_HANN, center=False, return_complex=True).abs(),
      (torch.randn(26),), {0: {0: "S"}}, "aten::stft", (None, "(S-8)/2+1")),
