@@ -76,6 +76,9 @@ UNNAMED = [
      {0: {0: "A", 1: "B"}}, (randn(3, 5, 6),)),
     ("view_unknown_same_shape", lambda x: x.reshape(-1, 6).view(-1, 6) * 2, (randn(2, 2, 6),),
      {0: {0: "A", 1: "B"}}, (randn(3, 5, 6),)),
+    # reshape(1, h.size(1), -1) of rows whose count the IR lost (Pixtral's attention output)
+    ("reshape_unknown_rows_by_their_size", lambda x: (lambda h: h.reshape(1, h.size(1), -1))(x.reshape(1, -1, 4, 8)),
+     (randn(2, 3, 4, 8),), {0: {0: "A", 1: "B"}}, (randn(3, 5, 4, 8),)),
     # expand's -1 keeps x's own dim: no broadcast needed, unknown or not
     ("expand_keeps_unknown_unchanged", lambda x: x.reshape(-1, 4).expand(-1, 4) * 2, (randn(2, 2, 4),),
      {0: {0: "A", 1: "B"}}, (randn(3, 5, 4),)),

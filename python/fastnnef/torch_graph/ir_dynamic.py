@@ -252,11 +252,15 @@ def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
     """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
     given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
     are x's minus at most that one and the static parts divide; else unknown."""
-    x_syms = sorted(d for d in x.dyn if d is not None)
-    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt))
+    x_syms = sorted(d for d in x.dyn if d is not None and d != UNKNOWN)
+    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt) and v.expr != UNKNOWN)
     static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
     static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
-    if UNKNOWN in x_syms or UNKNOWN in o_syms or static_o == 0 or static_x % static_o:
+    # Unknown sizes cancel only in pairs of equal traced sizes other than 1 (``reshape(b,
+    # x.size(1), -1)`` of a row count the IR lost); a size traced at 1 proves nothing.
+    x_unknown = sorted(x.shape[d] for d in range(x.rank) if x.dyn[d] == UNKNOWN)
+    o_unknown = sorted(v.traced for v in others if isinstance(v, SymInt) and v.expr == UNKNOWN)
+    if x_unknown != o_unknown or 1 in x_unknown or static_o == 0 or static_x % static_o:
         return UNKNOWN
     left = list(x_syms)
     for expr in o_syms:
