@@ -32,6 +32,12 @@ def unknown(d: Dim) -> bool:
     return isinstance(d, Sym) and d == UNKNOWN_DIM
 
 
+def same_size(a: Dim, b: Dim) -> bool:
+    """Whether two dims are provably one size: equal ints or equal expressions. An unknown
+    dim equals nothing, not even another unknown (two lost expressions may differ)."""
+    return a == b and not unknown(a)
+
+
 def _term(d: Dim) -> str:
     """``d`` as an operand of ``*`` or ``/`` (compound sums get parentheses)."""
     text = str(d)

@@ -1,11 +1,15 @@
 """Dynamic dimensions of the IR: which output dims of an op vary with a dynamic axis.
 
 The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. An op
-whose kind has a rule (views, reshapes, slices, pads, fills, matmul, cat, arange...) gets
-its output marks from its inputs' marks and size arguments, as expressions over the axes'
-symbols (``symexpr.py``) where they can be written; other ops follow the generic rule:
-same-rank outputs dim by dim, else a dim whose traced size equals a dynamic input dim's is
-marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+whose kind has a rule (views, reshapes, slices, pads, fills, reductions, matmul, cat,
+arange...) gets its output marks from its inputs' marks and size arguments, as expressions
+over the axes' symbols (``symexpr.py``) where they can be written; other ops follow the
+generic rule: same-rank outputs dim by dim, else a dim whose traced size equals a dynamic
+input dim's is marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+
+Rules place dims by the op's arguments (positions, size lists), never by matching traced
+sizes where a dynamic dim is concerned: an axis traced at 1 matches every unit dim, and any
+traced size may equal a merged dim by chance.
 """
 
 from __future__ import annotations
@@ -204,14 +208,17 @@ def const_ints(value: IRValue) -> list[int]:
 
 
 def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
-    """Reshape: dims in the common prefix/suffix keep their marks; the window between is
-    dynamic-unknown if it takes a dynamic input dim."""
+    """Reshape: static dims in the common prefix/suffix stay static; the window between is
+    dynamic-unknown if it takes a dynamic input dim. A dynamic dim never counts as kept
+    because its traced size matches: a size traced at 1 matches every unit dim, and any
+    traced size may match a merged dim by chance (``[N, 3] -> [N/3, 3, 3]`` at N = 3)."""
     pre = 0
-    while pre < min(x.rank, out.rank) and x.shape[pre] == out.shape[pre]:
+    while pre < min(x.rank, out.rank) and x.dyn[pre] is None and x.shape[pre] == out.shape[pre]:
         pre += 1
     suf = 0
     while (
         suf < min(x.rank, out.rank) - pre
+        and x.dyn[x.rank - 1 - suf] is None
         and x.shape[x.rank - 1 - suf] == out.shape[out.rank - 1 - suf]
     ):
         suf += 1
@@ -245,11 +252,15 @@ def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
     """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
     given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
     are x's minus at most that one and the static parts divide; else unknown."""
-    x_syms = sorted(d for d in x.dyn if d is not None)
-    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt))
+    x_syms = sorted(d for d in x.dyn if d is not None and d != UNKNOWN)
+    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt) and v.expr != UNKNOWN)
     static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
     static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
-    if UNKNOWN in x_syms or UNKNOWN in o_syms or static_o == 0 or static_x % static_o:
+    # Unknown sizes cancel only in pairs of equal traced sizes other than 1 (``reshape(b,
+    # x.size(1), -1)`` of a row count the IR lost); a size traced at 1 proves nothing.
+    x_unknown = sorted(x.shape[d] for d in range(x.rank) if x.dyn[d] == UNKNOWN)
+    o_unknown = sorted(v.traced for v in others if isinstance(v, SymInt) and v.expr == UNKNOWN)
+    if x_unknown != o_unknown or 1 in x_unknown or static_o == 0 or static_x % static_o:
         return UNKNOWN
     left = list(x_syms)
     for expr in o_syms:
@@ -264,6 +275,103 @@ def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
         return UNKNOWN if len(left) > 1 or factor != 1 else left[0]
     scaled = symexpr.render({k: v * factor for k, v in size.items()})
     return None if isinstance(scaled, int) else scaled
+
+
+def _volume_mark(x: TensorValue, dims: Sequence[int]) -> Optional[str]:
+    """The mark of the product of ``x``'s ``dims``: static, a linear expression when at
+    most one of them is dynamic (``4*TILES``), else unknown."""
+    total: Union[str, int] = 1
+    for d in dims:
+        size: Union[str, int] = x.shape[d] if x.dyn[d] is None else x.dyn[d]  # type: ignore[assignment]
+        if size == UNKNOWN:
+            return UNKNOWN
+        product = symexpr.product(total, size)
+        if product is None or symexpr.parse(product) is None:
+            return UNKNOWN
+        total = product
+    return None if isinstance(total, int) else total
+
+
+def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """flatten(x, start, end): the merged dims' product, the others unchanged (by their
+    positions, never by their traced sizes: a dynamic axis traced at 1 stays dynamic)."""
+    bounds = [const_ints(a) for a in args[:2]]
+    if x.rank == 0 or len(bounds) != 2 or not all(len(b) == 1 for b in bounds):
+        return None
+    start, end = bounds[0][0] % x.rank, bounds[1][0] % x.rank
+    if out.rank != x.rank - (end - start):
+        return None
+    return x.dyn[:start] + (_volume_mark(x, range(start, end + 1)),) + x.dyn[end + 1 :]
+
+
+def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """unflatten(x, dim, sizes): the sizes' marks in place of ``dim``, a -1 taking the
+    rest of the dim where the other sizes divide it exactly (else unknown)."""
+    dims = const_ints(args[0]) if args else []
+    items = args[1].items if len(args) > 1 and isinstance(args[1], ListValue) else []
+    if x.rank == 0 or len(dims) != 1 or not items or out.rank != x.rank - 1 + len(items):
+        return None
+    a = dims[0] % x.rank
+    free = [k for k, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
+    known = [Const("", 1) if k in free else v for k, v in enumerate(items)]
+    marks = _size_list_dyn(ListValue("", known), len(items))
+    if marks is None or len(free) > 1:
+        return None
+    if free:
+        others = math.prod(int(v.value) for v in known if isinstance(v, Const))
+        size: Union[str, int] = x.shape[a] if x.dyn[a] is None else x.dyn[a]  # type: ignore[assignment]
+        exact = _exact_quotient(size, others) if not any(m is not None for m in marks) else None
+        rest = None if isinstance(exact, int) else exact or UNKNOWN
+        marks = marks[: free[0]] + (rest,) + marks[free[0] + 1 :]
+    return x.dyn[:a] + marks + x.dyn[a + 1 :]
+
+
+def _exact_quotient(size: Union[str, int], k: int) -> Optional[Union[str, int]]:
+    """``size / k`` when ``k`` divides every coefficient of ``size`` (so at every length
+    of its axes), else None."""
+    linear = symexpr.parse(size)
+    if k <= 0 or linear is None or any(c % k for c in linear.values()):
+        return None
+    return symexpr.render({s: c // k for s, c in linear.items()})
+
+
+def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    """squeeze(x[, dims]): x's marks without the dims the trace removed (the named ones, or
+    all, of traced size 1), chosen by position, not by matching sizes."""
+    chosen = range(x.rank) if not args or (isinstance(args[0], Const) and args[0].value is None) else [
+        d % x.rank for d in const_ints(args[0])]
+    if x.rank == 0:
+        return None
+    gone = {d for d in chosen if x.shape[d] == 1}
+    if out.rank != x.rank - len(gone):
+        return None
+    return tuple(m for d, m in enumerate(x.dyn) if d not in gone)
+
+
+def _reduction(dim_arg: int) -> DynRule:
+    """The rule of a reduction whose dims are argument ``dim_arg`` after self: the reduced
+    dims become static (1, or gone without keepdim), the others keep their marks. By the
+    dims named, not by sizes: a dynamic axis traced at 1 is then reduced or kept as asked."""
+
+    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+        if out.rank == 0:
+            return ()
+        arg = args[dim_arg] if len(args) > dim_arg else None
+        if isinstance(arg, Const) and arg.value is None:
+            reduced = set(range(x.rank))
+        elif isinstance(arg, Const) and isinstance(arg.value, int) and not isinstance(arg.value, bool):
+            reduced = {arg.value % x.rank}
+        elif isinstance(arg, ListValue) and len(const_ints(arg)) == len(arg.items):
+            reduced = {d % x.rank for d in const_ints(arg)} or set(range(x.rank))
+        else:
+            return None
+        if out.rank == x.rank:
+            return tuple(None if d in reduced else m for d, m in enumerate(x.dyn))
+        if out.rank == x.rank - len(reduced):
+            return tuple(m for d, m in enumerate(x.dyn) if d not in reduced)
+        return None
+
+    return rule
 
 
 def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
@@ -587,9 +695,9 @@ DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple
 _DYN_RULES: dict[str, DynRule] = {
     "aten::view": _sizes_dyn,
     "aten::reshape": _sizes_dyn,
-    "aten::flatten": _window_dyn,
-    "aten::unflatten": _window_dyn,
-    "aten::squeeze": _window_dyn,
+    "aten::flatten": _flatten_dyn,
+    "aten::unflatten": _unflatten_dyn,
+    "aten::squeeze": _squeeze_dyn,
     "aten::permute": _permute_dyn,
     "aten::transpose": _transpose_dyn,
     "aten::t": _transpose_dyn,
@@ -628,6 +736,12 @@ _DYN_RULES: dict[str, DynRule] = {
     "aten::new_empty": _new_fill_dyn,
     "aten::new_full": _new_fill_dyn,
 }
+# Reductions (single output) by the position of their dim argument after self.
+_DYN_RULES.update({kind: _reduction(0) for kind in (
+    "aten::sum", "aten::mean", "aten::prod", "aten::amax", "aten::amin", "aten::argmax", "aten::argmin",
+    "aten::all", "aten::any", "aten::logsumexp", "aten::nansum", "aten::nanmean", "aten::count_nonzero",
+    "aten::var", "aten::std")})
+_DYN_RULES.update({kind: _reduction(1) for kind in ("aten::norm", "aten::linalg_vector_norm")})
 # torch.*_copy forms of views: the same dims as the view.
 _DYN_RULES.update({f"{kind}_copy": _DYN_RULES[kind] for kind in (
     "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",

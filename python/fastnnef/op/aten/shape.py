@@ -6,24 +6,29 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.shapes import same_size, unknown
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir import UNKNOWN, TensorValue
+from fastnnef.torch_graph.ir import TensorValue
 
 
 def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
     """Reshape ``x`` to the traced output shape, touching only the window of axes that
-    changes, so dynamic axes outside it survive (tract's axis_start/axis_count)."""
+    changes, so dynamic axes outside it survive (tract's axis_start/axis_count).
+
+    A dim kept outside the window must be provably the same size on both sides: equal ints
+    or equal size expressions. Two unknown sizes (``?``, expressions the IR lost) are not:
+    ``[?, C] -> [?, 4C]`` merges rows, so its window takes the unknown axis too."""
     out = ctx.out_shape()
-    if tuple(out) == tuple(x.shape):
-        return ctx.emit("copy", [x])
+    if tuple(out) == tuple(x.shape) and sum(unknown(d) for d in out) <= 1:
+        return ctx.emit("copy", [x])  # a single unknown dim is fixed by the equal volumes
     pre = 0
-    while pre < min(x.rank, len(out)) and x.shape[pre] == out[pre]:
+    while pre < min(x.rank, len(out)) and same_size(x.shape[pre], out[pre]):
         pre += 1
     suf = 0
-    while suf < min(x.rank, len(out)) - pre and x.shape[x.rank - 1 - suf] == out[len(out) - 1 - suf]:
+    while suf < min(x.rank, len(out)) - pre and same_size(x.shape[x.rank - 1 - suf], out[len(out) - 1 - suf]):
         suf += 1
     if not out:
         return ctx.emit("squeeze", [x], {"axes": list(range(x.rank))})
@@ -34,17 +39,37 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
         else:
             pre -= 1
     window: list[Dim] = list(out[pre : len(out) - suf])
-    unknown = [i for i, d in enumerate(window) if isinstance(d, Sym) and d == UNKNOWN]
-    if len(unknown) > 1:
+    free = [i for i, d in enumerate(window) if unknown(d)]
+    if len(free) > 1:
         raise ctx.unsupported(
             "reshape of dynamic axes into several dynamic axes",
             "keep at most one dynamic axis per reshaped group (use -1 for it)",
         )
-    if not unknown:
-        _check_volume(ctx, x.shape[pre : x.rank - suf], window)
-    shape: list[Union[int, Sym]] = [-1 if i in unknown else d for i, d in enumerate(window)]
+    before = x.shape[pre : x.rank - suf]
+    if free:
+        _check_rest(ctx, before, [d for d in window if not unknown(d)])
+    else:
+        _check_volume(ctx, before, window)
+    shape: list[Union[int, Sym]] = [-1 if i in free else d for i, d in enumerate(window)]
     count = x.rank - pre - suf
     return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
+
+
+def _check_rest(ctx: OpContext, before: Sequence[Dim], others: Sequence[Dim]) -> None:
+    """Refuse a reshape whose -1 tract cannot compute: the window's element count divided by
+    the other sizes must be a size at every length of the dynamic axes (``[N, C] -> [-1, 4C]``
+    is ``N/4``, whole only for some N, and tract refuses it). Unknown sizes are left to tract."""
+    volume, divisor = _volume(before), _volume(others)
+    if volume is None or not isinstance(divisor, int) or divisor <= 0:
+        return
+    linear = symexpr.parse(volume)
+    if linear is None or not any(linear.get(k, 0) % divisor for k in linear if k):
+        return
+    raise ctx.unsupported(
+        f"reshape of {volume} elements into rows of {divisor} (whole only for some lengths of a dynamic axis, "
+        "which tract cannot prove)",
+        "feed that axis already split (for [N, C] -> [-1, 4C], an input [N4, 4, C]), or make it static",
+    )
 
 
 def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -> None:
@@ -121,6 +146,12 @@ def squeeze(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
         axes = [d for d in range(x.rank) if x.shape[d] == 1]
     else:
         axes = sorted({ctx.axis(d, x.rank) for d in dims if x.shape[ctx.axis(d, x.rank)] == 1})
+    if len(ctx.out_shape()) != x.rank - len(axes):
+        # The trace squeezed a dynamic axis it saw at size 1; at other sizes torch keeps it.
+        raise ctx.unsupported(
+            "squeeze of a dynamic axis that was traced at size 1 (torch squeezes it only at that size)",
+            "trace with that axis longer than 1, or squeeze only static unit axes",
+        )
     if not axes:
         return ctx.emit("copy", [x])
     return ctx.emit("squeeze", [x], {"axes": axes})
@@ -135,13 +166,15 @@ def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
 def _broadcast(ctx: OpContext, x: NTensor, sizes: Optional[list[Dim]] = None) -> NTensor:
     out = ctx.out_shape()
     x = ctx.to_rank(x, len(out))
+    kept: set[int] = set()  # dims that expand's -1 keeps: x's own, whatever their size
     if sizes is not None and len(sizes) == len(out):
         # The requested sizes keep the symbols the traced output shape may have lost.
-        out = tuple(x.shape[i] if isinstance(s, int) and not isinstance(s, Sym) and s == -1 else s
-                    for i, s in enumerate(sizes))
-    if tuple(out) == tuple(x.shape):
+        kept = {i for i, s in enumerate(sizes) if isinstance(s, int) and not isinstance(s, Sym) and s == -1}
+        out = tuple(x.shape[i] if i in kept else s for i, s in enumerate(sizes))
+    if all(i in kept or same_size(o, d) for i, (o, d) in enumerate(zip(out, x.shape))):
         return ctx.emit("copy", [x])
-    if any(isinstance(d, Sym) and d == UNKNOWN for d in out):
+    if any(unknown(d) for d in out):
+        # tract_core_broadcast takes the full target shape: an unknown size cannot be written.
         raise ctx.unsupported("expand to a size that depends on a dynamic axis in an unknown way")
     if ctx.strict and x.is_static() and all(isinstance(d, int) for d in out):
         # Strict NNEF has no broadcast op: tile the unit axes.
