@@ -75,6 +75,7 @@ def _build(directory: Path, scale: float) -> None:
         layers = max(1, round(TEXT["num_hidden_layers"] * scale))
         depth = max(1, round(VISION["depth"] * scale))
         full = config.to_dict()
+        full["text_config"].pop("layer_types", None)  # one per tiny layer: derived again from the count
         config = transformers.Qwen2_5_VLConfig(**{
             **full,
             "text_config": {**full["text_config"], **TEXT, "num_hidden_layers": layers, "initializer_range": 0.02},
