@@ -54,7 +54,7 @@ def test_scheme(scheme: str, tmp_path: Path) -> None:
     assert len(set(body)) == len(body), "each identifier is assigned once"
     dats = sorted(p.name for p in path.iterdir() if p.suffix == ".dat")
     assert dats == sorted(f"{n}.dat" for n in model.state_dict())
-    labels = re.findall(r'variable<scalar>\(label = "([^"]+)"', text)
+    labels = re.findall(r"variable<scalar>\(label = '([^']+)'", text)
     assert sorted(labels) == sorted(model.state_dict())
 
 

@@ -179,8 +179,8 @@ def test_f16_softmax_computed_in_f32(tmp_path):
     path = export_and_check(nn.Softmax(dim=-1), (x,), tmp_path, target=target, compression_level=None,
                             atol=2e-3, rtol=2e-3, input_names=["x"], output_names=["y"])
     text = (path / "graph.nnef").read_text()
-    assert re.search(r"(\w+) = tract_core_cast\(x, to = \"f32\"\);\n\s*(\w+) = softmax\(\1, axes = \[3\]\);\n"
-                     r"\s*y = tract_core_cast\(\2, to = \"f16\"\);", text), text
+    assert re.search(r"(\w+) = tract_core_cast\(x, to = 'f32'\);\n\s*(\w+) = softmax\(\1, axes = \[3\]\);\n"
+                     r"\s*y = tract_core_cast\(\2, to = 'f16'\);", text), text
 
 
 def test_integer_clamp(tmp_path):
