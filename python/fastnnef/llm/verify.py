@@ -23,7 +23,7 @@ reported as such and does not fail an f32 check: float rounding may pick either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -208,14 +208,26 @@ def check_generation(
     reference = torch_generate(model, prompt, count)
     generator = TractGenerator(artefact, empty_cache, eos_ids(model), recompute_length)
     tract_tokens, rows = generator.generate(prompt, count)
+    return compare_generations(
+        prompt, reference, tract_tokens, rows, lambda: generator.generate(prompt, count, forced=reference)[0],
+        exact_required, tokenizer,
+    )
+
+
+def compare_generations(
+    prompt: torch.Tensor, reference: list[int], tract_tokens: list[int], rows: Sequence[np.ndarray],
+    forced_tract: Callable[[], list[int]], exact_required: bool, tokenizer: Optional[Any],
+) -> GenerationCheck:
+    """PyTorch's and tract's greedy tokens compared: the first divergence, whether it is a
+    near tie in tract's logits ``rows``, and how often tract agrees when fed PyTorch's
+    tokens (``forced_tract``: tract's picks under teacher forcing, run only on divergence)."""
     divergence = next((i for i, (a, b) in enumerate(zip(reference, tract_tokens)) if a != b), None)
     near_tie, agreement = False, 1.0
     if divergence is not None:
         row = rows[divergence]
         gap = row[tract_tokens[divergence]] - row[reference[divergence]]
         near_tie = bool(gap <= NEAR_TIE * max(1.0, abs(row[tract_tokens[divergence]])))
-        forced, _ = generator.generate(prompt, count, forced=reference)
-        agreement = float(np.mean([a == b for a, b in zip(forced, reference)]))
+        agreement = float(np.mean([a == b for a, b in zip(forced_tract(), reference)]))
     texts = {}
     if tokenizer is not None:
         texts = {"prompt": tokenizer.decode(prompt[0]), "torch": tokenizer.decode(reference),

@@ -25,7 +25,7 @@ import torch
 
 from fastnnef.check import TractArtefact
 from fastnnef.llm.bundles import Bundle
-from fastnnef.llm.verify import NEAR_TIE, GenerationCheck, _feed, torch_generate
+from fastnnef.llm.verify import GenerationCheck, _feed, compare_generations, torch_generate
 from fastnnef.llm.wrapper import KVCacheLM
 from fastnnef.multimodal.family import DecoderInputs
 
@@ -140,21 +140,8 @@ def check_generation(model: Any, generator: TractMultimodalGenerator, processed:
     modality_inputs = {k: v for k, v in processed.items() if k not in PROMPT_INPUTS}
     reference = torch_generate(model, prompt, count, generator.inputs.placeholder_ids, **modality_inputs)
     tract_tokens, rows = generator.generate(processed, embeddings, count)
-    divergence = next((i for i, (a, b) in enumerate(zip(reference, tract_tokens)) if a != b), None)
-    near_tie, agreement = False, 1.0
-    if divergence is not None:
-        row = rows[divergence]
-        gap = row[tract_tokens[divergence]] - row[reference[divergence]]
-        near_tie = bool(gap <= NEAR_TIE * max(1.0, abs(row[tract_tokens[divergence]])))
-        forced, _ = generator.generate(processed, embeddings, count, forced=reference)
-        agreement = float(np.mean([a == b for a, b in zip(forced, reference)]))
-    texts = {}
-    if tokenizer is not None:
-        texts = {"prompt": tokenizer.decode(prompt[0]), "torch": tokenizer.decode(reference),
-                 "tract": tokenizer.decode(tract_tokens)}
-    return GenerationCheck(
-        prompt=[int(t) for t in prompt[0]], torch_tokens=reference, tract_tokens=tract_tokens,
-        first_divergence=divergence, agreement=agreement, near_tie=near_tie, exact_required=exact_required,
-        texts=texts,
+    return compare_generations(
+        prompt, reference, tract_tokens, rows,
+        lambda: generator.generate(processed, embeddings, count, forced=reference)[0], exact_required, tokenizer,
     )
 
