@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 import warnings
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from fastnnef.cli_exit import run_command
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
@@ -130,20 +130,33 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def parse_arguments(
+    build: Callable[..., argparse.ArgumentParser], prog: str, argv: Optional[Sequence[str]]
+) -> Union[tuple[argparse.ArgumentParser, argparse.Namespace], int]:
+    """The parser ``build`` makes and the parsed ``argv`` of an LLM-style command line
+    (fastnnef-llm, fastnnef-multimodal), or exit code 2 after printing the error: -c's
+    choices depend on --compression-registry, so that one is read first; exactly one of
+    -s/-d must name the checkpoint."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # -c's choices depend on --compression-registry: read that one first.
-    pre, _ = build_parser().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
+    pre, _ = build().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
     try:
         choices = sorted(dynamic_load_registry(pre.compression_registry))
     except T2NError as err:
-        print(f"fastnnef-llm: error: --compression-registry: {err}", file=sys.stderr)
+        print(f"{prog}: error: --compression-registry: {err}", file=sys.stderr)
         return 2
-    parser = build_parser(choices)
+    parser = build(choices)
     args = parser.parse_args(argv)
     if (args.model_slug is None) == (args.local_dir is None):
-        print("fastnnef-llm: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
+        print(f"{prog}: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
         return 2
+    return parser, args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parsed = parse_arguments(build_parser, "fastnnef-llm", argv)
+    if isinstance(parsed, int):
+        return parsed
+    parser, args = parsed
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     for dest, reason in NOT_APPLICABLE.items():

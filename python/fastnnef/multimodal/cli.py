@@ -12,8 +12,6 @@ import warnings
 from typing import Optional, Sequence
 
 from fastnnef.cli_exit import run_command
-from fastnnef.compress import dynamic_load_registry
-from fastnnef.exceptions import T2NError
 from fastnnef.llm import cli as llm_cli
 from fastnnef.llm.progress import Progress
 from fastnnef.multimodal.api import MultimodalExportReport, dump_multimodal
@@ -46,18 +44,10 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pre, _ = build_parser().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
-    try:
-        choices = sorted(dynamic_load_registry(pre.compression_registry))
-    except T2NError as err:
-        print(f"{PROG}: error: --compression-registry: {err}", file=sys.stderr)
-        return 2
-    parser = build_parser(choices)
-    args = parser.parse_args(argv)
-    if (args.model_slug is None) == (args.local_dir is None):
-        print(f"{PROG}: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
-        return 2
+    parsed = llm_cli.parse_arguments(build_parser, PROG, argv)
+    if isinstance(parsed, int):
+        return parsed
+    parser, args = parsed
     if args.tract_specific_path is not None:
         print(f"{PROG}: error: --tract-specific-path is not supported for multimodal exports yet: they are "
               "verified in the tract linked into fastnnef (--tract-specific-version picks the target version)",
