@@ -36,6 +36,7 @@ VERSION_GATES: Dict[str, VersionGate] = {
     "approx_levels": VersionGate(_v("0.21.7"), "the check honours check_io_tolerance"),
     "approx_very_ultra": VersionGate(_v("0.21.8"), "the 'very' and 'ultra' tolerance levels"),
     "q4_0_ggml_order": VersionGate(_v("0.21.11"), "Q4_0 .dat code 0x3040 (GGML order), not 0x2040"),
+    "native_log_softmax": VersionGate(_v("0.21.14"), "log_softmax as tract_core_log_softmax, not max/exp/sum/log"),
     "tract_transformers": VersionGate(_v("0.22.0"), "the tract_transformers registry"),
     "reified_sdpa": VersionGate(_v("0.22.1"), "SDPA as tract_transformers_sdpa by default"),
     "scatter_reductions": VersionGate(_v("0.23.0"), "scatter with reductions"),
@@ -43,6 +44,7 @@ VERSION_GATES: Dict[str, VersionGate] = {
     "resize_grid_sample": VersionGate(_v("0.23.2"), "resize and grid_sample ops"),
     "gated_delta_net": VersionGate(_v("0.23.5"), "tract_transformers_gdn_recurrent"),
     "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
+    "native_cumsum": VersionGate(_v("0.23.9"), "cumsum as tract_core_cumsum, not a tract_core_scan"),
 }
 
 # The tract extension registries and the gate that opens each (None: always there).

@@ -49,7 +49,16 @@ class OpContext:
         """Strict Khronos NNEF: only standard operators (no ``tract_*``)."""
         return self.caps.strict
 
+    @property
+    def kind(self) -> str:
+        """The node's aten kind (``"aten::std"``): one handler often serves several."""
+        return self.node.kind
+
     # --- errors --------------------------------------------------------------------------
+    def where(self) -> str:
+        """The aten op, the module path and the user's source line, for messages."""
+        return self.node.where()
+
     def unsupported(self, what: str, hint: str = "") -> T2NErrorNotImplemented:
         """An error naming the aten op, the module path and the user's source line."""
         msg = f"{self.node.where()}: {what}"
@@ -59,6 +68,32 @@ class OpContext:
     @property
     def n_inputs(self) -> int:
         return len(self.node.inputs)
+
+    def is_tensor(self, index: int) -> bool:
+        """Whether node input ``index`` is a traced tensor (not a constant, a list, or a
+        value the trace records no shape for, such as a nested tensor)."""
+        return index < len(self.node.inputs) and isinstance(self.node.inputs[index], TensorValue)
+
+    def input_dtype(self, index: int) -> Optional[torch.dtype]:
+        """The torch dtype of tensor input ``index`` (complex ones included: the NNEF
+        tensor of a complex value is real), ``None`` if that input is not a tensor."""
+        value = self.node.inputs[index] if index < len(self.node.inputs) else None
+        return value.dtype if isinstance(value, TensorValue) else None
+
+    def item_dtypes(self, index: int) -> list[Optional[torch.dtype]]:
+        """``input_dtype`` of each item of list input ``index``."""
+        value = self.node.inputs[index]
+        if not isinstance(value, ListValue):
+            raise T2NErrorDataNodeValue(f"{self.node.where()}: input {index} is {describe(value)}, not a list")
+        return [v.dtype if isinstance(v, TensorValue) else None for v in value.items]
+
+    def traced_shape(self, index: int) -> tuple[int, ...]:
+        """The sizes tensor input ``index`` had in the trace (torch's rank: a complex value's
+        pair axis excluded); ``shape`` of its ``NTensor`` gives the symbolic dims."""
+        value = self.node.inputs[index]
+        if not isinstance(value, TensorValue):
+            raise T2NErrorDataNodeValue(f"{self.node.where()}: input {index} is {describe(value)}, not a tensor")
+        return tuple(value.shape)
 
     def arg(self, index: int, kind: str) -> Any:
         """Input ``index`` read as argument kind ``kind`` (for overloads whose inputs the
@@ -92,6 +127,14 @@ class OpContext:
 
     def out_dtype(self, index: int = 0) -> str:
         return tract_dtype(self.out_value(index).dtype, self.node.where())
+
+    def out_torch_dtype(self, index: int = 0) -> torch.dtype:
+        """The traced torch dtype of output ``index`` (for data computed at export time)."""
+        return self.out_value(index).dtype
+
+    def out_rank(self, index: int = 0) -> int:
+        """torch's rank of output ``index`` (a complex value's pair axis excluded)."""
+        return self.out_value(index).rank
 
     def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
         return shape_of(self.out_value(index))
@@ -224,6 +267,48 @@ class OpContext:
                 )
 
 
+def bind_args(ctx: OpContext, overloads: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """The handler spec (op/registry.py ``HandlerSpec``) of the first schema overload whose
+    argument kinds fit the node's inputs, and the inputs read as it declares; with none
+    fitting, the first overload's, whose reading then says what is wrong."""
+    inputs = ctx.node.inputs
+    chosen = next((s for s in overloads if _fits(s.arg_kinds, inputs)), overloads[0])
+    return chosen, parse_args(ctx, chosen.arg_kinds, inputs)
+
+
+def _fits(arg_kinds: Sequence[str], inputs: Sequence[IRValue]) -> bool:
+    """Whether ``inputs`` have the shapes ``arg_kinds`` read (tensors, lists, constants of
+    the right type); values are not checked beyond that."""
+    for i, value in enumerate(inputs):
+        if i >= len(arg_kinds):
+            return False
+        token = arg_kinds[i]
+        kind = token.rstrip("?")
+        if kind == "*":
+            return True
+        if token.endswith("?") and isinstance(value, Const) and value.value is None:
+            continue
+        if not _fits_kind(kind, value):
+            return False
+    return True
+
+
+def _fits_kind(kind: str, value: IRValue) -> bool:
+    const = value.value if isinstance(value, Const) else None
+    if kind in ("_", "v"):
+        return True
+    if kind == "t":
+        return isinstance(value, TensorValue)
+    if kind == "x":
+        return isinstance(value, (TensorValue, SymInt)) or isinstance(const, (int, float, bool))
+    if kind in ("i", "f", "b", "s", "n"):
+        types = {"i": (int,), "f": (int, float), "b": (bool, int), "s": (str,), "n": (object,)}[kind]
+        return isinstance(value, SymInt) and kind == "i" or isinstance(value, Const) and isinstance(const, types)
+    if kind in ("I", "D"):
+        return isinstance(value, (ListValue, SymInt)) or isinstance(const, int)
+    return isinstance(value, ListValue)  # L, O
+
+
 def parse_args(ctx: OpContext, arg_kinds: Sequence[str], inputs: Sequence[IRValue]) -> list[Any]:
     """Read the node's inputs as the handler declared (see op/registry.py)."""
     out: list[Any] = []
@@ -299,7 +384,34 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
         if not isinstance(value, ListValue):
             raise bad("a list of tensors")
         return [ctx.tensor(v) for v in value.items]
+    if kind == "O":
+        if not isinstance(value, ListValue):
+            raise bad("a list of tensors or None")
+        items: list[Optional[NTensor]] = []
+        for item in value.items:
+            if isinstance(item, Const) and item.value is None:
+                items.append(None)
+            elif isinstance(item, TensorValue):
+                items.append(ctx.tensor(item))
+            else:
+                raise bad("a list of tensors or None")
+        return items
+    if kind == "v":
+        return _raw(ctx, value, index)
     raise AssertionError(kind)
+
+
+def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
+    """Argument kind ``v``: a value as it is (see op/registry.py)."""
+    if isinstance(value, Const):
+        return value.value
+    if isinstance(value, SymInt):
+        if value.expr == UNKNOWN:
+            raise ctx.unsupported(f"input {index} depends on a dynamic axis in an unknown way")
+        return Sym(value.expr)
+    if isinstance(value, ListValue):
+        return [_raw(ctx, item, index) for item in value.items]
+    return ctx.tensor(value)  # a tensor, or a value a handler bound a tensor to (nested)
 
 
 def describe(value: IRValue) -> str:

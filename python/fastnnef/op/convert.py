@@ -16,7 +16,7 @@ from fastnnef.exceptions import (
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import NNEFGraph, NTensor
 from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
-from fastnnef.op.context import OpContext, parse_args
+from fastnnef.op.context import OpContext, bind_args
 from fastnnef.op.registry import OpRegistry
 from fastnnef.torch_graph.ir import (
     Const,
@@ -99,7 +99,7 @@ class Converter:
             raise T2NErrorNotImplemented(
                 f"{node.where()}: {node.kind} needs tract >= {spec.since.to_str()} but the target is {target}"
             )
-        args = parse_args(ctx, spec.arg_kinds, node.inputs)
+        spec, args = bind_args(ctx, self.registry.overloads(spec))
         try:
             return spec.fn(ctx, *args)
         except T2NErrorStrictNNEFSpec as err:  # name the torch op and module too

@@ -43,8 +43,10 @@ import sys
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
+from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.log import get_logger
 from fastnnef.op.registry import DEFAULT_REGISTRY
+from fastnnef.utils import SemanticVersion
 
 __all__ = ["ENTRY_POINT_GROUPS", "EXTRA_MODULES_ENV", "NAMESPACE", "import_extra_modules", "register"]
 
@@ -63,7 +65,8 @@ def register(op_name: str, args: str = "*", since: Optional[str] = None) -> Call
     """Decorator: register the handler of ``t2n_extra::<op_name>``.
 
     ``args`` declares how the node's inputs are read (op/registry.py's argument kinds),
-    ``since`` the first tract version the emitted ops need. Registering a name twice
+    ``since`` the first tract version the emitted ops need ("0.22.0", or the name of a
+    gate of ``VERSION_GATES``). Registering a name twice
     raises ``T2NErrorConsistency``.
     """
     if not isinstance(op_name, str) or not op_name or "::" in op_name:
@@ -74,7 +77,8 @@ def register(op_name: str, args: str = "*", since: Optional[str] = None) -> Call
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         _refuse_reference_style(op_name, fn)
-        return DEFAULT_REGISTRY.register(f"{NAMESPACE}::{op_name}", args=args, since=since)(fn)
+        gate = since if since is None or since in VERSION_GATES else SemanticVersion.from_str(since)
+        return DEFAULT_REGISTRY.register(f"{NAMESPACE}::{op_name}", args=args, since=gate)(fn)
 
     return decorate
 

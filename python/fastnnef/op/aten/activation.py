@@ -351,7 +351,7 @@ def log_softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     return ctx.emit("sub", [shifted, ctx.tmp("log", [total], suffix="log")])
 
 
-@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="0.21.14")
+@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="native_log_softmax")
 def log_softmax_native(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x, axes = _softmax_input(ctx, x, dim)

@@ -227,7 +227,7 @@ def logical_not(ctx: OpContext, x: NTensor) -> NTensor:
 def shift(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
     """aten::bitwise_left_shift.Tensor(Tensor self, Tensor other) -> Tensor  (also >>, <<; arithmetic right shift)"""
     dtype = ctx.out_dtype()  # an integer type: torch shifts nothing else
-    left = ctx.node.kind in ("aten::__lshift__", "aten::bitwise_left_shift")
+    left = ctx.kind in ("aten::__lshift__", "aten::bitwise_left_shift")
     a, b = operands(ctx, [a, b], dtype, len(ctx.out_shape()))
     return ctx.emit("tract_shl" if left else "tract_shr", [a, b])
 

@@ -51,7 +51,7 @@ def _number(ctx: OpContext, value: object) -> Union[Number, Sym]:
 @handler("aten::zeros", "aten::ones", "aten::empty", args="D *")
 def zeros(ctx: OpContext, size: list[Dim]) -> NTensor:
     """aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (ones, empty)"""
-    return _fill(ctx, 1 if ctx.node.kind == "aten::ones" else 0, size)
+    return _fill(ctx, 1 if ctx.kind == "aten::ones" else 0, size)
 
 
 @handler("aten::full", args="D n *")
@@ -63,7 +63,7 @@ def full(ctx: OpContext, size: list[Dim], value: object) -> NTensor:
 @handler("aten::new_zeros", "aten::new_ones", "aten::new_empty", args="t D *")
 def new_zeros(ctx: OpContext, _x: NTensor, size: list[Dim]) -> NTensor:
     """aten::new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
-    return _fill(ctx, 1 if ctx.node.kind == "aten::new_ones" else 0, size)
+    return _fill(ctx, 1 if ctx.kind == "aten::new_ones" else 0, size)
 
 
 @handler("aten::new_full", args="t D n *")
@@ -75,7 +75,7 @@ def new_full(ctx: OpContext, _x: NTensor, size: list[Dim], value: object) -> NTe
 @handler("aten::zeros_like", "aten::ones_like", "aten::empty_like", args="t *")
 def zeros_like(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
-    return _fill(ctx, 1 if ctx.node.kind == "aten::ones_like" else 0, x.shape, x)
+    return _fill(ctx, 1 if ctx.kind == "aten::ones_like" else 0, x.shape, x)
 
 
 @handler("aten::full_like", args="t n *")
@@ -242,7 +242,7 @@ def logspace(ctx: OpContext) -> NTensor:
 @handler("aten::tril_indices", "aten::triu_indices", args="i i i *")
 def tril_indices(ctx: OpContext, row: int, col: int, offset: int) -> NTensor:
     """aten::tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (and triu_indices)"""
-    fn = torch.tril_indices if ctx.node.kind == "aten::tril_indices" else torch.triu_indices
+    fn = torch.tril_indices if ctx.kind == "aten::tril_indices" else torch.triu_indices
     return ctx.constant(fn(row, col, offset, dtype=ctx.out_value().dtype))
 
 

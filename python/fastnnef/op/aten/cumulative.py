@@ -20,9 +20,6 @@ from fastnnef.op.aten import _math as m
 from fastnnef.op.aten._common import Operand
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.utils import SemanticVersion
-
-NATIVE_CUMSUM = SemanticVersion.from_str("0.23.9")
 
 # Step bodies: ``x`` is the slice read at this step, ``acc`` the running value; ``y`` the new
 # running value, written out at every step.
@@ -54,7 +51,7 @@ def _check_target(ctx: OpContext) -> None:
     """Strict NNEF has no scan: say so by name (the first tract op emitted is a cast)."""
     if ctx.strict:
         raise T2NErrorStrictNNEFSpec(
-            f"{ctx.node.where()}: a running reduction is a tract_core_scan, which strict NNEF "
+            f"{ctx.where()}: a running reduction is a tract_core_scan, which strict NNEF "
             "(KhronosNNEF) does not have: export with TractNNEF instead"
         )
 
@@ -87,8 +84,7 @@ def scan_running(ctx: OpContext, x: NTensor, axis: int, step: str) -> NTensor:
 
 def running_sum(ctx: OpContext, x: NTensor, axis: int) -> NTensor:
     """Cumulative sum along ``axis``: tract's own op where the target has it, else a scan."""
-    version = ctx.caps.tract_version
-    if version is not None and version >= NATIVE_CUMSUM:
+    if ctx.caps.supports("native_cumsum"):
         return ctx.tmp("tract_core_cumsum", [x], {"axis": axis, "exclusive": False, "reverse": False}, suffix="cumsum")
     return scan_running(ctx, x, axis, "sum")
 
@@ -129,10 +125,10 @@ def cummax(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
     x = ctx.cast(x, c.dtype)
     axis = ctx.axis(dim, x.rank)
     kind = value_kind(x.dtype)
-    take = f"{_EXTREMUM[ctx.node.kind[-3:]]}(x, acc)"
+    take = f"{_EXTREMUM[ctx.kind[-3:]]}(x, acc)"
     if x.dtype in FLOAT_DTYPES:
         take = f"or({take}, ne(x, x))"
-    body = _fragment(ctx, ctx.node.kind[-3:], [("x", kind), ("i", "integer"), ("acc", kind), ("acc_i", "integer")],
+    body = _fragment(ctx, ctx.kind[-3:], [("x", kind), ("i", "integer"), ("acc", kind), ("acc_i", "integer")],
                      [("y", kind), ("y_i", "integer")],
                      [f"take = {take};", "y = select(take, x, acc);", "y_i = select(take, i, acc_i);"])
     n = x.shape[axis]

@@ -505,7 +505,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
     (diagonal,) = diagonals
     if x.rank < 2:
         raise ctx.unsupported("tril/triu of a tensor with fewer than 2 dims")
-    upper = ctx.node.kind.startswith("aten::triu")
+    upper = ctx.kind.startswith("aten::triu")
     if ctx.strict and isinstance(diagonal, Sym):
         raise ctx.unsupported("tril/triu with a dynamic diagonal in strict NNEF")
     if ctx.strict:  # no trilu op: a constant mask of the (static) last two axes
@@ -520,7 +520,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
     return ctx.emit("tract_core_trilu", [x, k], {"upper": upper})
 
 
-@handler("aten::cumsum", args="t i n?", since="0.23.9")
+@handler("aten::cumsum", args="t i n?", since="native_cumsum")
 def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTensor:
     """aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
     axis = ctx.axis(dim, x.rank)

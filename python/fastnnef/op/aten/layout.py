@@ -47,7 +47,7 @@ def _list_items(ctx: OpContext) -> list[TensorValue]:
 @handler("aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d", args="_")
 def atleast(ctx: OpContext) -> list[NTensor]:
     """aten::atleast_2d(Tensor self) -> Tensor  (also .Sequence(Tensor[] tensors) -> Tensor[], atleast_1d/3d)"""
-    n = int(ctx.node.kind[-2])
+    n = int(ctx.kind[-2])
     sequence = isinstance(ctx.node.inputs[0], ListValue)
     tensors = ctx.arg(0, "L") if sequence else [ctx.arg(0, "t")]
     values = _list_items(ctx) if sequence else [ctx.out_value()]
@@ -116,7 +116,7 @@ def column_stack(ctx: OpContext, tensors: list[NTensor]) -> NTensor:
 @handler("aten::vsplit", "aten::hsplit", "aten::dsplit", args="t _")
 def hvdsplit(ctx: OpContext, x: NTensor) -> list[NTensor]:
     """aten::hsplit.int(Tensor(a -> *) self, int sections) -> Tensor(a)[]  (also .array, vsplit, dsplit)"""
-    kind = ctx.node.kind
+    kind = ctx.kind
     axis = {"aten::vsplit": 0, "aten::dsplit": 2}.get(kind, 1 if x.rank > 1 else 0)
     if x.rank <= axis:
         raise ctx.unsupported(f"{kind} of a rank-{x.rank} tensor", "torch needs one more dimension")
@@ -158,8 +158,8 @@ def _swap_last(ctx: OpContext, x: NTensor, a: int, b: int) -> NTensor:
 @handler("aten::mT", "aten::mH", "aten::adjoint", "aten::matrix_H", args="t")
 def matrix_transpose(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::mT(Tensor(a) self) -> Tensor(a)  (mH, adjoint, matrix_H: no complex dtypes in tract, so the same)"""
-    if x.rank < 2 or (ctx.node.kind == "aten::matrix_H" and x.rank != 2):
-        raise ctx.unsupported(f"{ctx.node.kind} of a rank-{x.rank} tensor", "torch needs a matrix (a batch for mT/mH)")
+    if x.rank < 2 or (ctx.kind == "aten::matrix_H" and x.rank != 2):
+        raise ctx.unsupported(f"{ctx.kind} of a rank-{x.rank} tensor", "torch needs a matrix (a batch for mT/mH)")
     return _swap_last(ctx, x, x.rank - 2, x.rank - 1)
 
 

@@ -73,7 +73,7 @@ def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor])
 @handler("aten::addmm", "aten::baddbmm", "aten::addbmm", args="t t t f? f?")
 def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
     """aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
-    if ctx.node.kind == "aten::addbmm":
+    if ctx.kind == "aten::addbmm":
         raise ctx.unsupported("addbmm (a sum over the batch) is not supported", "use bmm(...).sum(0) + bias")
     y = _matmul(ctx, a, b, final=False)
     if alpha not in (None, 1.0):

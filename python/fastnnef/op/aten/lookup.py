@@ -214,6 +214,6 @@ def data_dependent(ctx: OpContext) -> NTensor:
     """aten::nonzero(Tensor self) -> Tensor  (refused, as masked_select, argwhere, unique*: output sizes that depend on the data)"""
     raise ctx.unsupported(
         "its output size depends on the values of its input, which an exported graph cannot express",
-        _INSTEAD[ctx.node.kind],
+        _INSTEAD[ctx.kind],
     )
 

@@ -67,7 +67,7 @@ def mse_loss(ctx: OpContext, x: NTensor, y: NTensor, reduction: int) -> NTensor:
     """aten::mse_loss(Tensor self, Tensor target, int reduction=Mean) -> Tensor  (and l1_loss)"""
     c = _calc(ctx)
     d = c("sub", *_pair(c, x, y))
-    return _reduced(c, c("sqr" if ctx.node.kind == "aten::mse_loss" else "abs", d), reduction)
+    return _reduced(c, c("sqr" if ctx.kind == "aten::mse_loss" else "abs", d), reduction)
 
 
 @handler("aten::smooth_l1_loss", "aten::huber_loss", args="t t i f")
@@ -80,7 +80,7 @@ def smooth_l1_loss(ctx: OpContext, x: NTensor, y: NTensor, reduction: int, beta:
     d = c("abs", c("sub", *_pair(c, x, y)))
     if beta == 0:  # smooth_l1 with beta 0 is l1 (no quadratic zone)
         return _reduced(c, d, reduction)
-    huber = ctx.node.kind == "aten::huber_loss"
+    huber = ctx.kind == "aten::huber_loss"
     quadratic = c("mul", c("sqr", d), 0.5 if huber else 0.5 / beta)
     linear = c("mul", c("sub", d, 0.5 * beta), beta) if huber else c("sub", d, 0.5 * beta)
     return _reduced(c, c("select", c("lt", d, beta), quadratic, linear), reduction)

@@ -44,7 +44,7 @@ def addcmul(ctx: OpContext, x: NTensor, t1: NTensor, t2: NTensor, value: Optiona
     """aten::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor  (and addcdiv)"""
     c = _compute(ctx)
     x, a, b = c.inputs(x, t1, t2)
-    term = c("mul" if ctx.node.kind == "aten::addcmul" else "div", a, b)
+    term = c("mul" if ctx.kind == "aten::addcmul" else "div", a, b)
     if value is not None and value != 1:
         term = c("mul", term, literal(value, c.dtype))
     return c.out("add", x, term)
@@ -107,7 +107,7 @@ def copysign(ctx: OpContext, a: NTensor, b: Operand) -> NTensor:
 def deg2rad(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::deg2rad(Tensor self) -> Tensor  (and rad2deg)"""
     c, (x,) = _float(ctx, x)
-    factor = math.pi / 180 if ctx.node.kind == "aten::deg2rad" else 180 / math.pi
+    factor = math.pi / 180 if ctx.kind == "aten::deg2rad" else 180 / math.pi
     return c.out("mul", x, factor)
 
 
@@ -177,7 +177,7 @@ def log10(ctx: OpContext, x: NTensor) -> NTensor:
 def logaddexp(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     """aten::logaddexp(Tensor self, Tensor other) -> Tensor  (and logaddexp2, in base 2)"""
     c, (a, b) = _float(ctx, a, b)
-    if ctx.node.kind == "aten::logaddexp":
+    if ctx.kind == "aten::logaddexp":
         return c.result(m.log_add_exp(c, a, b))
     d = c.select(c("eq", a, b), 0.0, c("abs", c("sub", a, b)))
     tail = c("div", c("log", c("add", c("pow", 2.0, c("neg", d)), 1.0)), math.log(2.0))
@@ -252,7 +252,7 @@ def isnan(ctx: OpContext, x: NTensor) -> NTensor:
 @handler("aten::isinf", "aten::isposinf", "aten::isneginf", "aten::isfinite", args="t")
 def isinf(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::isinf(Tensor self) -> Tensor  (also isposinf, isneginf, isfinite)"""
-    kind = ctx.node.kind
+    kind = ctx.kind
     if x.dtype not in FLOAT_DTYPES:
         return _all(ctx, x, kind == "aten::isfinite")
     if kind == "aten::isposinf":

@@ -240,8 +240,8 @@ _SPATIAL = re.compile(r"pool(\d)d")
 
 def _n_spatial(ctx: OpContext) -> int:
     """Spatial rank from the op name (max_pool2d -> 2)."""
-    match = _SPATIAL.search(ctx.node.kind)
-    assert match, ctx.node.kind
+    match = _SPATIAL.search(ctx.kind)
+    assert match, ctx.kind
     return int(match.group(1))
 
 

@@ -116,7 +116,7 @@ def fixed_grid(ctx: OpContext, x: NTensor, grid: FixedGrid) -> str:
     """The output type of an op whose output quantization torch fixes (``grid``)."""
     codes = quantized_params(x.dtype)[0]  # type: ignore[index]
     if codes not in grid:
-        raise ctx.unsupported(f"a {ctx.node.kind} of a {x.dtype} tensor (torch fixes its output "
+        raise ctx.unsupported(f"a {ctx.kind} of a {x.dtype} tensor (torch fixes its output "
                               f"quantization for {' and '.join(grid)} codes only)", "dequantize() before it")
     scale, zero_point = grid[codes]
     return quantized_output_type(ctx, scale, zero_point)

@@ -153,7 +153,7 @@ def _direction(
 @handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="*")
 def recurrent(ctx: OpContext) -> list[NTensor]:
     """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""
-    kind = ctx.node.kind.split("::")[-1]
+    kind = ctx.kind.split("::")[-1]
     inputs = ctx.node.inputs
     if len(inputs) != 9 or not isinstance(inputs[2], ListValue):
         raise ctx.unsupported(

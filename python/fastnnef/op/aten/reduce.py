@@ -112,14 +112,14 @@ def _extreme(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bo
 @handler("aten::amax", "aten::amin", args="t I? b?")
 def amax(ctx: OpContext, x: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
     """aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor  (and aten::amin)"""
-    kind = "max_reduce" if ctx.node.kind == "aten::amax" else "min_reduce"
+    kind = "max_reduce" if ctx.kind == "aten::amax" else "min_reduce"
     return _extreme(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), x.dtype)
 
 
 @handler("aten::max", "aten::min", args="t x? b?")
 def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Optional[bool]) -> Union[NTensor, list[NTensor]]:
     """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""
-    is_max = ctx.node.kind == "aten::max"
+    is_max = ctx.kind == "aten::max"
     if isinstance(dim, NTensor):  # max.other: elementwise
         if ctx.out_dtype() == "bool":
             return bool_logic(ctx, "max" if is_max else "min", x, dim)
@@ -139,7 +139,7 @@ def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Op
 @handler("aten::argmax", "aten::argmin", args="t i? b?")
 def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[bool]) -> NTensor:
     """aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor  (and aten::argmin)"""
-    kind = "argmax_reduce" if ctx.node.kind == "aten::argmax" else "argmin_reduce"
+    kind = "argmax_reduce" if ctx.kind == "aten::argmax" else "argmin_reduce"
     if dim is not None and x.rank:
         return _finish(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
     # Over the flattened tensor: reshape to 1-D, reduce, then reshape to the output rank.
@@ -154,7 +154,7 @@ def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[boo
 @handler("aten::all", "aten::any", args="t I? b?")
 def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
     """aten::all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor  (also all(self), all.dims, any)"""
-    kind = "all_reduce" if ctx.node.kind == "aten::all" else "any_reduce"
+    kind = "all_reduce" if ctx.kind == "aten::all" else "any_reduce"
     if x.dtype != "bool":
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
         x = ctx.tmp("ne", [x, zero], suffix="nz")
@@ -208,7 +208,7 @@ def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
     """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""
     dims, corr, keep = _var_args(ctx, third)
     v, _, axes = _moments(ctx, x, dims, corr)
-    if ctx.node.kind == "aten::std":
+    if ctx.kind == "aten::std":
         v = ctx.tmp("sqrt", [v], suffix="std")
     return _finish_tensor(ctx, v, axes, keep, x)
 
@@ -218,7 +218,7 @@ def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
     """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
     dims, corr, keep = _var_args(ctx, third)
     v, m, axes = _moments(ctx, x, dims, corr)
-    if ctx.node.kind == "aten::std_mean":
+    if ctx.kind == "aten::std_mean":
         v = ctx.tmp("sqrt", [v], suffix="std")
     out = []
     for k, r in enumerate((v, m)):
@@ -317,7 +317,7 @@ def nansum(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool, _dtype: obje
     valid = _not_nan(ctx, x)
     zero = ctx.tmp("tract_core_cast", [0.0], {"to": dtype}, suffix="zero") if dtype != "f32" else 0.0
     total = ctx.tmp("sum_reduce", [ctx.tmp("select", [valid, x, zero], suffix="clean")], {"axes": axes}, suffix="sum")
-    if ctx.node.kind == "aten::nanmean":
+    if ctx.kind == "aten::nanmean":
         count = ctx.tmp("tract_core_cast", [valid], {"to": dtype}, suffix="ones")
         total = ctx.tmp("div", [total, ctx.tmp("sum_reduce", [count], {"axes": axes}, suffix="count")], suffix="mean")
     return _finish_tensor(ctx, total, axes, keepdim, x)

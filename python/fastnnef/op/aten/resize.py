@@ -44,7 +44,7 @@ def _scale_factors(ctx: OpContext, values: Sequence[IRValue], n: int) -> Optiona
 
 
 def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_values: Sequence[IRValue]) -> NTensor:
-    n = _SPATIAL[ctx.node.kind[-2:]]
+    n = _SPATIAL[ctx.kind[-2:]]
     if x.rank != n + 2:
         raise ctx.unsupported(f"{n}-d upsampling of a rank-{x.rank} tensor")
     dtype = ctx.out_dtype()
@@ -90,8 +90,9 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_va
         return ctx.emit("tract_core_resize", [ctx.cast(x, dtype)], attrs)
     if any(r is None for r in ratios):
         raise ctx.unsupported(
-            f"{ctx.node.kind} by a non-integer factor for this target",
-            "export with TractNNEF >= 0.23.2 (tract_core_resize) or use integer scale factors",
+            f"{ctx.kind} by a non-integer factor for this target",
+            f"export with TractNNEF >= {VERSION_GATES['resize_grid_sample'].first.to_str()} "
+            "(tract_core_resize) or use integer scale factors",
         )
     factor = [int(r) for r in ratios if r is not None]
     if mode == "nearest":
@@ -125,7 +126,7 @@ def upsample_nearest_exact(ctx: OpContext, x: NTensor) -> NTensor:
 @torch_quantized("dequantize")
 def upsample_linear(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
     """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
-    if ctx.node.kind.endswith("_aa"):
+    if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased interpolation")
     return _resize(ctx, x, "linear", align_corners, ctx.node.inputs[3:])
 
@@ -173,9 +174,9 @@ def pixel_unshuffle(ctx: OpContext, x: NTensor, r: int) -> NTensor:
 
 
 @handler("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa", args="t _ b *",
-         since=VERSION_GATES["resize_grid_sample"].first.to_str())
+         since="resize_grid_sample")
 def upsample_bicubic(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
     """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""
-    if ctx.node.kind.endswith("_aa"):
+    if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased bicubic interpolation", "interpolate with antialias=False")
     return _resize(ctx, x, "cubic", align_corners, ctx.node.inputs[3:])

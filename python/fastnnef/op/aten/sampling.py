@@ -17,21 +17,18 @@ from typing import Sequence
 
 import torch
 
-from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.nnef.shapes import times
 from fastnnef.op.aten._common import torch_dtype
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-# The first tract with tract_core_grid_sample (and tract_core_resize).
-_RESIZE_GRID_SAMPLE = VERSION_GATES["resize_grid_sample"].first.to_str()
 _INTERPOLATION = {0: "bilinear", 1: "nearest", 2: "bicubic"}
 _PADDING = {0: "zeros", 1: "border", 2: "reflection"}
 
 
 # --- grid sampling ------------------------------------------------------------------------
-@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b", since=_RESIZE_GRID_SAMPLE)
+@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b", since="resize_grid_sample")
 def grid_sampler(ctx: OpContext, x: NTensor, grid: NTensor, mode: int, padding: int, align_corners: bool) -> NTensor:
     """aten::grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor"""
     if mode not in _INTERPOLATION or padding not in _PADDING:

@@ -21,8 +21,6 @@ from fastnnef.op.aten._common import torch_dtype, typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-_SINCE = VERSION_GATES["scatter_reductions"].first.to_str()
-
 # torch reduce name -> (tract scatter reduction, NNEF reduction over the one-hot axis).
 _REDUCTIONS = {
     "sum": ("add", "sum_reduce"),
@@ -100,7 +98,7 @@ def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, 
         if d != axis and src.shape[d] != x.shape[d]:
             raise ctx.unsupported(
                 "a scatter reduction whose index is smaller than self along another axis",
-                f"export for tract >= {_SINCE} (native scatter reductions)",
+                f"export for tract >= {VERSION_GATES['scatter_reductions'].first.to_str()} (native scatter reductions)",
             )
     n = x.shape[axis]
     dtype = x.dtype
@@ -209,7 +207,7 @@ def _scaled(ctx: OpContext, source: NTensor, alpha: Union[int, float]) -> NTenso
 
 # Each reduction has a native handler (tract >= 0.23.0) and a masked one for older targets;
 # the registry picks the newest one the target allows.
-@handler("aten::scatter_add", args="t i t t", since=_SINCE)
+@handler("aten::scatter_add", args="t i t t", since="scatter_reductions")
 def scatter_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor) -> NTensor:
     """aten::scatter_add(Tensor self, int dim, Tensor index, Tensor src) -> Tensor"""
     return _scatter_reduce(ctx, x, dim, index, src, "sum", True, True)
@@ -221,7 +219,7 @@ def scatter_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src
     return _scatter_reduce(ctx, x, dim, index, src, "sum", True, False)
 
 
-@handler("aten::scatter_reduce", args="t i t t s b", since=_SINCE)
+@handler("aten::scatter_reduce", args="t i t t s b", since="scatter_reductions")
 def scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
                    include_self: bool) -> NTensor:
     """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
@@ -235,7 +233,7 @@ def scatter_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, 
     return _scatter_reduce(ctx, x, dim, index, src, reduce, include_self, False)
 
 
-@handler("aten::index_add", args="t i t t x", since=_SINCE)
+@handler("aten::index_add", args="t i t t x", since="scatter_reductions")
 def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: Union[int, float]) -> NTensor:
     """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor"""
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, True)
@@ -247,7 +245,7 @@ def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, sourc
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, False)
 
 
-@handler("aten::index_reduce", args="t i t t s b", since=_SINCE)
+@handler("aten::index_reduce", args="t i t t s b", since="scatter_reductions")
 def index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,
                  include_self: bool) -> NTensor:
     """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor"""

@@ -118,7 +118,7 @@ _BESSEL = {
 @handler(*_BESSEL, args="t")
 def bessel(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::i0(Tensor self) -> Tensor  (also special_i0e, special_i1, special_i1e)"""
-    order, scaled = _BESSEL[ctx.node.kind]
+    order, scaled = _BESSEL[ctx.kind]
     c, (x,) = _calc(ctx, x)
     return c.result(m.bessel_i(c, x, order, scaled))
 

@@ -169,7 +169,7 @@ def _r2c(ctx: OpContext, x: NTensor, inverse: bool) -> NTensor:
     """rfft / rfft2 / rfftn (and ihfft, their conjugate with the inverse's scaling): the
     last transformed axis keeps n//2+1 bins."""
     if is_complex(ctx, 0):
-        raise ctx.unsupported(f"{ctx.node.kind} of a complex tensor", "torch only takes real input here")
+        raise ctx.unsupported(f"{ctx.kind} of a complex tensor", "torch only takes real input here")
     sizes, norm = _sizes(ctx, 1), ctx.arg(3, "s?")
     axes = _dims(ctx, _dim_list(ctx, 2), sizes, logical_rank(ctx))
     x = ctx.cast(x, ctx.out_dtype())
@@ -246,7 +246,7 @@ def fft_hfft(ctx: OpContext, z: NTensor) -> NTensor:
 @handler("aten::fft_fftfreq", "aten::fft_rfftfreq", args="i f *")
 def fft_fftfreq(ctx: OpContext, n: int, d: float) -> NTensor:
     """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""
-    kind = ctx.node.kind.split("::")[1]
+    kind = ctx.kind.split("::")[1]
     dtype = ctx.out_value().dtype
     data = getattr(torch.fft, kind[len("fft_"):])(n, d, dtype=dtype)
     return ctx.constant(data, label=f"{kind}_{n}_{d}_{dtype}".replace(".", "_"))
@@ -280,7 +280,7 @@ def fft_ifftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTen
          "aten::kaiser_window", args="i *")
 def window(ctx: OpContext, n: int) -> NTensor:
     """aten::hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (every window; hamming's alpha/beta, kaiser's beta)"""
-    kind = ctx.node.kind.split("::")[1]
+    kind = ctx.kind.split("::")[1]
     # The overloads differ by what comes between the length and the 4 trailing options:
     # periodic, then hamming's alpha and beta or kaiser's beta.
     extra = [ctx.arg(i, "b" if i == 1 else "f") for i in range(1, ctx.n_inputs - 4)]
