@@ -119,6 +119,11 @@ class OpContext:
         outs = self.node.outputs
         return list(outs[0].items) if len(outs) == 1 and isinstance(outs[0], ListValue) else list(outs)
 
+    @property
+    def n_outputs(self) -> int:
+        """How many outputs the node has (the items, when it returns one list)."""
+        return len(self.outputs())
+
     def out_value(self, index: int = 0) -> TensorValue:
         value = self.outputs()[index]
         if not isinstance(value, TensorValue):
@@ -135,6 +140,10 @@ class OpContext:
     def out_rank(self, index: int = 0) -> int:
         """torch's rank of output ``index`` (a complex value's pair axis excluded)."""
         return self.out_value(index).rank
+
+    def out_traced_shape(self, index: int = 0) -> tuple[int, ...]:
+        """The sizes output ``index`` had in the trace (``out_shape``: the symbolic dims)."""
+        return tuple(self.out_value(index).shape)
 
     def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
         return shape_of(self.out_value(index))
@@ -279,18 +288,20 @@ def bind_args(ctx: OpContext, overloads: Sequence[Any]) -> tuple[Any, list[Any]]
 def _fits(arg_kinds: Sequence[str], inputs: Sequence[IRValue]) -> bool:
     """Whether ``inputs`` have the shapes ``arg_kinds`` read (tensors, lists, constants of
     the right type); values are not checked beyond that."""
-    for i, value in enumerate(inputs):
-        if i >= len(arg_kinds):
-            return False
-        token = arg_kinds[i]
+    for i, token in enumerate(arg_kinds):
         kind = token.rstrip("?")
         if kind == "*":
             return True
+        if i >= len(inputs):  # an input this overload has and the node lacks
+            if not token.endswith("?"):
+                return False
+            continue
+        value = inputs[i]
         if token.endswith("?") and isinstance(value, Const) and value.value is None:
             continue
         if not _fits_kind(kind, value):
             return False
-    return True
+    return len(inputs) <= len(arg_kinds)
 
 
 def _fits_kind(kind: str, value: IRValue) -> bool:
@@ -407,7 +418,7 @@ def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
         return value.value
     if isinstance(value, SymInt):
         if value.expr == UNKNOWN:
-            raise ctx.unsupported(f"input {index} depends on a dynamic axis in an unknown way")
+            raise ctx.unsupported(f"input {index} is a size of a dynamic axis whose expression is unknown")
         return Sym(value.expr)
     if isinstance(value, ListValue):
         return [_raw(ctx, item, index) for item in value.items]

@@ -23,7 +23,6 @@ from fastnnef.op.aten import creation, indexing, linalg, pool, reduce, shape
 from fastnnef.op.aten._common import torch_dtype, typed_scalar
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
 
 # A real part or an imaginary part: a tensor, a Python number, or None for an exact zero.
 Part = Union[NTensor, float, None]
@@ -32,20 +31,18 @@ Part = Union[NTensor, float, None]
 # --- reading complex inputs ---------------------------------------------------------------
 def is_complex(ctx: OpContext, index: int) -> bool:
     """Whether node input ``index`` is a complex tensor."""
-    value = ctx.node.inputs[index] if index < ctx.n_inputs else None
-    return isinstance(value, TensorValue) and value.dtype.is_complex
+    dtype = ctx.input_dtype(index)
+    return dtype is not None and dtype.is_complex
 
 
 def logical_rank(ctx: OpContext, index: int = 0) -> int:
     """torch's rank of node input ``index`` (a complex value's pair axis excluded)."""
-    value = ctx.node.inputs[index]
-    assert isinstance(value, TensorValue)
-    return value.rank
+    return len(ctx.traced_shape(index))
 
 
 def out_rank(ctx: OpContext) -> int:
     """torch's rank of the node's output."""
-    return ctx.out_value().rank
+    return ctx.out_rank()
 
 
 def part(ctx: OpContext, z: NTensor, which: int, tag: str = "") -> NTensor:
@@ -73,16 +70,15 @@ def to_complex(ctx: OpContext, x: NTensor, final: bool = False) -> NTensor:
 def _operand(ctx: OpContext, index: int) -> tuple[Part, Part]:
     """Node input ``index`` (a complex or real tensor, or a number) as (re, im) parts in
     the output's computation dtype."""
-    value = ctx.node.inputs[index]
+    v = ctx.arg(index, "v")
     dtype = ctx.out_dtype()
-    if isinstance(value, Const):
-        v = value.value
+    if not isinstance(v, NTensor):
         if isinstance(v, complex):
             return v.real or None, v.imag or None
         if isinstance(v, (int, float, bool)):
             return float(v), None
         raise ctx.unsupported(f"input {index} is {v!r}, not a number or a tensor")
-    t = ctx.cast(ctx.tensor(value), dtype)
+    t = ctx.cast(v, dtype)
     if is_complex(ctx, index):
         return parts(ctx, t, str(index))
     return t, None
@@ -333,7 +329,7 @@ def matmul(ctx: OpContext) -> NTensor:
         if x is None or y is None:
             return None
         assert isinstance(x, NTensor) and isinstance(y, NTensor)
-        return linalg._matmul(ctx, x, y, final=False)
+        return linalg.torch_matmul(ctx, x, y, final=False)
 
     re = _binary(ctx, "sub", mm(a, c), mm(b, d), "re")
     im = _binary(ctx, "add", mm(a, d), mm(b, c), "im")
@@ -343,11 +339,11 @@ def matmul(ctx: OpContext) -> NTensor:
 # --- reductions -----------------------------------------------------------------------------
 def _reduce(ctx: OpContext, kind: str, z: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
     """``kind`` over torch's dims (none or empty: every axis but the pair's)."""
-    if not reduce._dim_form(ctx):  # the (self, dtype) overloads reduce every axis
+    if not reduce.dim_form(ctx):  # the (self, dtype) overloads reduce every axis
         dims, keepdim = None, False
     rank = logical_rank(ctx)
     axes = sorted({ctx.axis(d, rank) for d in dims}) if dims else list(range(rank))
-    return reduce._finish(ctx, kind, z, axes, bool(keepdim), ctx.out_dtype())
+    return reduce.reduce_to_output(ctx, kind, z, axes, bool(keepdim), ctx.out_dtype())
 
 
 @handler("aten::sum", args="t I? b? n?", complex=True)
@@ -418,11 +414,9 @@ def expand(ctx: OpContext, z: NTensor, sizes: list[Dim]) -> NTensor:
 
 def _complex_items(ctx: OpContext, tensors: list[NTensor]) -> list[NTensor]:
     """List items as complex values (torch promotes real items of a complex cat/stack)."""
-    value = ctx.node.inputs[0]
-    assert isinstance(value, ListValue)
     return [
-        t if isinstance(item, TensorValue) and item.dtype.is_complex else to_complex(ctx, ctx.cast(t, ctx.out_dtype()))
-        for t, item in zip(tensors, value.items)
+        t if dtype is not None and dtype.is_complex else to_complex(ctx, ctx.cast(t, ctx.out_dtype()))
+        for t, dtype in zip(tensors, ctx.item_dtypes(0))
     ]
 
 
@@ -498,7 +492,7 @@ def pad(ctx: OpContext, z: NTensor, padding: list[int], mode: Optional[str], val
     if value:
         raise ctx.unsupported(f"padding a complex tensor with {value}", "pad with zeros")
     # torch's flat pad list starts at the last axis: the pair axis comes before it.
-    return pool._pad(ctx, z, [0, 0, *padding], mode or "constant", None)
+    return pool.pad_tensor(ctx, z, [0, 0, *padding], mode or "constant", None)
 
 
 @handler("aten::constant_pad_nd", args="t I f?", complex=True)
@@ -510,9 +504,9 @@ def constant_pad_nd(ctx: OpContext, z: NTensor, padding: list[int], value: Optio
 @handler("aten::to", "aten::type_as", "aten::_to_copy", "aten::to_dtype", args="t *", complex=True)
 def to(ctx: OpContext, z: NTensor) -> NTensor:
     """aten::to.dtype(Tensor(a) self, ScalarType dtype, ...) -> Tensor(a)  (to, from or between complex dtypes)"""
-    out = ctx.out_value()
-    if out.dtype.is_complex and not is_complex(ctx, 0):
+    out_complex = ctx.out_torch_dtype().is_complex
+    if out_complex and not is_complex(ctx, 0):
         return to_complex(ctx, ctx.cast(z, ctx.out_dtype()), final=True)
-    if not out.dtype.is_complex:  # torch drops the imaginary part (with a warning)
+    if not out_complex:  # torch drops the imaginary part (with a warning)
         return creation.to(ctx, part(ctx, z, 0))
     return creation.to(ctx, z)

@@ -16,7 +16,6 @@ from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.aten._common import accumulation_dtype
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const
 
 
 def _spatial(values: Sequence[int], n: int, what: str, ctx: OpContext) -> list[int]:
@@ -157,21 +156,23 @@ def convolution(
     return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
-def _padding_arg(ctx: OpContext, index: int) -> Union[str, list[int]]:
-    """Padding given as ints or as 'same'/'valid' (the ``.padding`` overloads)."""
-    value = ctx.node.inputs[index]
-    if isinstance(value, Const) and isinstance(value.value, str):
-        return value.value
-    return ctx.arg(index, "I")
-
-
-@handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I _ I i")
+@handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I I I i")
 def conv_nd(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
-    dilation: list[int], groups: int,
+    padding: Union[str, list[int]], dilation: list[int], groups: int,
 ) -> NTensor:
     """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""
-    return _conv(ctx, x, weight, bias, stride, _padding_arg(ctx, 4), dilation, groups)
+    return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
+
+
+@handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I s I i",
+         overload="padding")
+def conv_nd_padding(
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    padding: str, dilation: list[int], groups: int,
+) -> NTensor:
+    """aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""
+    return conv_nd(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
 @handler("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", args="t t t? I I I i I")

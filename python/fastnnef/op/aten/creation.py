@@ -8,16 +8,15 @@ constant tensor is written and dynamic shapes work; the dtype comes from the tra
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import unknown, volume
 from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.context import FLOAT_DTYPES, OpContext, describe
+from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, SymInt, TensorValue
 
 Number = Union[int, float, bool]
 
@@ -27,7 +26,7 @@ def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Op
     given and dims of unknown expression, the shape is taken from ``x`` at run time.
     Strict NNEF (no broadcast op): a one-element constant tiled to the static shape."""
     if ctx.strict and not isinstance(value, Sym) and all(isinstance(d, int) for d in shape):
-        one = ctx.constant(torch.full((1,) * len(shape), value, dtype=ctx.out_value().dtype),
+        one = ctx.constant(torch.full((1,) * len(shape), value, dtype=ctx.out_torch_dtype()),
                            f"fill_{ctx.out_dtype()}_{value}_rank{len(shape)}")
         return ctx.emit("tile", [one], {"repeats": list(shape)}) if shape else ctx.emit("copy", [one])
     scalar = typed_scalar(ctx, value, ctx.out_dtype())
@@ -84,51 +83,30 @@ def full_like(ctx: OpContext, x: NTensor, value: object) -> NTensor:
     return _fill(ctx, _number(ctx, value), x.shape, x)
 
 
-@handler("aten::scalar_tensor", args="_ *")
-def scalar_tensor(ctx: OpContext) -> NTensor:
+@handler("aten::scalar_tensor", args="v *")
+def scalar_tensor(ctx: OpContext, value: Any) -> NTensor:
     """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
-    value = ctx.node.inputs[0]
-    if isinstance(value, SymInt):
-        if value.expr == "?":
-            raise ctx.unsupported("a tensor of a size whose dynamic expression is unknown")
-        return _fill(ctx, Sym(value.expr), ())
-    return _fill(ctx, _number(ctx, value.value if isinstance(value, Const) else value), ())
+    return _fill(ctx, value if isinstance(value, Sym) else _number(ctx, value), ())
 
 
-@handler("aten::tensor", args="_ *")
-def tensor(ctx: OpContext) -> NTensor:
+@handler("aten::tensor", args="v *")
+def tensor(ctx: OpContext, data: Any) -> NTensor:
     """aten::tensor(t[] data, *, ScalarType? dtype=None, Device? device=None, bool requires_grad=False) -> Tensor"""
-    data = ctx.node.inputs[0]
-    if isinstance(data, SymInt):  # torch.tensor(x.size(1)): the size as a 0-d tensor
-        if data.expr == "?":
-            raise ctx.unsupported("torch.tensor() of a size whose dynamic expression is unknown")
-        return _fill(ctx, Sym(data.expr), ())
-    if isinstance(data, Const) and isinstance(data.value, (int, float, bool)):
-        return _fill(ctx, data.value, ())
+    if isinstance(data, (Sym, int, float, bool)):  # torch.tensor(x.size(1)): the size as a 0-d tensor
+        return _fill(ctx, data, ())
     raise ctx.unsupported("torch.tensor() of a list built in forward", "create the tensor in __init__ as a buffer")
 
 
 # --- arange -----------------------------------------------------------------------------
-def _arange_bounds(ctx: OpContext) -> list[Union[Number, Sym, NTensor]]:
-    """(start, end, step) from arange(end, ...), arange(start, end, ...) or arange(start, end, step, ...)."""
-    n_bounds = {5: 1, 6: 2, 7: 3}.get(len(ctx.node.inputs))
-    if n_bounds is None:
-        raise ctx.unsupported(f"aten::arange with {len(ctx.node.inputs)} inputs (an out= overload?)")
-    values: list[Union[Number, Sym, NTensor]] = []
-    for v in ctx.node.inputs[:n_bounds]:
-        if isinstance(v, SymInt):
-            if v.expr == "?":
-                raise ctx.unsupported("arange bound that depends on a dynamic axis in an unknown way")
-            values.append(Sym(v.expr))
-        elif isinstance(v, Const) and isinstance(v.value, (int, float)):
-            values.append(v.value)
-        elif isinstance(v, TensorValue) and v.rank == 0:
-            values.append(ctx.tensor(v))
-        else:
-            raise ctx.unsupported(f"arange with a bound {describe(v)}", "use numbers, x.size(i) or 0-d tensors")
-    start, end, step = ([0] + values + [1])[:3] if n_bounds == 1 else (values + [1])[:3]
-    return [start, end, step]
+Bound = Union[Number, Sym, NTensor]
+
+
+def _arange_bound(ctx: OpContext, v: Any) -> Bound:
+    """A bound of arange: a number, a size of a dynamic axis or a 0-d tensor."""
+    if isinstance(v, (Sym, int, float)) or (isinstance(v, NTensor) and v.rank == 0):
+        return v
+    raise ctx.unsupported(f"arange with a bound {v!r}", "use numbers, x.size(i) or 0-d tensors")
 
 
 def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]], dtype: str) -> NTensor:
@@ -147,22 +125,21 @@ def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]]
     return ctx.emit("copy", [r]) if kind == dtype else ctx.emit("tract_core_cast", [r], {"to": dtype})
 
 
-@handler("aten::arange", args="*")
-def arange(ctx: OpContext) -> NTensor:
+@handler("aten::arange", args="v v v _ _ _ _")
+def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
     """aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
-    bounds = _arange_bounds(ctx)
+    bounds = [_arange_bound(ctx, v) for v in (start, end, step)]
     dtype = ctx.out_dtype()
     if any(isinstance(b, NTensor) for b in bounds):
         if ctx.strict:
             raise ctx.unsupported("arange with tensor bounds in strict NNEF, which has no range op")
         return _arange_of_tensors(ctx, bounds, dtype)
     start, end, step = bounds
-    value = ctx.out_value()
     dynamic = any(isinstance(v, Sym) for v in (start, end, step))
     if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
         # Static float range (or any static range in strict NNEF, which has no range op):
         # torch's exact values, stored as a constant.
-        return ctx.constant(torch.arange(start, end, step, dtype=value.dtype))  # type: ignore[arg-type]
+        return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))  # type: ignore[arg-type]
     if any(isinstance(v, float) for v in (start, end, step)):
         raise ctx.unsupported("arange with float bounds and a dynamic end", "use integer bounds and scale the result")
     if isinstance(step, Sym) or step == 0:
@@ -171,6 +148,18 @@ def arange(ctx: OpContext) -> NTensor:
     length: Dim = len(range(int(start), int(end), int(step))) if not dynamic else ctx.out_shape()[0]
     r = ctx.tmp("tract_core_range", [start, end, step], dtype="i64", shape=(length,), suffix="range")
     return ctx.emit("tract_core_cast" if dtype != "i64" else "copy", [r], {"to": dtype} if dtype != "i64" else None)
+
+
+@handler("aten::arange", args="v v _ _ _ _", overload="start")
+def arange_start(ctx: OpContext, start: Any, end: Any) -> NTensor:
+    """aten::arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    return arange(ctx, start, end, 1)
+
+
+@handler("aten::arange", args="v _ _ _ _", overload="end")
+def arange_end(ctx: OpContext, end: Any) -> NTensor:
+    """aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    return arange(ctx, 0, end, 1)
 
 
 # --- casts ------------------------------------------------------------------------------
@@ -213,7 +202,7 @@ def eye(ctx: OpContext) -> NTensor:
     n = ctx.arg(0, "D")[0]
     m = ctx.arg(1, "D")[0] if ctx.n_inputs == 6 else n
     if not isinstance(n, Sym) and not isinstance(m, Sym):
-        return ctx.constant(torch.eye(n, m, dtype=ctx.out_value().dtype))
+        return ctx.constant(torch.eye(n, m, dtype=ctx.out_torch_dtype()))
     if unknown(n) or unknown(m):
         raise ctx.unsupported("eye of a size that depends on a dynamic axis in an unknown way")
     rows = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="rows")
@@ -229,21 +218,21 @@ def eye(ctx: OpContext) -> NTensor:
 def linspace(ctx: OpContext) -> NTensor:
     """aten::linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     start, end = _numbers(ctx, 2, "linspace")
-    return ctx.constant(torch.linspace(start, end, ctx.arg(2, "i"), dtype=ctx.out_value().dtype))
+    return ctx.constant(torch.linspace(start, end, ctx.arg(2, "i"), dtype=ctx.out_torch_dtype()))
 
 
 @handler("aten::logspace", args="*")
 def logspace(ctx: OpContext) -> NTensor:
     """aten::logspace(Scalar start, Scalar end, int steps, float base=10., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
     start, end = _numbers(ctx, 2, "logspace")
-    return ctx.constant(torch.logspace(start, end, ctx.arg(2, "i"), ctx.arg(3, "f"), dtype=ctx.out_value().dtype))
+    return ctx.constant(torch.logspace(start, end, ctx.arg(2, "i"), ctx.arg(3, "f"), dtype=ctx.out_torch_dtype()))
 
 
 @handler("aten::tril_indices", "aten::triu_indices", args="i i i *")
 def tril_indices(ctx: OpContext, row: int, col: int, offset: int) -> NTensor:
     """aten::tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (and triu_indices)"""
     fn = torch.tril_indices if ctx.kind == "aten::tril_indices" else torch.triu_indices
-    return ctx.constant(fn(row, col, offset, dtype=ctx.out_value().dtype))
+    return ctx.constant(fn(row, col, offset, dtype=ctx.out_torch_dtype()))
 
 
 def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[NTensor], list[Dim]]:
@@ -272,13 +261,12 @@ def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[N
 def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: Optional[str]) -> list[NTensor]:
     """aten::meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]  (also meshgrid(tensors): 'ij')"""
     lines, shape = _grid(ctx, tensors, indexing or "ij")
-    items = ctx.node.outputs[0].items  # type: ignore[attr-defined]
     out = []
-    for line, value in zip(lines, items):
+    for k, line in enumerate(lines[:ctx.n_outputs]):
         if tuple(line.shape) == tuple(shape):
-            out.append(ctx.emit("copy", [line], value=value, shape=shape))
+            out.append(ctx.emit("copy", [line], out=k, shape=shape))
         else:
-            out.append(ctx.emit("tract_core_broadcast", [line], {"shape": shape}, value=value, shape=shape))
+            out.append(ctx.emit("tract_core_broadcast", [line], {"shape": shape}, out=k, shape=shape))
     return out
 
 

@@ -11,56 +11,10 @@ import torch
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
+from fastnnef.op.aten._slices import index_bounds, single, slice_bound
 from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
-
-# torch writes "to the end" as INT64_MAX; anything this large means the same.
-_TO_END = 2**62
-
-
-def _in_value(ctx: OpContext, index: int) -> TensorValue:
-    value = ctx.node.inputs[index]
-    assert isinstance(value, TensorValue)
-    return value
-
-
-def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, what: str) -> Dim:
-    """A torch begin/end as tract needs it: non-negative and within the axis, since tract's
-    slice computes the length from the raw values (it only clamps the read window)."""
-    if v is None:
-        return default
-    if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
-        if symexpr.is_negative(v):  # x[:, -x.size(1):] counts from the end
-            if unknown(n):
-                raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
-            end = symexpr.add(n, v)
-            return Sym(end) if isinstance(end, str) else end if end is not None else Sym(f"{n}+{v}")
-        return v
-    if not isinstance(n, Sym):
-        return min(max(v + n if v < 0 else v, 0), n)
-    if v >= _TO_END:
-        if unknown(n):
-            raise ctx.unsupported(
-                f"slicing to the end of an axis whose dynamic size expression is unknown ({what})",
-                "slice before the op that reshaped this axis, or keep it static",
-            )
-        return n
-    if v < 0:
-        if unknown(n):
-            raise ctx.unsupported(f"negative {what} {v} on a dynamic axis of unknown size")
-        return plus(n, v)
-    if v > traced:
-        if unknown(n):
-            raise ctx.unsupported(
-                f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
-                "torch clamps it at run time: use x[..., start:] or a size expression",
-            )
-        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
-    return v
-
 
 def _span(b: Dim, e: Dim, step: int) -> Dim:
     """Length of ``b:e:step`` (for the declared output shape)."""
@@ -110,49 +64,28 @@ def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -
     return ctx.tmp("squeeze", [first], {"axes": [axis + 1]}, suffix="strided")
 
 
-def _one(v: Optional[list[Dim]]) -> Optional[Dim]:
-    return None if v is None else v[0]
-
-
 @handler("aten::slice", args="t i D? D? i")
 def slice_(ctx: OpContext, x: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int) -> NTensor:
     """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
-    traced = _in_value(ctx, 0).shape[axis]
+    traced = ctx.traced_shape(0)[axis]
     if step < 1:
         raise ctx.unsupported(f"slice step {step}", "torch only allows positive steps")
-    b = _bound(ctx, _one(start), n, traced, 0, "start")
-    e = _bound(ctx, _one(end), n, traced, n, "end")
+    b = slice_bound(ctx, single(start), n, traced, 0, "start")
+    e = slice_bound(ctx, single(end), n, traced, n, "end")
     if isinstance(b, int) and isinstance(e, int):
         e = max(e, b)
     if b == 0 and e == n and step == 1:
         return ctx.emit("copy", [x])
-    return _slice(ctx, x, axis, b, e, step, True, ctx.out_value().shape[axis])
-
-
-def _index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim, Dim]:
-    """[begin, end) of the single position ``index`` along ``axis``."""
-    n = x.shape[axis]
-    if isinstance(index, Sym):
-        return index, plus(index, 1)
-    if not isinstance(n, Sym):
-        if not -n <= index < n:
-            raise ctx.unsupported(f"index {index} out of range for size {n}")
-        index %= n
-        return index, index + 1
-    if index >= 0:
-        return index, index + 1
-    if unknown(n):
-        raise ctx.unsupported(f"negative index {index} on a dynamic axis of unknown size")
-    return plus(n, index), plus(n, index + 1)
+    return _slice(ctx, x, axis, b, e, step, True, ctx.out_traced_shape()[axis])
 
 
 @handler("aten::select", args="t i D")
 def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
     """aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
-    b, e = _index_bounds(ctx, x, axis, index[0])
+    b, e = index_bounds(ctx, x, axis, index[0])
     piece = _slice(ctx, x, axis, b, e, 1, False, 1)
     return ctx.emit("squeeze", [piece], {"axes": [axis]})
 
@@ -161,11 +94,11 @@ def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
 def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
-    b, _ = _index_bounds(ctx, x, axis, start[0])
+    b, _ = index_bounds(ctx, x, axis, start[0])
     e = add_dims(b, length[0])  # a length may be the size of a dynamic axis
     if b == 0 and e == x.shape[axis]:
         return ctx.emit("copy", [x], shape=x.shape)
-    return _slice(ctx, x, axis, b, e, 1, True, ctx.out_value().shape[axis])
+    return _slice(ctx, x, axis, b, e, 1, True, ctx.out_traced_shape()[axis])
 
 
 # --- gathers ----------------------------------------------------------------------------
@@ -265,18 +198,16 @@ def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) 
     return ctx.emit("transpose", [g], {"axes": back})
 
 
-@handler("aten::index", args="t _")
-def index(ctx: OpContext, x: NTensor) -> NTensor:
+@handler("aten::index", args="t O")
+def index(ctx: OpContext, x: NTensor, indices: list[Optional[NTensor]]) -> NTensor:
     """aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
-    items = ctx.node.inputs[1]
-    assert isinstance(items, ListValue)
-    tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
-    if not tensors or not all(isinstance(v, TensorValue) for _, v in tensors):
+    tensors = [(k, t) for k, t in enumerate(indices) if t is not None]
+    if not tensors:
         raise ctx.unsupported("aten::index without index tensors")
     if len(tensors) > 1:
-        return _index_nd(ctx, x, [k for k, _ in tensors], [ctx.tensor(v) for _, v in tensors])
+        return _index_nd(ctx, x, [k for k, _ in tensors], [t for _, t in tensors])
     axis, value = tensors[0]
-    idx = _indices(ctx, ctx.tensor(value))
+    idx = _indices(ctx, value)
     if ctx.strict:
         return _one_hot_gather(ctx, x, axis, idx)
     return ctx.emit("tract_core_gather", [x, idx], {"axis": axis})
@@ -404,18 +335,17 @@ def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, 
     return ctx.emit("tract_core_scatter_elements", [ctx.cast(x, dtype), index, updates], {"axis": axis})
 
 
-@handler("aten::index_put", args="t _ t b")
-def index_put(ctx: OpContext, x: NTensor, values: NTensor, accumulate: bool) -> NTensor:
+@handler("aten::index_put", args="t O t b")
+def index_put(
+    ctx: OpContext, x: NTensor, indices: list[Optional[NTensor]], values: NTensor, accumulate: bool,
+) -> NTensor:
     """aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"""
     if accumulate:
         raise ctx.unsupported("index_put with accumulate=True", "use scatter_add / index_add")
-    items = ctx.node.inputs[1]
-    assert isinstance(items, ListValue)
-    tensors = [(k, v) for k, v in enumerate(items.items) if not (isinstance(v, Const) and v.value is None)]
-    if len(tensors) != 1 or not isinstance(tensors[0][1], TensorValue):
+    tensors = [(k, t) for k, t in enumerate(indices) if t is not None]
+    if len(tensors) != 1:
         raise ctx.unsupported("index assignment with several index tensors", "assign one axis at a time")
-    axis, value = tensors[0]
-    idx = ctx.tensor(value)
+    axis, idx = tensors[0]
     dtype = ctx.out_dtype()
     if idx.dtype == "bool" and axis == 0:  # x[mask] = v: a select where the mask covers leading dims
         if values.rank != 0:

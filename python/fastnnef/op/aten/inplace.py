@@ -13,10 +13,9 @@ import torch
 from fastnnef.nnef.graph import Dim, NTensor
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.aten._common import Operand, typed_scalar
-from fastnnef.op.aten.indexing import _bound, _index_bounds
+from fastnnef.op.aten._slices import index_bounds, single, slice_bound
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import TensorValue
 
 
 def _broadcast_like(ctx: OpContext, value: Operand, dst: NTensor) -> NTensor:
@@ -70,10 +69,6 @@ def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim)
     return ctx.emit("concat", [parts], {"axis": axis})
 
 
-def _one(v: Optional[list[Dim]]) -> Optional[Dim]:
-    return None if v is None else v[0]
-
-
 @handler("fastnnef::slice_scatter", args="t t i D? D? i")
 def slice_scatter(
     ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int,
@@ -81,11 +76,9 @@ def slice_scatter(
     """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
-    base = ctx.node.inputs[0]
-    assert isinstance(base, TensorValue)
-    traced = base.shape[axis]
-    b = _bound(ctx, _one(start), n, traced, 0, "start")
-    e = _bound(ctx, _one(end), n, traced, n, "end")
+    traced = ctx.traced_shape(0)[axis]
+    b = slice_bound(ctx, single(start), n, traced, 0, "start")
+    e = slice_bound(ctx, single(end), n, traced, n, "end")
     if isinstance(b, int) and isinstance(e, int):
         e = max(e, b)
     src = ctx.cast(src, ctx.out_dtype())
@@ -111,6 +104,6 @@ def slice_scatter(
 def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: list[Dim]) -> NTensor:
     """fastnnef::select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
-    b, e = _index_bounds(ctx, x, axis, index[0])
+    b, e = index_bounds(ctx, x, axis, index[0])
     row = ctx.tmp("unsqueeze", [ctx.cast(src, ctx.out_dtype())], {"axes": [axis]}, suffix="row")
     return _splice(ctx, x, row, axis, b, e)

@@ -20,10 +20,10 @@ from fastnnef.nnef.shapes import (
 )
 from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.aten.indexing import flip
-from fastnnef.op.aten.shape import _pieces, repeat
+from fastnnef.op.aten._slices import split_pieces
+from fastnnef.op.aten.shape import repeat
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import DEFAULT_REGISTRY, handler
-from fastnnef.torch_graph.ir import ListValue, TensorValue
 
 # Axes atleast_{n}d inserts into a rank-r tensor, keyed (n, r): torch puts a 1-D input in
 # the middle of a 3-D result ([n] -> [1, n, 1]).
@@ -37,25 +37,21 @@ def _atleast(ctx: OpContext, t: NTensor, n: int, suffix: str) -> NTensor:
     return ctx.tmp("unsqueeze", [t], {"axes": axes}, suffix=suffix) if axes else t
 
 
-def _list_items(ctx: OpContext) -> list[TensorValue]:
-    """The tensors of a node whose output is a list (split-like and Sequence overloads)."""
-    out = ctx.node.outputs[0]
-    assert isinstance(out, ListValue)
-    return [v for v in out.items if isinstance(v, TensorValue)]
-
-
-@handler("aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d", args="_")
-def atleast(ctx: OpContext) -> list[NTensor]:
+@handler("aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d", args="t")
+def atleast(ctx: OpContext, x: NTensor) -> list[NTensor]:
     """aten::atleast_2d(Tensor self) -> Tensor  (also .Sequence(Tensor[] tensors) -> Tensor[], atleast_1d/3d)"""
+    return atleast_sequence(ctx, [x])
+
+
+@handler("aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d", args="L", overload="Sequence")
+def atleast_sequence(ctx: OpContext, tensors: list[NTensor]) -> list[NTensor]:
+    """aten::atleast_2d.Sequence(Tensor[] tensors) -> Tensor[]"""
     n = int(ctx.kind[-2])
-    sequence = isinstance(ctx.node.inputs[0], ListValue)
-    tensors = ctx.arg(0, "L") if sequence else [ctx.arg(0, "t")]
-    values = _list_items(ctx) if sequence else [ctx.out_value()]
     out = []
-    for t, value in zip(tensors, values):
+    for k, t in enumerate(tensors):
         axes = _ATLEAST_AXES.get((n, t.rank))
-        out.append(ctx.emit("unsqueeze", [t], {"axes": axes}, value=value) if axes
-                   else ctx.emit("copy", [t], value=value, shape=t.shape))
+        out.append(ctx.emit("unsqueeze", [t], {"axes": axes}, out=k) if axes
+                   else ctx.emit("copy", [t], out=k, shape=t.shape))
     return out
 
 
@@ -64,14 +60,14 @@ def broadcast_tensors(ctx: OpContext, tensors: list[NTensor]) -> list[NTensor]:
     """aten::broadcast_tensors(Tensor[] tensors) -> Tensor[]"""
     target = broadcast_shapes([t.shape for t in tensors], "broadcast_tensors")
     out = []
-    for t, value in zip(tensors, _list_items(ctx)):
+    for k, t in enumerate(tensors):
         t = ctx.to_rank(t, len(target))
         if tuple(t.shape) == tuple(target):
-            out.append(ctx.emit("copy", [t], value=value, shape=target))
+            out.append(ctx.emit("copy", [t], out=k, shape=target))
             continue
         if any(unknown(d) for d in target):
             raise ctx.unsupported("broadcast_tensors of dynamic axes whose sizes only match at run time")
-        out.append(ctx.emit("tract_core_broadcast", [t], {"shape": list(target)}, value=value, shape=target))
+        out.append(ctx.emit("tract_core_broadcast", [t], {"shape": list(target)}, out=k, shape=target))
     return out
 
 
@@ -120,7 +116,7 @@ def hvdsplit(ctx: OpContext, x: NTensor) -> list[NTensor]:
     axis = {"aten::vsplit": 0, "aten::dsplit": 2}.get(kind, 1 if x.rank > 1 else 0)
     if x.rank <= axis:
         raise ctx.unsupported(f"{kind} of a rank-{x.rank} tensor", "torch needs one more dimension")
-    return _pieces(ctx, x, axis)
+    return split_pieces(ctx, x, axis)
 
 
 # --- axis moves and flips ---------------------------------------------------------------

@@ -18,7 +18,7 @@ from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
 
-def _matmul(ctx: OpContext, a: NTensor, b: NTensor, transpose_b: bool = False, final: bool = True) -> NTensor:
+def torch_matmul(ctx: OpContext, a: NTensor, b: NTensor, transpose_b: bool = False, final: bool = True) -> NTensor:
     """torch.matmul semantics (1-D promotion, leading batch broadcast) on NNEF matmul.
 
     Integer products are computed in f64 (tract's matmul has no integer kernels), exact
@@ -57,15 +57,15 @@ def _matmul(ctx: OpContext, a: NTensor, b: NTensor, transpose_b: bool = False, f
 @handler("aten::matmul", "aten::mm", "aten::bmm", args="t t")
 def matmul(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     """aten::matmul(Tensor self, Tensor other) -> Tensor"""
-    return _matmul(ctx, a, b)
+    return torch_matmul(ctx, a, b)
 
 
 @handler("aten::linear", args="t t t?")
 def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor]) -> NTensor:
     """aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"""
     if bias is None:
-        return _matmul(ctx, x, weight, transpose_b=True)
-    y = _matmul(ctx, x, weight, transpose_b=True, final=False)
+        return torch_matmul(ctx, x, weight, transpose_b=True)
+    y = torch_matmul(ctx, x, weight, transpose_b=True, final=False)
     (b,) = operands(ctx, [bias], y.dtype, y.rank)
     return finish(ctx, "add", [y, b], y)
 
@@ -75,7 +75,7 @@ def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[
     """aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     if ctx.kind == "aten::addbmm":
         raise ctx.unsupported("addbmm (a sum over the batch) is not supported", "use bmm(...).sum(0) + bias")
-    y = _matmul(ctx, a, b, final=False)
+    y = torch_matmul(ctx, a, b, final=False)
     if alpha not in (None, 1.0):
         y = ctx.tmp("mul", [y, float(alpha)], suffix="alpha")
     (bias,) = operands(ctx, [bias], y.dtype, y.rank)

@@ -186,7 +186,7 @@ def histc(ctx: OpContext, x: NTensor, bins: int, low: float, high: float) -> NTe
                     suffix="bin")
     inside = ctx.tmp("and", [ctx.tmp("ge", [v, lo], suffix="above"), ctx.tmp("le", [v, hi], suffix="below")],
                      suffix="inside")
-    every = ctx.constant(torch.arange(bins, dtype=ctx.out_value().dtype).reshape(1, bins), suffix="bins")
+    every = ctx.constant(torch.arange(bins, dtype=ctx.out_torch_dtype()).reshape(1, bins), suffix="bins")
     column = ctx.tmp("unsqueeze", [index], {"axes": [1]}, suffix="col")  # [N, 1]
     hit = ctx.tmp("and", [ctx.tmp("eq", [column, every], suffix="eq"),
                           ctx.tmp("unsqueeze", [inside], {"axes": [1]}, suffix="incol")], suffix="hit")

@@ -194,7 +194,7 @@ def rms_norm(
         raise ctx.unsupported(f"rms_norm over {normalized_shape} of a rank-{x.rank} input")
     dtype = _compute_dtype(ctx)
     if eps is None:
-        eps = torch.finfo(ctx.out_value().dtype).eps
+        eps = torch.finfo(ctx.out_torch_dtype()).eps
     xc = ctx.cast(x, dtype)
     axes = list(range(x.rank - k, x.rank))
     ms = ctx.tmp("mean_reduce", [ctx.tmp("sqr", [xc], suffix="sq")], {"axes": axes}, suffix="ms")

@@ -159,7 +159,7 @@ def _dim_times(d: Dim, k: int) -> Dim:
     return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"({d})*{k}")
 
 
-def _pad(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
+def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
         if not all(_static(a) and _static(b) for a, b in pairs):
@@ -201,35 +201,35 @@ def _pad(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optio
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
 def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: Optional[float]) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
-    return _pad(ctx, x, padding, mode, value)
+    return pad_tensor(ctx, x, padding, mode, value)
 
 
 @handler("aten::constant_pad_nd", args="t D f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
 def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: Optional[float]) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
-    return _pad(ctx, x, padding, "constant", value)
+    return pad_tensor(ctx, x, padding, "constant", value)
 
 
 @handler("aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d", args="t I")
 @torch_quantized("dequantize")
 def reflection_pad(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::reflection_pad2d(Tensor self, SymInt[4] padding) -> Tensor"""
-    return _pad(ctx, x, padding, "reflect", None)
+    return pad_tensor(ctx, x, padding, "reflect", None)
 
 
 @handler("aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d", args="t I")
 @torch_quantized("dequantize")
 def replication_pad(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::replication_pad2d(Tensor self, SymInt[4] padding) -> Tensor"""
-    return _pad(ctx, x, padding, "replicate", None)
+    return pad_tensor(ctx, x, padding, "replicate", None)
 
 
 @handler("aten::_pad_circular", args="t I")
 @torch_quantized("dequantize")
 def pad_circular(ctx: OpContext, x: NTensor, padding: list[int]) -> NTensor:
     """aten::_pad_circular(Tensor self, SymInt[] pad) -> Tensor"""
-    return _pad(ctx, x, padding, "circular", None)
+    return pad_tensor(ctx, x, padding, "circular", None)
 
 
 # ----------------------------------------------------------------------------------------

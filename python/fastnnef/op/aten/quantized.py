@@ -155,7 +155,7 @@ def _input_params(ctx: OpContext, x: NTensor) -> tuple[str, int, float]:
 
 def quantized_output_type(ctx: OpContext, scale: float, zero_point: int) -> str:
     """The tract type of the node's quantized output on the grid ``(scale, zero_point)``."""
-    return quantized_datum_type(ctx.out_value().dtype, scale, zero_point)
+    return quantized_datum_type(ctx.out_torch_dtype(), scale, zero_point)
 
 
 def _quantize(ctx: OpContext, y: NTensor, out_type: str, relu: bool) -> NTensor:

@@ -24,7 +24,6 @@ from typing import Any
 from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, IRValue, ListValue, TensorValue
 
 _GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
@@ -106,12 +105,6 @@ def _declare(ctx: OpContext, step: _Step) -> str:
     return ctx.fragment(*step.fragment())
 
 
-def _flag(ctx: OpContext, value: IRValue, what: str) -> Any:
-    if not isinstance(value, Const):
-        raise ctx.unsupported(f"{what} must be a constant, got {type(value).__name__}")
-    return value.value
-
-
 def _row(ctx: OpContext, t: NTensor, k: int, suffix: str) -> NTensor:
     """``t[k]`` along axis 0 (the layer x direction axis of h0/c0)."""
     piece = ctx.tmp("slice", [t], {"axes": [0], "begin": [k], "end": [k + 1]}, suffix=suffix)
@@ -150,38 +143,29 @@ def _direction(
     }, specs))
 
 
-@handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="*")
-def recurrent(ctx: OpContext) -> list[NTensor]:
+@handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="t v L b i f b b b")
+def recurrent(
+    ctx: OpContext, x: NTensor, hx: Any, params: list[NTensor], has_biases: bool, num_layers: int, dropout: float,
+    train: bool, bidirectional: bool, batch_first: bool,
+) -> list[NTensor]:
     """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""
     kind = ctx.kind.split("::")[-1]
-    inputs = ctx.node.inputs
-    if len(inputs) != 9 or not isinstance(inputs[2], ListValue):
-        raise ctx.unsupported(
-            "packed sequences (the batch_sizes overload)",
-            "pass a padded tensor to the recurrent layer instead of a PackedSequence",
-        )
-    has_biases, num_layers, dropout, train, bidirectional, batch_first = (
-        _flag(ctx, v, what) for v, what in zip(
-            inputs[3:], ("has_biases", "num_layers", "dropout", "train", "bidirectional", "batch_first"))
-    )
     if train and dropout:
         raise ctx.unsupported("dropout between layers in training mode", "export the model in eval()")
     dtype = ctx.out_dtype()
-    x = ctx.cast(ctx.tensor(inputs[0]), dtype)
+    x = ctx.cast(x, dtype)
     if x.rank != 3:
         raise ctx.unsupported(f"a rank-{x.rank} input (expected [T, B, I] or [B, T, I])")
     if batch_first:
         x = ctx.tmp("transpose", [x], {"axes": [1, 0, 2]}, suffix="time_major")
-    hx = inputs[1]
     if kind == "lstm":
-        if not (isinstance(hx, ListValue) and len(hx.items) == 2):
+        if not (isinstance(hx, list) and len(hx) == 2 and all(isinstance(h, NTensor) for h in hx)):
             raise ctx.unsupported("an LSTM state that is not a (h0, c0) pair")
-        initial = [ctx.cast(ctx.tensor(v), dtype) for v in hx.items]
+        initial = [ctx.cast(h, dtype) for h in hx]
     else:
-        if not isinstance(hx, TensorValue):
+        if not isinstance(hx, NTensor):
             raise ctx.unsupported("a state that is not a tensor")
-        initial = [ctx.cast(ctx.tensor(hx), dtype)]
-    params = [ctx.tensor(v) for v in inputs[2].items]
+        initial = [ctx.cast(hx, dtype)]
     directions = 2 if bidirectional else 1
     count = num_layers * directions
     per = 4 if has_biases else 2
@@ -215,6 +199,15 @@ def recurrent(ctx: OpContext) -> list[NTensor]:
     else:
         y = ctx.emit("copy", [layer_in], out=0)
     return [y] + [_stacked(ctx, acc, i + 1) for i, acc in enumerate(finals)]
+
+
+@handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="t t v L b i f b b", overload="data")
+def recurrent_packed(ctx: OpContext, *_: Any) -> list[NTensor]:
+    """aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)"""
+    raise ctx.unsupported(
+        "packed sequences (the batch_sizes overload)",
+        "pass a padded tensor to the recurrent layer instead of a PackedSequence",
+    )
 
 
 def _stacked(ctx: OpContext, states: list[NTensor], out: int) -> NTensor:

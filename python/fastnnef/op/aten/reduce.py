@@ -15,7 +15,6 @@ from fastnnef.op.aten.arithmetic import bool_logic
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const
 
 DimArg = Union[None, int, Sequence[int]]
 
@@ -38,7 +37,7 @@ def _dropped(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
-def _finish(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
+def reduce_to_output(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
             attrs: Optional[dict] = None, out: int = 0) -> NTensor:
     """``kind(x, axes)`` as node output ``out``, squeezed unless ``keepdim``."""
     attrs = {"axes": axes, **(attrs or {})}
@@ -57,17 +56,17 @@ def _finish_tensor(ctx: OpContext, r: NTensor, axes: list[int], keepdim: bool, x
     return ctx.emit("squeeze", [r], {"axes": axes})
 
 
-def _dim_form(ctx: OpContext) -> bool:
+def dim_form(ctx: OpContext) -> bool:
     """True for the overloads taking (self, dim, keepdim, ...), False for (self, dtype)."""
-    return len(ctx.node.inputs) > 2
+    return ctx.n_inputs > 2
 
 
 def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
     """A reduction computed in the output dtype; the (self, dtype) overloads reduce all axes."""
     dtype = ctx.out_dtype()
-    if not _dim_form(ctx):
+    if not dim_form(ctx):
         dims, keepdim = None, False
-    return _finish(ctx, kind, ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
+    return reduce_to_output(ctx, kind, ctx.cast(x, dtype), _axes(ctx, x, dims), bool(keepdim), dtype)
 
 
 @handler("aten::sum", args="t I? b? n?")
@@ -106,7 +105,7 @@ def _ordered(ctx: OpContext, kind: str, x: NTensor) -> tuple[str, NTensor]:
 def _extreme(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
              out: int = 0) -> NTensor:
     kind, x = _ordered(ctx, kind, x)
-    return _finish(ctx, kind, x, axes, keepdim, dtype, out=out)
+    return reduce_to_output(ctx, kind, x, axes, keepdim, dtype, out=out)
 
 
 @handler("aten::amax", "aten::amin", args="t I? b?")
@@ -141,7 +140,7 @@ def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[boo
     """aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor  (and aten::argmin)"""
     kind = "argmax_reduce" if ctx.kind == "aten::argmax" else "argmin_reduce"
     if dim is not None and x.rank:
-        return _finish(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
+        return reduce_to_output(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
     # Over the flattened tensor: reshape to 1-D, reduce, then reshape to the output rank.
     flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(Sym("?"),), suffix="flat")
     r = ctx.tmp(kind, [flat], {"axes": [0]}, suffix="red")
@@ -160,7 +159,7 @@ def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> N
         x = ctx.tmp("ne", [x, zero], suffix="nz")
     if ctx.out_dtype() != "bool":
         raise ctx.unsupported(f"{kind} with a {ctx.out_dtype()} result", "reduce a bool tensor")
-    return _finish(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), "bool")
+    return reduce_to_output(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), "bool")
 
 
 # --- moments ----------------------------------------------------------------------------
@@ -194,12 +193,10 @@ def _moments(ctx: OpContext, x: NTensor, dims: DimArg, correction: float) -> tup
 
 def _var_args(ctx: OpContext, third: object) -> tuple[Optional[list[int]], float, bool]:
     """(dims, correction, keepdim) for every var/std overload."""
-    inputs = ctx.node.inputs
-    if len(inputs) == 2:  # var(self, bool unbiased)
-        raw = inputs[1].value if isinstance(inputs[1], Const) else None
-        return None, _correction(ctx, raw), False
+    if ctx.n_inputs == 2:  # var(self, bool unbiased)
+        return None, _correction(ctx, ctx.arg(1, "n")), False
     dims = ctx.arg(1, "I?")
-    keep = inputs[3].value if len(inputs) > 3 and isinstance(inputs[3], Const) else False
+    keep = ctx.arg(3, "n") if ctx.n_inputs > 3 else False
     return dims, _correction(ctx, third), bool(keep)
 
 
@@ -298,7 +295,7 @@ def count_nonzero(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTen
     """aten::count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor  (also count_nonzero(self, int? dim))"""
     nonzero = x if x.dtype == "bool" else ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], suffix="nz")
     ones = ctx.tmp("tract_core_cast", [nonzero], {"to": "i64"}, suffix="count")
-    return _finish(ctx, "sum_reduce", ones, _axes(ctx, x, dims), False, "i64")
+    return reduce_to_output(ctx, "sum_reduce", ones, _axes(ctx, x, dims), False, "i64")
 
 
 def _not_nan(ctx: OpContext, x: NTensor) -> NTensor:
@@ -313,7 +310,7 @@ def nansum(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool, _dtype: obje
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)
     if dtype not in FLOAT_DTYPES:  # integers hold no NaN
-        return _finish(ctx, "sum_reduce", x, axes, keepdim, dtype)
+        return reduce_to_output(ctx, "sum_reduce", x, axes, keepdim, dtype)
     valid = _not_nan(ctx, x)
     zero = ctx.tmp("tract_core_cast", [0.0], {"to": dtype}, suffix="zero") if dtype != "f32" else 0.0
     total = ctx.tmp("sum_reduce", [ctx.tmp("select", [valid, x, zero], suffix="clean")], {"axes": axes}, suffix="sum")

@@ -7,11 +7,11 @@ from typing import Optional, Sequence, Union
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import same_size, unknown
+from fastnnef.op.aten._slices import split_pieces
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir import TensorValue
 
 
 def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
@@ -224,36 +224,14 @@ def stack(ctx: OpContext, tensors: list[NTensor], dim: int) -> NTensor:
     return ctx.emit("stack", [parts], {"axis": axis})
 
 
-def _pieces(ctx: OpContext, x: NTensor, dim: int, squeeze_axis: bool = False) -> list[NTensor]:
-    """Slice ``x`` along ``dim`` into the traced output pieces (one NNEF slice each)."""
-    axis = ctx.axis(dim, x.rank)
-    ctx.static(x, [axis], "split")
-    items = ctx.node.outputs[0].items  # type: ignore[attr-defined]
-    out: list[NTensor] = []
-    begin = 0
-    for item in items:
-        assert isinstance(item, TensorValue)
-        size = 1 if squeeze_axis else item.shape[axis]
-        shape = list(x.shape)
-        shape[axis] = size
-        if squeeze_axis:
-            piece = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + 1]}, suffix="slice")
-            out.append(ctx.emit("squeeze", [piece], {"axes": [axis]}, value=item))
-        else:
-            out.append(ctx.emit("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + size]}, value=item))
-        begin += size
-    return out
-
-
-# unsafe_* are the same ops without view tracking (LSTMCell/GRUCell decompose to unsafe_chunk).
 @handler("aten::split", "aten::split_with_sizes", "aten::chunk", "aten::tensor_split", "aten::unsafe_chunk",
          "aten::unsafe_split", "aten::unsafe_split_with_sizes", args="t _ i")
 def split(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
     """aten::split.Tensor(Tensor(a -> *) self, SymInt split_size, int dim=0) -> Tensor(a)[]"""
-    return _pieces(ctx, x, dim)
+    return split_pieces(ctx, x, dim)
 
 
 @handler("aten::unbind", args="t i")
 def unbind(ctx: OpContext, x: NTensor, dim: int) -> list[NTensor]:
     """aten::unbind.int(Tensor(a -> *) self, int dim=0) -> Tensor(a)[]"""
-    return _pieces(ctx, x, dim, squeeze_axis=True)
+    return split_pieces(ctx, x, dim, squeeze_axis=True)

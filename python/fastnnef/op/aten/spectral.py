@@ -247,7 +247,7 @@ def fft_hfft(ctx: OpContext, z: NTensor) -> NTensor:
 def fft_fftfreq(ctx: OpContext, n: int, d: float) -> NTensor:
     """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""
     kind = ctx.kind.split("::")[1]
-    dtype = ctx.out_value().dtype
+    dtype = ctx.out_torch_dtype()
     data = getattr(torch.fft, kind[len("fft_"):])(n, d, dtype=dtype)
     return ctx.constant(data, label=f"{kind}_{n}_{d}_{dtype}".replace(".", "_"))
 
@@ -284,7 +284,7 @@ def window(ctx: OpContext, n: int) -> NTensor:
     # The overloads differ by what comes between the length and the 4 trailing options:
     # periodic, then hamming's alpha and beta or kaiser's beta.
     extra = [ctx.arg(i, "b" if i == 1 else "f") for i in range(1, ctx.n_inputs - 4)]
-    dtype = ctx.out_value().dtype
+    dtype = ctx.out_torch_dtype()
     data = getattr(torch, kind)(n, *extra, dtype=dtype)
     label = "_".join([kind, str(n), *map(str, extra), str(dtype)]).replace(".", "_").replace("-", "m")
     return ctx.constant(data, label=label)

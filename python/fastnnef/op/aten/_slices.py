@@ -1,0 +1,95 @@
+"""Slicing helpers shared by the families that read or write through a slice or a select
+(indexing.py reads, inplace.py writes back at the same positions, shape.py and layout.py
+split): torch's begin/end/index made into the bounds tract's ``slice`` needs, and a split
+into the traced pieces."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.shapes import plus, unknown
+from fastnnef.op.context import OpContext
+from fastnnef.torch_graph import symexpr
+
+# torch writes "to the end" as INT64_MAX; anything this large means the same.
+TO_END = 2**62
+
+
+def slice_bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, what: str) -> Dim:
+    """A torch begin/end as tract needs it: non-negative and within the axis, since tract's
+    slice computes the length from the raw values (it only clamps the read window)."""
+    if v is None:
+        return default
+    if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
+        if symexpr.is_negative(v):  # x[:, -x.size(1):] counts from the end
+            if unknown(n):
+                raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
+            end = symexpr.add(n, v)
+            return Sym(end) if isinstance(end, str) else end if end is not None else Sym(f"{n}+{v}")
+        return v
+    if not isinstance(n, Sym):
+        return min(max(v + n if v < 0 else v, 0), n)
+    if v >= TO_END:
+        if unknown(n):
+            raise ctx.unsupported(
+                f"slicing to the end of an axis whose dynamic size expression is unknown ({what})",
+                "slice before the op that reshaped this axis, or keep it static",
+            )
+        return n
+    if v < 0:
+        if unknown(n):
+            raise ctx.unsupported(f"negative {what} {v} on a dynamic axis of unknown size")
+        return plus(n, v)
+    if v > traced:
+        if unknown(n):
+            raise ctx.unsupported(
+                f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
+                "torch clamps it at run time: use x[..., start:] or a size expression",
+            )
+        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
+    return v
+
+
+def index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim, Dim]:
+    """[begin, end) of the single position ``index`` along ``axis``."""
+    n = x.shape[axis]
+    if isinstance(index, Sym):
+        return index, plus(index, 1)
+    if not isinstance(n, Sym):
+        if not -n <= index < n:
+            raise ctx.unsupported(f"index {index} out of range for size {n}")
+        index %= n
+        return index, index + 1
+    if index >= 0:
+        return index, index + 1
+    if unknown(n):
+        raise ctx.unsupported(f"negative index {index} on a dynamic axis of unknown size")
+    return plus(n, index), plus(n, index + 1)
+
+
+def single(v: Optional[list[Dim]]) -> Optional[Dim]:
+    """The one dim of an optional ``SymInt?`` read as a list (``D?``)."""
+    return None if v is None else v[0]
+
+
+def split_pieces(ctx: OpContext, x: NTensor, dim: int, squeeze_axis: bool = False) -> list[NTensor]:
+    """Slice ``x`` along ``dim`` into the traced output pieces (one NNEF slice each)."""
+    axis = ctx.axis(dim, x.rank)
+    ctx.static(x, [axis], "split")
+    out: list[NTensor] = []
+    begin = 0
+    for k in range(ctx.n_outputs):
+        size = 1 if squeeze_axis else ctx.out_traced_shape(k)[axis]
+        shape = list(x.shape)
+        shape[axis] = size
+        if squeeze_axis:
+            piece = ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + 1]}, suffix="slice")
+            out.append(ctx.emit("squeeze", [piece], {"axes": [axis]}, out=k))
+        else:
+            out.append(ctx.emit("slice", [x], {"axes": [axis], "begin": [begin], "end": [begin + size]}, out=k))
+        begin += size
+    return out
+
+
+# unsafe_* are the same ops without view tracking (LSTMCell/GRUCell decompose to unsafe_chunk).
