@@ -422,7 +422,12 @@ def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
         return Sym(value.expr)
     if isinstance(value, ListValue):
         return [_raw(ctx, item, index) for item in value.items]
-    return ctx.tensor(value)  # a tensor, or a value a handler bound a tensor to (nested)
+    if isinstance(value, TensorValue):
+        return ctx.tensor(value)
+    bound = ctx._b.bound(value)  # a value a handler gave a tensor (a nested tensor's padded form)
+    if bound is None:
+        raise ctx.unsupported(f"input {index} is {describe(value)}, which this op cannot read")
+    return bound
 
 
 def describe(value: IRValue) -> str:

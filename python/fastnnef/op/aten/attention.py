@@ -11,13 +11,9 @@ import torch
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.aten._common import torch_dtype
+from fastnnef.op.aten._masks import MIN_SCORE, bool_to_bias, mask_for_sdpa
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-
-# The most negative finite value per compute dtype: masked scores get it added. Finite (not
-# -inf) so that 0 * bias stays 0 when a bool mask is turned into an additive one; tract's
-# own causal mask uses the same value.
-_MIN = {"f16": -65504.0, "f32": -3.4028234663852886e38, "f64": -1.7976931348623157e308}
 
 
 def _broadcast_dims(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
@@ -25,18 +21,11 @@ def _broadcast_dims(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
     return tuple(y if isinstance(x, int) and not isinstance(x, Sym) and x == 1 else x for x, y in zip(a, b))
 
 
-def _bool_to_bias(ctx: OpContext, mask: NTensor, dtype: str) -> NTensor:
-    """True (attend) -> 0, False -> the dtype's minimum, as an additive mask."""
-    blocked = ctx.tmp("not", [mask], suffix="blocked")
-    as_float = ctx.cast(blocked, dtype)
-    return ctx.tmp("mul", [as_float, _MIN[dtype]], suffix="bias")
-
-
 def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
     """torch's causal mask (top-left aligned: key j visible to query i iff j <= i) as a
     constant additive [rows, cols] tensor; shared by every node with the same shape."""
     data = torch.zeros(rows, cols, dtype=torch_dtype(dtype))
-    data.masked_fill_(torch.ones(rows, cols, dtype=torch.bool).triu(1), _MIN[dtype])
+    data.masked_fill_(torch.ones(rows, cols, dtype=torch.bool).triu(1), MIN_SCORE[dtype])
     return ctx.constant(data, f"causal_mask_{rows}x{cols}_{dtype}")
 
 
@@ -69,7 +58,7 @@ def scaled_dot_product_attention(
     out_dtype = ctx.out_dtype()
     force_f32 = ctx.caps.force_attention_inner_in_f32
     inner = "f32" if force_f32 and out_dtype == "f16" else out_dtype
-    if inner not in _MIN:
+    if inner not in MIN_SCORE:
         raise ctx.unsupported(f"attention in {inner}", "attention needs float query/key/value")
     ctx.static(q, [q.rank - 1], "the default attention scale 1/sqrt(E)")
     if scale is None:
@@ -120,24 +109,14 @@ def _reified(
         # tract aligns its causal mask bottom-right (KV cache); torch top-left.
         mask, is_causal = _causal_bias(ctx, int(rows), int(cols), inner), False
     elif mask is not None:
-        mask = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
+        mask = bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
     if mask is not None:
-        args.append(_mask_for_sdpa(ctx, ctx.to_rank(mask, q.rank), rows, cols))
+        args.append(mask_for_sdpa(ctx, ctx.to_rank(mask, q.rank), rows, cols))
     attrs = {"scale": float(scale), "datum_type": io_dtype, "acc_datum_type": inner, "is_causal": is_causal}
     if io_dtype == out_dtype:
         return ctx.emit("tract_transformers_sdpa", args, attrs)
     out = ctx.tmp("tract_transformers_sdpa", args, attrs, dtype=io_dtype, shape=ctx.out_shape(), suffix="f32")
     return ctx.emit("tract_core_cast", [out], {"to": out_dtype})
-
-
-def _mask_for_sdpa(ctx: OpContext, mask: NTensor, rows: Dim, cols: Dim) -> NTensor:
-    """tract's sdpa reads its mask as [B or 1, H or 1, rows, cols] exactly (it does not
-    broadcast the last two axes), while torch broadcasts them: a key padding mask is
-    [B, 1, 1, cols] (nn.MultiheadAttention, cross-attention). Broadcast those two."""
-    if tuple(mask.shape[-2:]) == (rows, cols):
-        return mask
-    return ctx.tmp("tract_core_broadcast", [mask], {"shape": list(mask.shape[:-2]) + [rows, cols]},
-                   suffix="mask_full")
 
 
 def _decomposed(
@@ -160,9 +139,9 @@ def _decomposed(
     elif is_causal:
         every = ctx.tmp("eq", [scores, scores], suffix="every")
         visible = ctx.tmp("tract_core_trilu", [every, 0], {"upper": False}, suffix="causal")
-        bias = _bool_to_bias(ctx, visible, inner)
+        bias = bool_to_bias(ctx, visible, inner)
     elif mask is not None:
-        bias = _bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
+        bias = bool_to_bias(ctx, mask, inner) if mask.dtype == "bool" else ctx.cast(mask, inner)
     if bias is not None:
         scores = ctx.tmp("add", [scores, ctx.to_rank(bias, len(scores_shape))], suffix="masked")
     probs = ctx.tmp("softmax", [scores], {"axes": [len(scores_shape) - 1]}, suffix="probs")

@@ -16,6 +16,7 @@ from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
+
 def _span(b: Dim, e: Dim, step: int) -> Dim:
     """Length of ``b:e:step`` (for the declared output shape)."""
     if isinstance(b, int) and isinstance(e, int):  # Sym is a str, never an int

@@ -19,8 +19,8 @@ from fastnnef.nnef.shapes import (
     volume,
 )
 from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.aten.indexing import flip
 from fastnnef.op.aten._slices import split_pieces
+from fastnnef.op.aten.indexing import flip
 from fastnnef.op.aten.shape import repeat
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import DEFAULT_REGISTRY, handler

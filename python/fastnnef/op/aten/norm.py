@@ -15,6 +15,7 @@ import torch
 
 from fastnnef.nnef.graph import Dim, NTensor
 from fastnnef.op.aten._common import channel_param, finish
+from fastnnef.op.aten._moments import normalize, statistics
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
@@ -30,21 +31,6 @@ def _compute_dtype(ctx: OpContext) -> str:
 
 def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-
-
-def _statistics(ctx: OpContext, x: NTensor, axes: list[int], eps: float) -> tuple[NTensor, NTensor, NTensor]:
-    """``(mean, x - mean, 1 / sqrt(var + eps))``: biased variance over ``axes`` (kept as
-    size-1 axes), two passes."""
-    mean = ctx.tmp("mean_reduce", [x], {"axes": axes}, suffix="mean")
-    centered = ctx.tmp("sub", [x, mean], suffix="centered")
-    var = ctx.tmp("mean_reduce", [ctx.tmp("sqr", [centered], suffix="sq")], {"axes": axes}, suffix="var")
-    inv = ctx.tmp("rsqrt", [ctx.tmp("add", [var, float(eps)], suffix="var_eps")], suffix="inv_std")
-    return mean, centered, inv
-
-
-def _normalize(ctx: OpContext, x: NTensor, axes: list[int], eps: float) -> tuple[NTensor, NTensor]:
-    """``(x - mean, 1 / sqrt(var + eps))`` over ``axes``."""
-    return _statistics(ctx, x, axes, eps)[1:]
 
 
 def _scale_shift(
@@ -93,7 +79,7 @@ def batch_norm(
     xc = ctx.cast(x, dtype)
     if training or mean is None or var is None:
         # torch normalizes with the batch statistics here (the output does not depend on momentum).
-        centered, inv = _normalize(ctx, xc, [0] + list(range(2, x.rank)), eps)
+        centered, inv = normalize(ctx, xc, [0] + list(range(2, x.rank)), eps)
         return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
     # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
     # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
@@ -120,7 +106,7 @@ def instance_norm(
     if x.rank < 3:
         raise ctx.unsupported(f"instance_norm of a rank-{x.rank} input", "the input needs (N, C, spatial...)")
     dtype = _compute_dtype(ctx)
-    centered, inv = _normalize(ctx, ctx.cast(x, dtype), list(range(2, x.rank)), eps)
+    centered, inv = normalize(ctx, ctx.cast(x, dtype), list(range(2, x.rank)), eps)
     return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
 
 
@@ -141,7 +127,7 @@ def _grouped(ctx: OpContext, x: NTensor, groups: int, eps: float) -> tuple[NTens
     grouped = ctx.tmp("reshape", [xc], {"shape": [groups, channels // groups], "axis_start": 1, "axis_count": 1},
                       dtype=dtype, shape=grouped_shape, suffix="grouped")
     axes = list(range(2, grouped.rank))
-    mean, centered, inv = _statistics(ctx, grouped, axes, eps)
+    mean, centered, inv = statistics(ctx, grouped, axes, eps)
     normed = ctx.tmp("reshape", [ctx.tmp("mul", [centered, inv], suffix="normed")],
                      {"shape": [channels], "axis_start": 1, "axis_count": 2}, dtype=dtype, shape=xc.shape,
                      suffix="ungrouped")
@@ -179,7 +165,7 @@ def layer_norm(
     if not 0 < k <= x.rank:
         raise ctx.unsupported(f"layer_norm over {normalized_shape} of a rank-{x.rank} input")
     dtype = _compute_dtype(ctx)
-    centered, inv = _normalize(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
+    centered, inv = normalize(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
     return _scale_shift(ctx, centered, inv, _trailing(ctx, weight, dtype, x.rank), _trailing(ctx, bias, dtype, x.rank))
 
 
@@ -241,7 +227,7 @@ def native_layer_norm(
     if not 0 < k <= x.rank:
         raise ctx.unsupported(f"native_layer_norm over {normalized_shape} of a rank-{x.rank} input")
     dtype = _compute_dtype(ctx)
-    mean, centered, inv = _statistics(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
+    mean, centered, inv = statistics(ctx, ctx.cast(x, dtype), list(range(x.rank - k, x.rank)), eps)
     y = _scale_shift(ctx, centered, inv, _trailing(ctx, weight, dtype, x.rank), _trailing(ctx, bias, dtype, x.rank))
     return [y, _stat_output(ctx, mean, 1), _stat_output(ctx, inv, 2)]
 

@@ -14,26 +14,24 @@ get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only); bicu
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import NTensor, Sym, Tuple
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, IRValue, ListValue
 
 _SPATIAL = {"1d": 1, "2d": 2, "3d": 3}
 
 
-def _scale_factors(ctx: OpContext, values: Sequence[IRValue], n: int) -> Optional[list[float]]:
-    """Traced scale factors: ``float[]? scale_factors`` (.vec overloads) or one
-    ``float? scales_*`` per axis (older overloads); None when torch used the sizes."""
-    if len(values) == 1 and isinstance(values[0], ListValue):
-        items: list[IRValue] = list(values[0].items)
-    else:
-        items = list(values)
-    factors = [v.value for v in items if isinstance(v, Const) and isinstance(v.value, (int, float))]
+def _scale_factors(ctx: OpContext, first: int, n: int) -> Optional[list[float]]:
+    """Traced scale factors, inputs ``first`` on: ``float[]? scale_factors`` (.vec
+    overloads) or one ``float? scales_*`` per axis (older overloads); None when torch used
+    the sizes."""
+    values = [ctx.arg(k, "v") for k in range(first, ctx.n_inputs)]
+    items = values[0] if len(values) == 1 and isinstance(values[0], list) else values
+    factors = [v for v in items if isinstance(v, (int, float))]
     if not factors:
         return None
     if len(factors) == 1 and n > 1:
@@ -43,13 +41,15 @@ def _scale_factors(ctx: OpContext, values: Sequence[IRValue], n: int) -> Optiona
     return [float(f) for f in factors]
 
 
-def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_values: Sequence[IRValue]) -> NTensor:
+def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_from: int) -> NTensor:
+    """Resize ``x`` to the traced output, with the scale factors read from input
+    ``scales_from`` on."""
     n = _SPATIAL[ctx.kind[-2:]]
     if x.rank != n + 2:
         raise ctx.unsupported(f"{n}-d upsampling of a rank-{x.rank} tensor")
     dtype = ctx.out_dtype()
     out = ctx.out_shape()
-    factors = _scale_factors(ctx, scale_values, n)
+    factors = _scale_factors(ctx, scales_from, n)
     axes = list(range(2, x.rank))
     # Integer ratio per axis when both sizes are known (None: not an integer or dynamic).
     ratios: list[Optional[int]] = []
@@ -111,7 +111,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scale_va
 @torch_quantized("dequantize")
 def upsample_nearest(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::upsample_nearest2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor"""
-    return _resize(ctx, x, "nearest", False, ctx.node.inputs[2:])
+    return _resize(ctx, x, "nearest", False, 2)
 
 
 @handler("aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d",
@@ -119,7 +119,7 @@ def upsample_nearest(ctx: OpContext, x: NTensor) -> NTensor:
 @torch_quantized("dequantize")
 def upsample_nearest_exact(ctx: OpContext, x: NTensor) -> NTensor:
     """aten::_upsample_nearest_exact2d.vec(Tensor input, SymInt[]? output_size, float[]? scale_factors) -> Tensor"""
-    return _resize(ctx, x, "nearest_exact", False, ctx.node.inputs[2:])
+    return _resize(ctx, x, "nearest_exact", False, 2)
 
 
 @handler("aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_trilinear3d", args="t _ b *")
@@ -128,7 +128,7 @@ def upsample_linear(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
     """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased interpolation")
-    return _resize(ctx, x, "linear", align_corners, ctx.node.inputs[3:])
+    return _resize(ctx, x, "linear", align_corners, 3)
 
 
 @handler("aten::pixel_shuffle", args="t i")
@@ -179,4 +179,4 @@ def upsample_bicubic(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor
     """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased bicubic interpolation", "interpolate with antialias=False")
-    return _resize(ctx, x, "cubic", align_corners, ctx.node.inputs[3:])
+    return _resize(ctx, x, "cubic", align_corners, 3)

@@ -12,10 +12,11 @@ sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's defaul
 
 from __future__ import annotations
 
+from typing import Optional
+
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const
 
 
 def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
@@ -48,30 +49,30 @@ def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: 
     return _topk(ctx, x, k[0], dim, largest, (0, 1))
 
 
-def _sort_args(ctx: OpContext) -> tuple[int, bool]:
-    """(dim, descending) of ``sort``/``argsort`` and their ``.stable`` overloads, whose
-    second input is ``stable`` (a bool or None) instead of ``dim``."""
-    second = ctx.node.inputs[1] if ctx.n_inputs > 1 else Const("", None)
-    stable_overload = ctx.n_inputs == 4 and isinstance(second, Const) and (
-        second.value is None or isinstance(second.value, bool))
-    first = 2 if stable_overload else 1
-    return ctx.arg(first, "i"), ctx.arg(first + 1, "b")
-
-
 def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
     return x.shape[ctx.axis(dim, x.rank)] if x.rank else 1
 
 
-@handler("aten::sort", args="t *")
-def sort(ctx: OpContext, x: NTensor) -> list[NTensor]:
+@handler("aten::sort", args="t i b")
+def sort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> list[NTensor]:
     """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""
-    dim, descending = _sort_args(ctx)
     return _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (0, 1))
 
 
-@handler("aten::argsort", args="t *")
-def argsort(ctx: OpContext, x: NTensor) -> NTensor:
+@handler("aten::sort", args="t b? i b", overload="stable")
+def sort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> list[NTensor]:
+    """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""
+    return sort(ctx, x, dim, descending)
+
+
+@handler("aten::argsort", args="t i b")
+def argsort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> NTensor:
     """aten::argsort(Tensor self, int dim=-1, bool descending=False) -> Tensor  (and argsort.stable)"""
-    dim, descending = _sort_args(ctx)
     (indices,) = _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (1,))
     return indices
+
+
+@handler("aten::argsort", args="t b? i b", overload="stable")
+def argsort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> NTensor:
+    """aten::argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor"""
+    return argsort(ctx, x, dim, descending)

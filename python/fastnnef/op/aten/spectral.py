@@ -34,7 +34,6 @@ from fastnnef.op.aten.complex import (
 )
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import Const, TensorValue
 
 _NORMS = ("backward", "forward", "ortho")
 
@@ -138,19 +137,11 @@ def _dims(ctx: OpContext, dims: Optional[list[int]], sizes: Optional[list[int]],
 
 def _sizes(ctx: OpContext, index: int) -> Optional[list[int]]:
     """``SymInt? n`` or ``SymInt[]? s`` as a list (None: the input's sizes)."""
-    value = ctx.node.inputs[index]
-    if isinstance(value, Const) and value.value is None:
-        return None
-    if isinstance(value, Const) and isinstance(value.value, int):
-        return [value.value]
-    return ctx.arg(index, "I")
+    return ctx.arg(index, "I?")
 
 
 def _dim_list(ctx: OpContext, index: int) -> Optional[list[int]]:
-    value = ctx.node.inputs[index]
-    if isinstance(value, Const) and value.value is None:
-        return None
-    return ctx.arg(index, "I")
+    return ctx.arg(index, "I?")
 
 
 # --- torch.fft ------------------------------------------------------------------------------
@@ -301,25 +292,39 @@ def _frames(n: Dim, frame: int, hop: int) -> Dim:
 def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> Optional[NTensor]:
     """The analysis window (tract_core_stft takes it as a tensor argument); None for
     torch's default, a rectangular window of n_fft."""
-    value = ctx.node.inputs[index]
-    if isinstance(value, Const) and value.value is None:
+    window = ctx.arg(index, "v")
+    if window is None:
         if win_length == n_fft:
             return None
         return ctx.constant(torch.ones(win_length, dtype=torch_dtype(dtype)), label=f"stft_rect_window_{win_length}_{dtype}")
-    if not isinstance(value, TensorValue) or value.rank != 1 or value.shape[0] != win_length:
+    if not ctx.is_tensor(index) or ctx.traced_shape(index) != (win_length,):
         raise ctx.unsupported(f"an STFT window that is not a 1-D tensor of win_length={win_length}")
-    return ctx.tensor(value)
+    return window
 
 
-@handler("aten::stft", args="t i i? i? _ *", complex=True)
-def stft(ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int]) -> NTensor:
+@handler("aten::stft", args="t i i? i? _ b b? b? b?", complex=True)
+def stft(
+    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], normalized: bool,
+    onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+) -> NTensor:
     """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""
-    center_overload = ctx.n_inputs > 6 and isinstance(ctx.node.inputs[6], Const) and isinstance(ctx.node.inputs[6].value, str)
-    if center_overload:
-        center, pad_mode, normalized, onesided = ctx.arg(5, "b"), ctx.arg(6, "s"), ctx.arg(7, "b"), ctx.arg(8, "b?")
-        align = ctx.arg(10, "b?")
-    else:  # torch.stft pads the signal itself before this overload
-        center, pad_mode, normalized, onesided, align = False, "", ctx.arg(5, "b"), ctx.arg(6, "b?"), ctx.arg(8, "b?")
+    # torch.stft pads the signal itself before this overload
+    return _stft(ctx, x, n_fft, hop, win_length, False, "", normalized, onesided, align)
+
+
+@handler("aten::stft", args="t i i? i? _ b s b b? b? b?", complex=True, overload="center")
+def stft_center(
+    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
+    pad_mode: str, normalized: bool, onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+) -> NTensor:
+    """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""
+    return _stft(ctx, x, n_fft, hop, win_length, center, pad_mode, normalized, onesided, align)
+
+
+def _stft(
+    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
+    pad_mode: str, normalized: bool, onesided: Optional[bool], align: Optional[bool],
+) -> NTensor:
     if align:
         raise ctx.unsupported("stft with align_to_window=True")
     hop = hop or n_fft // 4

@@ -20,11 +20,10 @@ from typing import Optional
 
 from fastnnef.nnef.graph import Dim, NTensor
 from fastnnef.op.aten._common import typed_scalar
-from fastnnef.op.aten.attention import _bool_to_bias, _mask_for_sdpa
-from fastnnef.op.aten.norm import _normalize
+from fastnnef.op.aten._masks import bool_to_bias, mask_for_sdpa
+from fastnnef.op.aten._moments import normalize
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph.ir import TensorValue
 
 # torch's mask_type: how the mask given to the fused attention lines up with the scores
 # [B, H, L, S] (unit axes inserted so that it broadcasts).
@@ -34,9 +33,9 @@ _MASK_AXES = {0: [0, 1], 1: [1, 2], 2: []}  # [L, S], [B, S] (key padding), [B, 
 def _nested(ctx: OpContext, index: int) -> Optional[NTensor]:
     """The padded ``[B, S, E + 1]`` form of input ``index`` if it is a nested tensor (the
     trace records no shape for those), else ``None``."""
-    if index >= ctx.n_inputs or isinstance(ctx.node.inputs[index], TensorValue):
+    if index >= ctx.n_inputs or ctx.is_tensor(index):
         return None
-    return ctx.tensor(ctx.node.inputs[index])  # bound by _nested_tensor_from_mask
+    return ctx.arg(index, "v")  # bound by _nested_tensor_from_mask
 
 
 def _unnest(ctx: OpContext, nested: NTensor) -> tuple[NTensor, NTensor]:
@@ -71,7 +70,7 @@ def _heads(ctx: OpContext, x: NTensor, heads: int, tag: str) -> NTensor:
 
 
 def _layer_norm(ctx: OpContext, x: NTensor, w: NTensor, b: NTensor, eps: float, tag: str) -> NTensor:
-    centered, inv = _normalize(ctx, x, [x.rank - 1], eps)
+    centered, inv = normalize(ctx, x, [x.rank - 1], eps)
     y = ctx.tmp("mul", [centered, inv], suffix=f"{tag}_normed")
     y = ctx.tmp("mul", [y, ctx.to_rank(ctx.cast(w, x.dtype), x.rank)], suffix=f"{tag}_scaled")
     return ctx.tmp("add", [y, ctx.to_rank(ctx.cast(b, x.dtype), x.rank)], suffix=tag)
@@ -87,7 +86,7 @@ def _blocked_bias(ctx: OpContext, mask: NTensor, mask_type: Optional[int], dtype
                               "pass a [L, S] attn_mask or a [B, S] key_padding_mask")
     allowed = ctx.tmp("not", [mask], suffix="allowed") if mask.dtype == "bool" else \
         ctx.tmp("eq", [mask, 0.0 if mask.dtype in FLOAT_DTYPES else 0], suffix="allowed")
-    bias = _bool_to_bias(ctx, allowed, dtype)
+    bias = bool_to_bias(ctx, allowed, dtype)
     axes = _MASK_AXES[mask_type]
     return ctx.tmp("unsqueeze", [bias], {"axes": axes}, suffix="bias4") if axes else bias
 
@@ -113,7 +112,7 @@ def _attention(
     scale = 1.0 / math.sqrt(e // heads)
     weights: Optional[NTensor] = None
     if ctx.caps.reify_sdpa and not need_weights:
-        args = [q, k, v] + ([_mask_for_sdpa(ctx, bias, q.shape[2], k.shape[2])] if bias is not None else [])
+        args = [q, k, v] + ([mask_for_sdpa(ctx, bias, q.shape[2], k.shape[2])] if bias is not None else [])
         attrs = {"scale": scale, "datum_type": inner, "acc_datum_type": inner, "is_causal": False}
         attended = ctx.tmp("tract_transformers_sdpa", args, attrs, dtype=inner, shape=q.shape, suffix="sdpa")
     else:
