@@ -202,6 +202,7 @@ GATE_CASES = [  # (feature, last version without it, first version with it) per 
     ("approx_levels", "0.21.6", "0.21.7"),
     ("approx_very_ultra", "0.21.7", "0.21.8"),
     ("q4_0_ggml_order", "0.21.10", "0.21.11"),
+    ("native_log_softmax", "0.21.13", "0.21.14"),
     ("tract_transformers", "0.21.13", "0.22.0"),
     ("reified_sdpa", "0.22.0", "0.22.1"),
     ("scatter_reductions", "0.22.1", "0.23.0"),
@@ -209,6 +210,7 @@ GATE_CASES = [  # (feature, last version without it, first version with it) per 
     ("resize_grid_sample", "0.23.1", "0.23.2"),
     ("gated_delta_net", "0.23.4", "0.23.5"),
     ("moe_ffn", "0.23.8", "0.23.9"),
+    ("native_cumsum", "0.23.8", "0.23.9"),
 ]
 
 

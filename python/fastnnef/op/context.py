@@ -18,6 +18,7 @@ from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, quantized_params
 from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
+from fastnnef.op.registry import HandlerSpec
 from fastnnef.torch_graph.ir import (
     UNKNOWN,
     Const,
@@ -276,8 +277,8 @@ class OpContext:
                 )
 
 
-def bind_args(ctx: OpContext, overloads: Sequence[Any]) -> tuple[Any, list[Any]]:
-    """The handler spec (op/registry.py ``HandlerSpec``) of the first schema overload whose
+def bind_args(ctx: OpContext, overloads: Sequence[HandlerSpec]) -> tuple[HandlerSpec, list[Any]]:
+    """The handler of the first schema overload whose
     argument kinds fit the node's inputs, and the inputs read as it declares; with none
     fitting, the first overload's, whose reading then says what is wrong."""
     inputs = ctx.node.inputs

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.op.custom_extractors import ModuleInfoExtractor
 
 GATED_DELTA_NET_FEATURE = "gated_delta_net"  # the capabilities gate (inference_target/capabilities.py)
@@ -109,8 +110,9 @@ class _TractOpExtractor(ModuleInfoExtractor):
                         inference_target: Any, **kwargs: Any) -> List[str]:
         if not g.caps.supports(GATED_DELTA_NET_FEATURE):
             raise g.unsupported(
-                f"{self.OP} needs tract >= 0.23.5",
-                "export gated-delta-net models (Qwen3-Next, Qwen3.5) for tract 0.23.5 or newer",
+                f"{self.OP} needs tract >= {VERSION_GATES[GATED_DELTA_NET_FEATURE].first.to_str()}",
+                "export gated-delta-net models (Qwen3-Next, Qwen3.5) for tract "
+                f"{VERSION_GATES[GATED_DELTA_NET_FEATURE].first.to_str()} or newer",
             )
         inputs = g.tensor_inputs()
         if len(inputs) != len(self.ORDER):

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.op.custom_extractors import ModuleInfoExtractor
 from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
 from fastnnef.tensor.offload_slice import OffloadedSlice
@@ -292,7 +293,7 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
             raise T2NErrorNotImplemented(f"{node.where()}: this experts module was not planned as tract_moe_ffn")
         if not g.caps.supports(MOE_FFN_FEATURE):
             raise g.unsupported(
-                f"{MOE_FFN_OP} needs tract >= 0.23.9",
+                f"{MOE_FFN_OP} needs tract >= {VERSION_GATES[MOE_FFN_FEATURE].first.to_str()}",
                 "export with a newer TractNNEF version, or in the dense form (fastnnef.llm.moe.moe_export_forms)",
             )
         x = g.tensor(next(v for v in node.inputs if isinstance(v, TensorValue)))  # hidden_states [T, D]
