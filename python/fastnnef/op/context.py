@@ -415,6 +415,9 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
 
 def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
     """Argument kind ``v``: a value as it is (see op/registry.py)."""
+    bound = ctx._b.bound(value)  # a value a handler gave a tensor (a nested tensor's padded form)
+    if bound is not None:
+        return bound
     if isinstance(value, Const):
         return value.value
     if isinstance(value, SymInt):
@@ -425,10 +428,7 @@ def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
         return [_raw(ctx, item, index) for item in value.items]
     if isinstance(value, TensorValue):
         return ctx.tensor(value)
-    bound = ctx._b.bound(value)  # a value a handler gave a tensor (a nested tensor's padded form)
-    if bound is None:
-        raise ctx.unsupported(f"input {index} is {describe(value)}, which this op cannot read")
-    return bound
+    raise ctx.unsupported(f"input {index} is {describe(value)}, which this op cannot read")
 
 
 def describe(value: IRValue) -> str:
