@@ -399,15 +399,15 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
     if kind == "O":
         if not isinstance(value, ListValue):
             raise bad("a list of tensors or None")
-        items: list[Optional[NTensor]] = []
+        tensors: list[Optional[NTensor]] = []
         for item in value.items:
             if isinstance(item, Const) and item.value is None:
-                items.append(None)
+                tensors.append(None)
             elif isinstance(item, TensorValue):
-                items.append(ctx.tensor(item))
+                tensors.append(ctx.tensor(item))
             else:
                 raise bad("a list of tensors or None")
-        return items
+        return tensors
     if kind == "v":
         return _raw(ctx, value, index)
     raise AssertionError(kind)
