@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-import logging
 import math
 import os
 import tempfile
@@ -58,11 +57,12 @@ from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
 )
+from fastnnef.log import get_logger
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
 from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.traced import traced_torch_function
 
-log = logging.getLogger("fastnnef")
+log = get_logger()
 
 PathLike = Union[str, "os.PathLike[str]"]
 _aten = torch.ops.aten
