@@ -16,6 +16,7 @@ imported, so the tests need only the repository):
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,7 @@ def import_graph() -> dict[str, set[str]]:
     return _imports(deferred=False)[0]
 
 
+@functools.cache  # the sources are parsed once per mode (read-only results)
 def _imports(deferred: bool) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Module -> the package modules it imports, and module -> the top-level names of the
     other packages it imports (the standard library left out); with ``deferred``, imports
