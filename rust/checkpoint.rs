@@ -500,7 +500,7 @@ pub(crate) mod tests {
         let mut expected = vec![0u8; rows * 64 * 2];
         quant::round_trip_q4_0(&bytes, FloatKind::Bf16, FloatKind::F16, 1.0, 0, &mut expected).unwrap();
         assert_eq!(got, expected);
-        let err = c.q4_0_round_trip("i", FloatKind::F32, &mut vec![0u8; 128]).unwrap_err().to_string();
+        let err = c.q4_0_round_trip("i", FloatKind::F32, &mut [0u8; 128]).unwrap_err().to_string();
         assert!(err.contains("tensor 'i' is"), "{err}");
         assert!(c.q4_0_round_trip("w", FloatKind::F32, &mut got).is_err(), "a buffer of the wrong size is refused");
     }

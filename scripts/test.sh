@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run every test: the Rust core's cargo tests (the
-# criterion benches built and run once in test mode too), the Python benches' smoke
-# runs, and the Python suite, which loads every exported artefact in the linked tract.
+# Set up (scripts/setup.sh), check the contracts (lint, dead code, clippy: seconds), then
+# run every test: the Rust core's cargo tests (the criterion benches built and run once in
+# test mode too), the Python benches' smoke runs, and the Python suite, which loads every
+# exported artefact in the linked tract (and checks the import stages: tests/test_import_layers.py).
 #
 #   bash scripts/test.sh [PYTEST ARGS]           # the locked versions (CI)
 #   bash scripts/test.sh --latest [PYTEST ARGS]  # the newest releases our ranges allow, in .venv-latest
@@ -20,6 +21,13 @@ case "${1:-}" in
 esac
 venv=${FASTNNEF_VENV:-.venv}
 bash scripts/setup.sh
+# The contracts, first because they are cheap (configured in pyproject.toml): ruff's rules
+# (logging.getLogger only in log.py), no dead code (vulture, scripts/vulture_whitelist.py
+# names what only the drop-in API or strings use), clippy on every target, the extension's
+# PyO3 code included (release profile: the build scripts of cargo test's build are reused).
+"$venv/bin/ruff" check
+"$venv/bin/python" -m vulture
+PYO3_PYTHON="$(cd "$venv/bin" && pwd)/python" cargo clippy --release --locked --all-targets --features python -- -D warnings
 cargo test --release --locked
 # Each criterion bench once in test mode (criterion runs every benchmark a single time
 # when not given --bench): they must compile and run, nothing is measured.

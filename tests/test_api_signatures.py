@@ -19,7 +19,6 @@ import torch
 REQ = inspect.Parameter.empty
 P = inspect.Parameter.POSITIONAL_OR_KEYWORD
 K = inspect.Parameter.KEYWORD_ONLY
-VP = inspect.Parameter.VAR_POSITIONAL
 VK = inspect.Parameter.VAR_KEYWORD
 
 # Defaults that are themselves fastnnef objects, compared by value (both are str enums).

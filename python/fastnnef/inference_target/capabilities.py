@@ -91,10 +91,6 @@ class TargetCapabilities:
         )
         return cls(tract_version=version, strict=False, registries=registries, **options)  # type: ignore[arg-type]
 
-    @property
-    def is_tract(self) -> bool:
-        return self.tract_version is not None
-
     def supports(self, feature: str) -> bool:
         """Whether the target is a tract that has ``feature`` (a key of ``VERSION_GATES``)."""
         gate = VERSION_GATES.get(feature)
@@ -103,9 +99,6 @@ class TargetCapabilities:
                 f"unknown tract feature {feature!r}; known: {sorted(VERSION_GATES)}"
             )
         return self.tract_version is not None and self.tract_version >= gate.first
-
-    def has_registry(self, registry: str) -> bool:
-        return registry in self.registries
 
     @property
     def q4_0_encoding(self) -> Optional[str]:

@@ -13,7 +13,6 @@ tract (``verify.py``) -> move into place.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import sys
@@ -56,10 +55,11 @@ from fastnnef.llm.verify import (
     raise_on_failed_bundles,
 )
 from fastnnef.llm.wrapper import KVCacheLM, assertions
+from fastnnef.log import get_logger
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
 
-log = logging.getLogger("fastnnef.llm")
+log = get_logger("fastnnef.llm")
 
 # The LLM exporter's naming default, as torch_to_nnef_llm's (the core API's is natural_verbose).
 LLM_NAMING_SCHEME = VariableNamingScheme.NATURAL_VERBOSE_CAMEL.value
@@ -230,7 +230,7 @@ def dump_llm(
             export_model_to_nnef(
                 wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
-                log_level=logging.getLogger("fastnnef").getEffectiveLevel(),  # the caller's logging, as configured
+                log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
         example = Bundle("export", example_inputs, dict(zip(output_names, inference_target.traced_outputs)))

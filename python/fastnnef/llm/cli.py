@@ -24,6 +24,7 @@ from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
 from fastnnef.llm.architectures import tested_list
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct
 from fastnnef.llm.progress import Progress
+from fastnnef.log import get_logger
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 
 # Reference flags accepted without effect: dest -> why it does not apply.
@@ -161,7 +162,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     for dest, reason in NOT_APPLICABLE.items():
         if getattr(args, dest) != parser.get_default(dest):
-            logging.getLogger("fastnnef.llm").info("--%s ignored: %s", dest.replace("_", "-"), reason)
+            get_logger("fastnnef.llm").info("--%s ignored: %s", dest.replace("_", "-"), reason)
 
     def export() -> int:
         report = _run(args)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from fastnnef.exceptions import (
     T2NErrorNotFoundFile,
 )
 from fastnnef.llm.architectures import Architecture, architecture_of
+from fastnnef.log import get_logger
 from fastnnef.tensor.offload import (
     SAFETENSORS_DTYPES,
     ComposedOffloadedTensor,
@@ -52,7 +52,7 @@ from fastnnef.tensor.offload import (
     open_checkpoint,
 )
 
-log = logging.getLogger("fastnnef.llm")
+log = get_logger("fastnnef.llm")
 
 CONFIG = "config.json"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

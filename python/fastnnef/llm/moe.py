@@ -27,7 +27,6 @@ target, keeps the dense form.
 
 from __future__ import annotations
 
-import logging
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,11 +37,12 @@ from torch import nn
 
 from fastnnef.compress import quantize_weights_min_max_Q4_0
 from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.log import get_logger
 from fastnnef.op.custom_extractors.moe import MOE_FFN_FEATURE, MoEFFNPlan, is_experts, moe_ffn_plan, routed_as_moe_ffn
 from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.quant.qtract import Q4_0_GROUP
 
-log = logging.getLogger("fastnnef.llm")
+log = get_logger("fastnnef.llm")
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Any, transposed: bool) -> torch.Tensor:

@@ -14,9 +14,10 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Optional, TextIO
 
+from fastnnef.log import get_logger
 from fastnnef.nnef.serialize import TENSOR_PROGRESS
 
-log = logging.getLogger("fastnnef.llm")
+log = get_logger("fastnnef.llm")
 
 
 def _size(n: float) -> str:

@@ -25,7 +25,6 @@ an error leaves nothing behind.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import sys
@@ -67,6 +66,7 @@ from fastnnef.llm.options import AttnImplementation, DtypeStr, to_enum
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import BundleCheck, GenerationCheck, check_bundle, eos_ids, raise_on_failed_bundles
 from fastnnef.llm.wrapper import KVCacheLM, assertions
+from fastnnef.log import get_logger
 from fastnnef.multimodal.decoder import (
     DecoderRunner,
     TractMultimodalGenerator,
@@ -88,7 +88,7 @@ from fastnnef.multimodal.manifest import (
 )
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 
-log = logging.getLogger("fastnnef.multimodal")
+log = get_logger("fastnnef.multimodal")
 
 GENERATED_TOKENS = 16
 TESTS_DIR = "tests"
@@ -265,7 +265,7 @@ def dump_multimodal(
             export_model_to_nnef(
                 wrapper, example_inputs, decoder_path, inference_target,
                 input_names=io.input_names, output_names=io.output_names, compression_level=0,
-                log_level=logging.getLogger("fastnnef").getEffectiveLevel(),
+                log_level=get_logger().getEffectiveLevel(),
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
         example = Bundle("export", dict(zip(io.input_names, example_inputs)),

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 from fastnnef.cli_exit import run_command
 from fastnnef.llm import cli as llm_cli
 from fastnnef.llm.progress import Progress
+from fastnnef.log import get_logger
 from fastnnef.multimodal.api import MultimodalExportReport, dump_multimodal
 from fastnnef.multimodal.families import supported_list
 
@@ -57,7 +58,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     for dest, reason in NOT_APPLICABLE.items():
         if getattr(args, dest) != parser.get_default(dest):
-            logging.getLogger("fastnnef.multimodal").info("--%s ignored: %s", dest.replace("_", "-"), reason)
+            get_logger("fastnnef.multimodal").info("--%s ignored: %s", dest.replace("_", "-"), reason)
 
     def export() -> int:
         report = _run(args)

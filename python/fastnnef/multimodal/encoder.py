@@ -6,7 +6,6 @@ exercised, not only the traced size)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_to_nnef
 from fastnnef.llm.api import _KeepOutputs
 from fastnnef.llm.bundles import Bundle
+from fastnnef.log import get_logger
 from fastnnef.multimodal.family import EncoderSpec
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
@@ -45,7 +45,7 @@ def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Te
                           dump_identity_properties=False)
     export_model_to_nnef(
         module, inputs, path, target, input_names=list(spec.input_names), output_names=output_names,
-        compression_level=0, log_level=logging.getLogger("fastnnef").getEffectiveLevel(),
+        compression_level=0, log_level=get_logger().getEffectiveLevel(),
         nnef_variable_naming_scheme=naming,
     )
     bundle = Bundle("export", dict(zip(spec.input_names, inputs)), dict(zip(output_names, target.traced_outputs)))

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-import logging
 import math
 import os
 import tempfile
@@ -58,11 +57,12 @@ from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
 )
+from fastnnef.log import get_logger
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
 from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.traced import traced_torch_function
 
-log = logging.getLogger("fastnnef")
+log = get_logger()
 
 PathLike = Union[str, "os.PathLike[str]"]
 _aten = torch.ops.aten
@@ -209,15 +209,6 @@ class OffloadedTensor(torch.Tensor):
 
     # --- reference API ------------------------------------------------------------------
     @classmethod
-    def from_checkpoint(
-        cls, checkpoint: Union[_native.Checkpoint, PathLike], key: str, dtype: Optional[torch.dtype] = None
-    ) -> "OffloadedTensor":
-        """Tensor ``key`` of ``checkpoint`` (an open checkpoint or a path), seen as ``dtype``."""
-        if not isinstance(checkpoint, _native.Checkpoint):
-            checkpoint = open_checkpoint(checkpoint)
-        return cls(checkpoint, key, dtype)
-
-    @classmethod
     def from_original_tensor(
         cls,
         tensor: torch.Tensor,
@@ -292,9 +283,6 @@ class OffloadedTensor(torch.Tensor):
         raw = torch.from_numpy(self.checkpoint.raw(self.key))
         values = raw.view(self.stored_dtype).reshape(self.shape)
         return values if values.dtype == self.dtype else values.to(self.dtype)
-
-    def shares_data_with(self, other: "OffloadedTensor") -> bool:
-        return self.checkpoint is other.checkpoint and self.key == other.key
 
     # --- export ---------------------------------------------------------------------------
     def check(self, label: str, encoding: str) -> None:
@@ -437,7 +425,7 @@ class ComposedOffloadedTensor(OffloadedTensor):
             raise T2NErrorCheckpoint(f"checkpoint tensors {keys} ... do not compose into one tensor: {err}") from err
         if q4_0:
             check_q4_0_shape(shape)
-        # The key names the data (residency pools and shares_data_with compare it).
+        # The key names the data (residency pools compare it).
         stacks = ", ".join(f"stack([{', '.join(p.key for p in g)}], {stack_dim})" for g in groups)
         key = stacks if cat_dim is None else f"cat([{stacks}], {cat_dim})"
         self = cls._wrap(shape, dtype, pieces[0].checkpoint, key, dtype, q4_0=q4_0, packed=False)

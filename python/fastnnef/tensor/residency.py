@@ -40,17 +40,17 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import enum
-import logging
 import threading
 from typing import Any, Iterator, Optional, Tuple, Union
 
 import torch
 
 from fastnnef.exceptions import T2NErrorMisuse, T2NErrorNotImplemented
+from fastnnef.log import get_logger
 from fastnnef.tensor.offload import OffloadedTensor, materialize_through
 from fastnnef.tensor.offload import active_tensor_residency as active_tensor_residency  # re-exported: what scope() sets
 
-log = logging.getLogger("fastnnef")
+log = get_logger()
 
 Device = Union[int, str, torch.device]
 

@@ -113,10 +113,6 @@ def _indices(ctx: OpContext, idx: NTensor) -> NTensor:
     return idx
 
 
-def _gather_shape(x: NTensor, idx: NTensor, axis: int) -> tuple[Dim, ...]:
-    return x.shape[:axis] + idx.shape + x.shape[axis + 1 :]
-
-
 @handler("aten::index_select", args="t i t")
 def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTensor:
     """aten::index_select(Tensor self, int dim, Tensor index) -> Tensor"""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence, Union
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.graph import NTensor, Sym
 from fastnnef.op.aten._common import elementwise
 from fastnnef.op.aten.arithmetic import bool_logic
 from fastnnef.op.aten.quantized import torch_quantized
@@ -27,14 +27,6 @@ def _axes(ctx: OpContext, x: NTensor, dims: DimArg) -> list[int]:
     if not wanted:
         return list(range(x.rank))
     return sorted({ctx.axis(d, x.rank) for d in wanted})
-
-
-def _kept(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
-    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-
-
-def _dropped(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
-    return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
 def reduce_to_output(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
