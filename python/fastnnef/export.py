@@ -19,7 +19,7 @@ from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.passes import run_passes
 from fastnnef.nnef.serialize import write_artefact
 from fastnnef.op.convert import Converter
-from fastnnef.op.custom_extractors import find_extractor
+from fastnnef.op.custom_extractors.base import find_extractor
 from fastnnef.op.extras import import_extra_modules
 from fastnnef.op.registry import load_handlers
 from fastnnef.tensor_export import (
