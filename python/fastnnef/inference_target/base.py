@@ -35,6 +35,17 @@ def as_version(version: Union[SemanticVersion, str]) -> SemanticVersion:
     )
 
 
+def as_enum(enum_cls: Any, value: Any, param: str) -> Any:
+    """``enum_cls(value)``, or ``T2NErrorInvalidArgument`` naming ``param`` and the allowed values."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        allowed = [member.value for member in enum_cls]
+        raise T2NErrorInvalidArgument(
+            f"{param}: {value!r} is not one of {allowed}"
+        ) from None
+
+
 @dataclass
 class UnfoldModelInfo:
     """The exported model and its IO, before and after flattening (argument of ``post_export``).

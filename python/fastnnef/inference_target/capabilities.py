@@ -43,6 +43,7 @@ VERSION_GATES: Dict[str, VersionGate] = {
     "resize_grid_sample": VersionGate(_v("0.23.2"), "resize and grid_sample ops"),
     "gated_delta_net": VersionGate(_v("0.23.5"), "tract_transformers_gdn_recurrent"),
     "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
+    "cli_input_from_bundle": VersionGate(_v("0.18.0"), "the CLI's `run --input-from-bundle` (before: `--input-bundle`, ahead of `run`)"),
 }
 
 # The tract extension registries and the gate that opens each (None: always there).

@@ -34,8 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 from fastnnef.compat.extractors import (
-    GRUExtractor,
     Gemma4RoutedExpertsExtractor,
+    GRUExtractor,
     LSTMCellExtractor,
     LSTMExtractor,
     MoEFFNExtractor,
