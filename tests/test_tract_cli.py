@@ -16,6 +16,7 @@ from torch import nn
 
 from fastnnef import _native
 from fastnnef.cli import main as fastnnef_cli
+from fastnnef.compat import tract_downloader
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIOPytorchTractNotISO,
@@ -25,7 +26,6 @@ from fastnnef.exceptions import (
     T2NErrorTractDownload,
 )
 from fastnnef.export import export_model_to_nnef
-from fastnnef.compat import tract_downloader
 from fastnnef.inference_target.base import UnfoldModelInfo
 from fastnnef.inference_target.tract import (
     TractBinaryDownloader,
