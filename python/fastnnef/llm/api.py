@@ -39,7 +39,8 @@ from fastnnef.exceptions import (
 from fastnnef.export import export_model_with_result
 from fastnnef.inference_target.base import as_version
 from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
-from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
+from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
