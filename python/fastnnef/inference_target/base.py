@@ -140,8 +140,9 @@ class InferenceTarget:
         nnef_graph: Any,
         exported_filepath: Path,
         debug_bundle_path: Optional[Path] = None,
-    ) -> None:
-        """Called once the artefact is written; targets run ``check_io`` here."""
+    ) -> Any:
+        """Called once the artefact is written; targets run ``check_io`` here and return its
+        result (``None`` when nothing was checked): the export keeps it in ``ExportResult``."""
 
     def _check_with_linked_tract(
         self,
