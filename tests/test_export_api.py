@@ -1,5 +1,5 @@
 """export_model_to_nnef end to end: artefact kind and path, reproducible bytes, structured
-IO, argument errors (each leaving nothing behind)."""
+IO, argument errors (each leaving nothing behind); the ExportResult it wraps."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from fastnnef.exceptions import (
     T2NErrorMissingOpEmitter,
     T2NErrorTorchJitTraceFailed,
 )
-from fastnnef.export import export_model_to_nnef
+from fastnnef.export import export_model_to_nnef, export_model_with_result
 from fastnnef.inference_target import TractNNEF
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -261,3 +261,30 @@ def test_errors_write_nothing(
         export_model_to_nnef(make_model(), args, out_dir / name, make_target(), **kwargs)
     assert isinstance(info.value, T2NError)
     assert all_files(tmp_path) == ["out"]
+
+
+@pytest.mark.parametrize("check_io", [True, False])
+def test_export_result(check_io: bool, tmp_path: Path) -> None:
+    """export_model_with_result: the same artefact as export_model_to_nnef, plus what the
+    export did; the traced outputs are the model's, and run the artefact to them in tract."""
+    model, inputs = mlp(), x()
+    result = export_model_with_result(model, inputs, tmp_path / "m.nnef", TractNNEF.latest()
+                                      if check_io else TractNNEF(TractNNEF.latest_version(), check_io=False),
+                                      input_names=["inp"], output_names=["out"])
+    path = export_model_to_nnef(model, inputs, tmp_path / "again.nnef", TractNNEF.latest(),
+                                input_names=["inp"], output_names=["out"])
+    assert isinstance(path, Path) and path.read_bytes() == result.path.read_bytes()
+    assert result.path == tmp_path / "m.nnef.tar"
+    assert (result.input_names, result.output_names) == (["inp"], ["out"])
+    (traced,) = result.traced_outputs
+    with torch.no_grad():
+        assert torch.equal(traced, model(inputs))
+    (got,) = TractArtefact.load(result.path).run([inputs.numpy()])
+    np.testing.assert_allclose(got, traced.numpy(), rtol=1e-5, atol=1e-6)
+    assert list(result.timings) == ["trace", "build_ir", "convert", "write", "post_export"]
+    assert all(seconds >= 0 for seconds in result.timings.values())
+    if check_io:
+        assert result.checks == ("io_quantity", "check_io")
+        assert [bool(report.ok) for report in result.check_result] == [True]
+    else:
+        assert result.checks == ("io_quantity",) and result.check_result is None

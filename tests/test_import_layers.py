@@ -139,13 +139,13 @@ def test_no_import_circle():
 # its ``__init__``). The foundation is left out of the dependency table: everything uses it.
 FOUNDATION = "foundation"
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (FOUNDATION, ("exceptions", "log", "utils")),
+    (FOUNDATION, ("exceptions", "log", "utils", "compat", "compat.process_patch", "compat.empty_weights")),
     ("Rust core and the linked tract", ("_native", "check")),
-    ("weights that are not plain tensors", ("tensor", "nnef_io")),
-    ("trace: torch model -> IR", ("torch_graph",)),
+    ("weights that are not plain tensors", ("tensor", "nnef_io", "compat.offload_loading")),
+    ("trace: torch model -> IR", ("torch_graph", "compat.ir_names", "compat.jit_mutation")),
     ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress")),
-    ("inference targets", ("inference_target",)),
-    ("conversion: IR -> NNEF", ("op",)),
+    ("inference targets", ("inference_target", "compat.tract_downloader")),
+    ("conversion: IR -> NNEF", ("op", "compat.extractors", "compat.op_helper")),
     ("export", ("export", "fastnnef")),
     ("exporters and commands", ("llm", "peft", "cli", "cli_exit", "examples")),
     ("exporters built on the LLM one", ("multimodal",)),
@@ -154,13 +154,18 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # what an earlier stage needs from a later one usually belongs in the earlier one.
 LATER_STAGE_IMPORTS_IN_FUNCTIONS = {
     # the tract CLI fallback of the check builds its command with TractCli
-    ("fastnnef.check", "fastnnef.inference_target.tract"),
+    ("fastnnef.check", "fastnnef.inference_target.tract_cli"),
 }
 
 
 def unit(module: str) -> str:
-    """The top-level module or package a module belongs to (``fastnnef`` for the package)."""
+    """The top-level module or package a module belongs to (``fastnnef`` for the package).
+
+    ``compat/`` is the exception: each of its modules serves one reference path and stands at
+    that path's stage (``compat.ir_names`` beside ``torch_graph``), so it is its own unit."""
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "compat":
+        return f"compat.{parts[2]}"
     return parts[1] if len(parts) > 1 else parts[0]
 
 
@@ -220,7 +225,8 @@ def _unit_file(name: str) -> str:
         return "`__init__.py`"
     if name == unit(NATIVE):
         return "`_native`"
-    return f"`{name}/`" if (PACKAGE / name).is_dir() else f"`{name}.py`"
+    path = name.replace(".", "/")  # compat.ir_names -> compat/ir_names.py
+    return f"`{path}/`" if (PACKAGE / path).is_dir() else f"`{path}.py`"
 
 
 def dependency_table() -> str:

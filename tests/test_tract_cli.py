@@ -16,6 +16,7 @@ from torch import nn
 
 from fastnnef import _native
 from fastnnef.cli import main as fastnnef_cli
+from fastnnef.compat import tract_downloader
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIOPytorchTractNotISO,
@@ -25,7 +26,6 @@ from fastnnef.exceptions import (
     T2NErrorTractDownload,
 )
 from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target import tract
 from fastnnef.inference_target.base import UnfoldModelInfo
 from fastnnef.inference_target.tract import (
     TractBinaryDownloader,
@@ -158,7 +158,7 @@ def test_linked_cli_has_no_command_line(call):
 def test_fastnnef_never_downloads(tmp_path, monkeypatch):
     with pytest.raises(T2NErrorTractDownload, match=r"^fastnnef never downloads tract \(asked for 0\.23\.8\)"):
         TractCli.download("0.23.8")
-    monkeypatch.setattr(tract, "DEFAULT_CACHE_DIR", tmp_path)
+    monkeypatch.setattr(tract_downloader, "DEFAULT_CACHE_DIR", tmp_path)  # the drop-in downloader's module
     with pytest.raises(T2NErrorTractDownload, match=f"no tract binary at {tmp_path}/0.23.8/tract"):
         TractBinaryDownloader("0.23.8")
     lazy = TractBinaryDownloader("0.23.8", auto_download=False)
@@ -193,6 +193,15 @@ def _fake_tract(tmp_path: Path, version: str, exit_code: int = 0) -> Path:
 COMMANDS = [  # (tract version, expected command after the binary)
     ("0.17.3", "m.nnef --nnef-tract-core --nnef-tract-pulse -O --input-bundle in.npz run "
                "--assert-output-bundle out.npz --allow-float-casts"),
+    # each boundary of the version gates the command line follows (VERSION_GATES)
+    ("0.18.0", "m.nnef --nnef-tract-core --nnef-tract-pulse -O run --input-from-bundle in.npz "
+               "--assert-output-bundle out.npz --allow-float-casts"),
+    ("0.20.20", "m.nnef --nnef-tract-core --nnef-tract-pulse --nnef-tract-extra -O run --input-from-bundle "
+                "in.npz --assert-output-bundle out.npz --allow-float-casts"),
+    ("0.21.7", "m.nnef --nnef-tract-core --nnef-tract-pulse --nnef-tract-extra -O run --input-from-bundle "
+               "in.npz --assert-output-bundle out.npz --allow-float-casts --approx super"),
+    ("0.22.0", "m.nnef --nnef-tract-core --nnef-tract-pulse --nnef-tract-extra --nnef-tract-transformers -O run "
+               "--input-from-bundle in.npz --assert-output-bundle out.npz --allow-float-casts --approx very"),
     ("0.21.9", "m.nnef --nnef-tract-core --nnef-tract-pulse --nnef-tract-extra -O run --input-from-bundle "
                "in.npz --assert-output-bundle out.npz --allow-float-casts --approx very"),
     ("0.23.8", "m.nnef --nnef-tract-core --nnef-tract-pulse --nnef-tract-extra --nnef-tract-transformers -O run "

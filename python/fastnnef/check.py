@@ -350,8 +350,8 @@ def _check_with_cli(
 ) -> None:
     # The one place fastnnef starts a process: the user asked for a specific tract binary.
     # Its command comes from TractCli, which gives each version only the flags it knows
-    # (imported here: inference_target.tract builds on this module).
-    from fastnnef.inference_target.tract import TractCli
+    # (imported here: inference_target.tract_cli builds on this module).
+    from fastnnef.inference_target.tract_cli import TractCli
 
     with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
         inputs, outputs = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 import typing as T
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,7 +21,7 @@ from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.passes import run_passes
 from fastnnef.nnef.serialize import write_artefact
 from fastnnef.op.convert import Converter
-from fastnnef.op.custom_extractors import find_extractor
+from fastnnef.op.custom_extractors.base import find_extractor
 from fastnnef.op.extras import import_extra_modules
 from fastnnef.op.registry import load_handlers
 from fastnnef.tensor_export import (
@@ -40,6 +42,35 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What one export did (``export_model_with_result``); ``export_model_to_nnef`` returns
+    its ``path``. For exporters built on the core (the LLM and multimodal ones), which need
+    the traced run's outputs: they are the artefact's expected outputs, without running the
+    model again.
+
+    - ``path``: the artefact written;
+    - ``input_names`` / ``output_names``: the graph's IO names;
+    - ``traced_outputs``: the trace's outputs, flattened in ``output_names`` order (the
+      references ``check_io`` compares with);
+    - ``timings``: seconds per stage, in order: ``trace``, ``build_ir``, ``convert``,
+      ``write``, ``post_export`` (the target's check);
+    - ``checks``: the checks that ran: ``io_quantity`` (``check_io_names_qte_match``),
+      ``check_io`` (the target's ``post_export`` returned a result, e.g. ``TractNNEF``
+      with ``check_io=True``);
+    - ``check_result``: what the target's ``post_export`` returned (``None`` when it
+      checked nothing; tract's per-output reports for ``TractNNEF``/``KhronosNNEF``).
+    """
+
+    path: Path
+    input_names: list[str]
+    output_names: list[str]
+    traced_outputs: list[torch.Tensor]
+    timings: dict[str, float]
+    checks: tuple[str, ...]
+    check_result: T.Any = None
 
 
 def resolve_artefact_path(file_path_export: T.Union[Path, str], compression_level: T.Optional[int]) -> tuple[Path, str]:
@@ -117,6 +148,37 @@ def export_model_to_nnef(
         >>> path.name
         'mlp.nnef.tgz'
     """
+    return export_model_with_result(
+        model, args, file_path_export, inference_target, input_names, output_names,
+        compression_level, log_level, nnef_variable_naming_scheme, check_io_names_qte_match,
+        debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
+        load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
+        skip_eager_forward,
+    ).path
+
+
+def export_model_with_result(
+    model: nn.Module,
+    args: T.Any,
+    file_path_export: T.Union[Path, str],
+    inference_target: InferenceTarget,
+    input_names: T.Optional[T.List[str]] = None,
+    output_names: T.Optional[T.List[str]] = None,
+    compression_level: T.Optional[int] = 0,
+    log_level: int = logging.INFO,
+    nnef_variable_naming_scheme: VariableNamingScheme = DEFAULT_VARNAME_SCHEME,
+    check_io_names_qte_match: bool = True,
+    debug_bundle_path: T.Optional[Path] = None,
+    custom_extensions: T.Optional[T.List[str]] = None,
+    allow_same_io_names: bool = False,
+    auto_harden_jit: bool = True,
+    load_extra_op_modules: T.Optional[T.List[str]] = None,
+    discover_extra_entrypoints: bool = False,
+    strict_extra_imports: bool = False,
+    skip_eager_forward: bool = False,
+) -> ExportResult:
+    """``export_model_to_nnef`` (same parameters, same export), returning what the export
+    did as an ``ExportResult`` instead of only the artefact's path."""
     with export_log_level(log_level):
         return _export(
             model, args, file_path_export, inference_target, input_names, output_names,
@@ -145,7 +207,7 @@ def _export(
     discover_extra_entrypoints: bool,
     strict_extra_imports: bool,
     skip_eager_forward: bool,
-) -> Path:
+) -> ExportResult:
     """The export itself, under the export's log level."""
     if not isinstance(model, nn.Module):
         raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -179,10 +241,22 @@ def _export(
     if isinstance(model, torch.jit.ScriptModule) and auto_harden_jit:
         model = harden_jit_for_export(model, args)
 
+    timings: dict[str, float] = {}
+    checks: list[str] = []
+    clock = time.perf_counter()
+
+    def stage_done(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = now - clock
+        clock = now
+
     inference_target.pre_trace(model, input_names, output_names)
     traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor,
                          watch_sizes=inference_target.has_dynamic_axes)
+    stage_done("trace")
     if check_io_names_qte_match:
+        checks.append("io_quantity")
         n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
         if n_graph_inputs != len(traced.flat_inputs):
             raise T2NErrorIoQuantity(
@@ -192,10 +266,13 @@ def _export(
     dynamic = _dynamic_axes_by_index(inference_target, traced.input_names, traced.flat_inputs)
     ir = build_ir(traced, dynamic)
     in_names = traced.input_names[: len(ir.inputs)]
+    stage_done("build_ir")
 
     graph = convert_to_nnef(traced, ir, inference_target, naming, custom_extensions or [], model)
+    stage_done("convert")
 
     written = write_artefact(path, fmt, compression_level or 0, graph)
+    stage_done("write")
     model_info = UnfoldModelInfo(
         model=model,
         original_inputs=args,
@@ -205,8 +282,14 @@ def _export(
         input_names=in_names,
         output_names=traced.output_names,
     )
-    inference_target.post_export(model_info, graph, written, debug_bundle_path=debug_bundle_path)
-    return written
+    check_result = inference_target.post_export(model_info, graph, written, debug_bundle_path=debug_bundle_path)
+    stage_done("post_export")
+    if check_result is not None:
+        checks.append("check_io")
+    return ExportResult(
+        path=written, input_names=in_names, output_names=list(traced.output_names),
+        traced_outputs=list(traced.flat_outputs), timings=timings, checks=tuple(checks), check_result=check_result,
+    )
 
 
 def convert_to_nnef(

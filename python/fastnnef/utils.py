@@ -1,8 +1,9 @@
-"""Small helpers shared by the public API: versions, empty-weight model construction,
-working-directory changes, nested-structure flattening and name-keyed collections.
+"""Small helpers shared by the public API: versions, working-directory changes,
+nested-structure flattening and name-keyed collections.
 
-Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``,
-``cd``, ``flatten_dict_tuple_or_list``, ``NamedItem``, ``ReactiveNamedItemDict``).
+Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``
+(drop-in only, from fastnnef/compat/empty_weights.py), ``cd``, ``flatten_dict_tuple_or_list``,
+``NamedItem``, ``ReactiveNamedItemDict``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union
 
 import torch
-from torch import nn
 
+# init_empty_weights is drop-in only (compat/): re-exported at the reference's path.
+from fastnnef.compat.empty_weights import init_empty_weights as init_empty_weights
 from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorInvalidArgument, T2NErrorMisuse, T2NErrorNotImplemented
 from fastnnef.log import get_logger
 
@@ -144,54 +146,6 @@ def cd(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
         yield
     finally:
         os.chdir(previous)
-
-
-@contextlib.contextmanager
-def init_empty_weights(include_buffers: Optional[bool] = None) -> Iterator[None]:
-    """Context manager: modules built inside it get their parameters on the ``meta`` device.
-
-    Builds a model's structure without allocating its weights (each parameter is created,
-    then moved to ``meta`` at registration, so peak memory is one parameter). Load real
-    weights afterwards, e.g. ``model.load_state_dict(state, assign=True)``. With
-    ``include_buffers=True`` registered buffers go to ``meta`` too; by default they stay
-    real because buffers computed at construction (rotary tables, ...) are rarely in a
-    checkpoint (``None``, the reference's default, means ``False``). Same contract as
-    accelerate's ``init_empty_weights``.
-
-    Caveat: like accelerate's, it swaps ``nn.Module.register_parameter`` (and
-    ``register_buffer``) process-wide while active; don't build other models in other
-    threads meanwhile.
-
-    Example::
-
-        with init_empty_weights():
-            model = nn.Linear(4096, 4096)
-        assert model.weight.is_meta
-    """
-    original_parameter = nn.Module.register_parameter
-    original_buffer = nn.Module.register_buffer
-
-    def register_parameter(module: nn.Module, name: str, param) -> None:
-        original_parameter(module, name, param)
-        if param is not None and not param.is_meta:
-            registered = module._parameters[name]
-            module._parameters[name] = type(registered)(
-                registered.to("meta"), requires_grad=registered.requires_grad
-            )
-
-    def register_buffer(module: nn.Module, name: str, tensor, persistent: bool = True) -> None:
-        original_buffer(module, name, tensor, persistent=persistent)
-        if tensor is not None and not tensor.is_meta:
-            module._buffers[name] = module._buffers[name].to("meta")
-
-    nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
-    if include_buffers:
-        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = original_parameter  # type: ignore[method-assign]
-        nn.Module.register_buffer = original_buffer  # type: ignore[method-assign]
 
 
 # --- nested structures ---------------------------------------------------------------------

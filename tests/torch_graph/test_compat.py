@@ -1,4 +1,4 @@
-"""torch_to_nnef's IR names over fastnnef's IR (torch_graph/compat.py)."""
+"""torch_to_nnef's IR names over fastnnef's IR (fastnnef/compat/ir_names.py)."""
 
 from __future__ import annotations
 

@@ -35,6 +35,17 @@ def as_version(version: Union[SemanticVersion, str]) -> SemanticVersion:
     )
 
 
+def as_enum(enum_cls: Any, value: Any, param: str) -> Any:
+    """``enum_cls(value)``, or ``T2NErrorInvalidArgument`` naming ``param`` and the allowed values."""
+    try:
+        return enum_cls(value)
+    except ValueError:
+        allowed = [member.value for member in enum_cls]
+        raise T2NErrorInvalidArgument(
+            f"{param}: {value!r} is not one of {allowed}"
+        ) from None
+
+
 @dataclass
 class UnfoldModelInfo:
     """The exported model and its IO, before and after flattening (argument of ``post_export``).
@@ -129,8 +140,9 @@ class InferenceTarget:
         nnef_graph: Any,
         exported_filepath: Path,
         debug_bundle_path: Optional[Path] = None,
-    ) -> None:
-        """Called once the artefact is written; targets run ``check_io`` here."""
+    ) -> Any:
+        """Called once the artefact is written; targets run ``check_io`` here and return its
+        result (``None`` when nothing was checked): the export keeps it in ``ExportResult``."""
 
     def _check_with_linked_tract(
         self,

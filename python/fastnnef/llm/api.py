@@ -7,7 +7,7 @@ behind, and an existing directory is only written into with ``ignore_already_exi
 
 Steps: load (``load.py``) -> optional compression (the ``fastnnef.compress`` registry)
 -> PyTorch runs of the wrapper (``bundles.py``) -> trace and write the artefact
-(``export_model_to_nnef`` with the reference's dynamic axes and assertions) -> verify in
+(``export_model_with_result`` with the reference's dynamic axes and assertions) -> verify in
 tract (``verify.py``) -> move into place.
 """
 
@@ -35,10 +35,11 @@ from fastnnef.exceptions import (
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotImplemented,
 )
-from fastnnef.export import export_model_to_nnef
+from fastnnef.export import export_model_with_result
 from fastnnef.inference_target.base import as_version
 from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
-from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
+from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
@@ -216,7 +217,7 @@ def dump_llm(
 
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
-        inference_target = _KeepOutputs(
+        inference_target = TractNNEF(
             target_version, check_io=False, dynamic_axes=wrapper.dynamic_axes(),
             specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
@@ -227,13 +228,14 @@ def dump_llm(
         input_names, output_names = wrapper.io_names()
         with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
               traceable_mla(model), progress.writing()):
-            export_model_to_nnef(
+            exported = export_model_with_result(
                 wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
-        example = Bundle("export", example_inputs, dict(zip(output_names, inference_target.traced_outputs)))
+        # the traced run's outputs are the export bundle's expected outputs (no second run)
+        example = Bundle("export", example_inputs, dict(zip(output_names, exported.traced_outputs)))
         example.save(tests_dir)
         if dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
@@ -366,18 +368,6 @@ def _warn_if_untested(checkpoint: Checkpoint) -> None:
             "the artefact may compute something else than transformers. Export without -nv to verify it "
             "(tested: %s)", architecture.model_type, tested_list(),
         )
-
-
-class _KeepOutputs(TractNNEF):
-    """TractNNEF that keeps the traced run's outputs (post_export's documented argument):
-    they are the export bundle's expected outputs, without running the model again."""
-
-    traced_outputs: list[torch.Tensor]  # set by post_export
-
-    def post_export(self, model_info: Any, nnef_graph: Any, exported_filepath: Path,
-                    debug_bundle_path: Optional[Path] = None) -> Any:
-        self.traced_outputs = list(model_info.flat_outputs)
-        return super().post_export(model_info, nnef_graph, exported_filepath, debug_bundle_path)
 
 
 @contextmanager

@@ -81,7 +81,7 @@ class GenerationCheck:
                 f"agreement {self.agreement:.1%}")
 
 
-def _feed(artefact: TractArtefact, values: Sequence[Any]) -> list[np.ndarray]:
+def as_artefact_inputs(artefact: TractArtefact, values: Sequence[Any]) -> list[np.ndarray]:
     """``values`` as the artefact's input dtypes (bundles store floats as f32; an f16
     artefact takes f16, as tract's CLI check does with --allow-float-casts)."""
     arrays = []
@@ -94,7 +94,7 @@ def _feed(artefact: TractArtefact, values: Sequence[Any]) -> list[np.ndarray]:
 
 def check_bundle(artefact: TractArtefact, bundle: Bundle, tolerance: str) -> BundleCheck:
     """Run one bundle in tract and compare each output with PyTorch's at ``tolerance``."""
-    got = artefact.run(_feed(artefact, list(bundle.inputs.values())))
+    got = artefact.run(as_artefact_inputs(artefact, list(bundle.inputs.values())))
     reports: dict[str, str] = {}
     ok = True
     for (name, expected), obtained in zip(bundle.outputs.items(), got):
@@ -181,7 +181,7 @@ class TractGenerator:
         """``count`` tokens after ``prompt``; with ``forced``, the token fed at each step
         is ``forced[i]`` (teacher forcing) instead of tract's own pick. Returns tract's
         picks and the logits rows they came from."""
-        ids, *empty = _feed(self.artefact, [prompt, *self.empty_cache])
+        ids, *empty = as_artefact_inputs(self.artefact, [prompt, *self.empty_cache])
         sequence = [int(t) for t in prompt[0]]
         cache = empty
         picks: list[int] = []

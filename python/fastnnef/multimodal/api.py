@@ -41,8 +41,8 @@ from fastnnef import _native
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFile
-from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target.tract import TractCheckTolerance
+from fastnnef.export import export_model_with_result
+from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
 from fastnnef.llm.api import (
     LLM_NAMING_SCHEME,
     _attn,
@@ -51,7 +51,6 @@ from fastnnef.llm.api import (
     _compressor,
     _display,
     _dtype_str,
-    _KeepOutputs,
     _main_dtype,
     _move_into_place,
     _properties,
@@ -251,7 +250,7 @@ def dump_multimodal(
 
         progress.phase("tracing and writing the decoder")
         decoder_path = decoder_dir / ARTEFACT_NAME
-        inference_target = _KeepOutputs(
+        inference_target = TractNNEF(
             target_version, check_io=False, dynamic_axes=io.dynamic_axes,
             specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
@@ -262,14 +261,14 @@ def dump_multimodal(
         # MoE blocks: one tract_moe_ffn where the target has it, else the dense form.
         with _timed(timings, "export decoder"), moe_export_forms(model, inference_target.capabilities()), \
                 progress.writing():
-            export_model_to_nnef(
+            exported = export_model_with_result(
                 wrapper, example_inputs, decoder_path, inference_target,
                 input_names=io.input_names, output_names=io.output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
         example = Bundle("export", dict(zip(io.input_names, example_inputs)),
-                         dict(zip(io.output_names, inference_target.traced_outputs)))
+                         dict(zip(io.output_names, exported.traced_outputs)))
         example.save(tests_dir)
         if dump_with_tokenizer_and_conf:
             model.config.to_json_file(decoder_dir / CONFIG, use_diff=False)

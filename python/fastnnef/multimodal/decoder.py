@@ -25,7 +25,7 @@ import torch
 
 from fastnnef.check import TractArtefact
 from fastnnef.llm.bundles import Bundle
-from fastnnef.llm.verify import GenerationCheck, _feed, compare_generations, torch_generate
+from fastnnef.llm.verify import GenerationCheck, as_artefact_inputs, compare_generations, torch_generate
 from fastnnef.llm.wrapper import KVCacheLM
 from fastnnef.multimodal.family import DecoderInputs
 
@@ -114,7 +114,7 @@ class TractMultimodalGenerator:
                  forced: Optional[Sequence[int]] = None) -> tuple[list[int], list[np.ndarray]]:
         extras = self.inputs.prompt_values(processed, embeddings, self.inputs.initial_outputs(self.hidden, self.dtype))
         # In the artefact's input dtypes (f16 artefacts take f16); outputs fed back already are.
-        values = _feed(self.artefact, [processed["input_ids"], *self.empty_cache, *extras])
+        values = as_artefact_inputs(self.artefact, [processed["input_ids"], *self.empty_cache, *extras])
         picks: list[int] = []
         rows: list[np.ndarray] = []
         for step in range(count):

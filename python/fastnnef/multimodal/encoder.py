@@ -14,8 +14,8 @@ import torch
 
 from fastnnef import _native
 from fastnnef.check import TractArtefact
-from fastnnef.export import export_model_to_nnef
-from fastnnef.llm.api import _KeepOutputs
+from fastnnef.export import export_model_with_result
+from fastnnef.inference_target.tract import TractNNEF
 from fastnnef.llm.bundles import Bundle
 from fastnnef.log import get_logger
 from fastnnef.multimodal.family import EncoderSpec
@@ -41,14 +41,14 @@ def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Te
     module = spec.build(model).eval()
     inputs = spec.graph_inputs(model, spec.trace_item(items))
     output_names = [spec.output_name, *spec.extra_output_names(model.config)]
-    target = _KeepOutputs(target_version, check_io=False, dynamic_axes=spec.dynamic_axes,
-                          dump_identity_properties=False)
-    export_model_to_nnef(
+    target = TractNNEF(target_version, check_io=False, dynamic_axes=spec.dynamic_axes,
+                       dump_identity_properties=False)
+    exported = export_model_with_result(
         module, inputs, path, target, input_names=list(spec.input_names), output_names=output_names,
         compression_level=0, log_level=get_logger().getEffectiveLevel(),
         nnef_variable_naming_scheme=naming,
     )
-    bundle = Bundle("export", dict(zip(spec.input_names, inputs)), dict(zip(output_names, target.traced_outputs)))
+    bundle = Bundle("export", dict(zip(spec.input_names, inputs)), dict(zip(output_names, exported.traced_outputs)))
     tests_dir.mkdir(parents=True, exist_ok=True)
     bundle.save(tests_dir)
     return bundle

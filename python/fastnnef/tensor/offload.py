@@ -32,7 +32,8 @@ Typical use (documented in the README, with the memory bound)::
                          compression_level=1)
 
 The reference-style entry points :func:`t2n_load_checkpoint_and_dispatch` and
-:func:`ctx_maybe_load_from_disk_as_offloaded` build the same tensors.
+``ctx_maybe_load_from_disk_as_offloaded`` (drop-in only, fastnnef/compat/offload_loading.py)
+build the same tensors.
 """
 
 from __future__ import annotations
@@ -760,52 +761,11 @@ def _placement(device_map: Union[str, Dict[str, Any], None]) -> Callable[[str], 
     return place
 
 
-@contextlib.contextmanager
-def ctx_maybe_load_from_disk_as_offloaded(offload_dir: Optional[PathLike] = None) -> Iterator[None]:
-    """Inside this context, ``safetensors.torch.load_file`` returns :class:`OffloadedTensor`
-    values referencing the file (nothing is read), and ``torch.load`` reads with
-    ``mmap=True`` (``weights_only=True`` unless the caller passes ``weights_only=False``
-    explicitly) and offloads each tensor to ``offload_dir`` as ``.safetensors``. Then
-    ``model.load_state_dict(state, assign=True)`` gives a model whose weights stay on disk.
-    """
-    directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
-    original_torch_load = torch.load
-    patched: list[Tuple[Any, str, Any]] = []
+def __getattr__(name: str) -> Any:
+    # ctx_maybe_load_from_disk_as_offloaded is drop-in only (fastnnef/compat/offload_loading.py,
+    # which builds on this module): served at the reference's path on first access.
+    if name == "ctx_maybe_load_from_disk_as_offloaded":
+        from fastnnef.compat.offload_loading import ctx_maybe_load_from_disk_as_offloaded
 
-    def load_file(filename: PathLike, device: Any = "cpu") -> Dict[str, torch.Tensor]:
-        ckpt = open_checkpoint(filename)
-        return {key: OffloadedTensor(ckpt, key) for key in ckpt.keys()}
-
-    def torch_load(f: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("weights_only", True)
-        if isinstance(f, (str, os.PathLike)):
-            kwargs.setdefault("mmap", True)
-        loaded = original_torch_load(f, *args, **kwargs)
-        if isinstance(loaded, dict):
-            return {
-                k: OffloadedTensor.from_original_tensor(v, str(k), directory) if isinstance(v, torch.Tensor) else v
-                for k, v in loaded.items()
-            }
-        return loaded
-
-    patched.append((torch, "load", torch_load))
-    try:
-        import safetensors.torch as st_torch
-    except ImportError:  # safetensors not installed: nothing to patch there
-        st_torch = None
-    if st_torch is not None:
-        patched.append((st_torch, "load_file", load_file))
-    try:
-        import peft.utils.save_and_load as peft_io  # type: ignore[import-not-found]
-    except ImportError:
-        peft_io = None
-    if peft_io is not None and hasattr(peft_io, "safe_load_file"):
-        patched.append((peft_io, "safe_load_file", load_file))
-    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patched]
-    try:
-        for obj, attr, new in patched:
-            setattr(obj, attr, new)
-        yield
-    finally:
-        for obj, attr, old in saved:
-            setattr(obj, attr, old)
+        return ctx_maybe_load_from_disk_as_offloaded
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

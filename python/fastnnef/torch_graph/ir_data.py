@@ -136,7 +136,7 @@ class IRGraph:
 
 
 # torch_to_nnef's names of the value classes, at its module path (``torch_graph.ir_data``);
-# torch_graph/compat.py re-exports them with the rest of its IR names.
+# fastnnef/compat/ir_names.py documents them with the rest of its IR names.
 Data = IRValue
 TensorVariable = TensorValue
 PythonConstant = Const

@@ -1,5 +1,6 @@
 """torch_to_nnef's IR names, over fastnnef's IR, for code that imports them from
-``torch_to_nnef.torch_graph`` (module extractors, test harnesses).
+``torch_to_nnef.torch_graph`` (module extractors, test harnesses). Drop-in only: served at
+``fastnnef.torch_graph``; no export path uses them.
 
 fastnnef's IR (torch_graph/ir.py and the modules it re-exports) is not the reference's: it is built in one pass from
 one trace, and its values carry shapes, dtypes and dynamic marks. These names are the
