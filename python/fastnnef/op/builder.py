@@ -20,6 +20,7 @@ import torch
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
+from fastnnef.nnef.op_table import check, infer
 from fastnnef.nnef.payload import (
     DATUM_TYPES,
     TORCH_QUANTIZED,
@@ -28,7 +29,7 @@ from fastnnef.nnef.payload import (
     datum_type,
     payload_for,
 )
-from fastnnef.nnef.shapes import infer, unknown
+from fastnnef.nnef.shapes import unknown
 from fastnnef.torch_graph.ir import ConstTensor, IROp, IRValue, ParamValue, TensorValue
 
 _CAMEL_SPLIT = re.compile(r"[._]+")
@@ -189,14 +190,24 @@ class GraphBuilder:
         return t.name in self._packed
 
     # --- ops -----------------------------------------------------------------------------
+    def _declared(self, kind: str, args: Sequence[Any], attrs: dict[str, Any], by: str) -> None:
+        """Check the statement against its declaration (nnef/op_table.py), before anything
+        is added to the graph, and note the tract registry it needs."""
+        decl = check(kind, args, attrs, self.graph.fragments, by)
+        if decl.registry is not None:
+            self.graph.use_registry(decl.registry, needed_by=kind)
+
     def op(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *, name: str,
         dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, exact: bool = False,
+        by: str = "",
     ) -> NTensor:
-        """Append a single-output op. A missing ``dtype`` or ``shape`` is derived from the
-        operands (nnef/shapes.py); ``name`` is a base made unique, or with ``exact`` a
-        reserved output name taken as is."""
+        """Append a single-output op, checked against its declaration (``by``: the node
+        being converted, named in errors). A missing ``dtype`` or ``shape`` is derived by
+        the op's rule; ``name`` is a base made unique, or with ``exact`` a reserved output
+        name taken as is."""
         attrs = dict(attrs or {})
+        self._declared(kind, args, attrs, by)
         if dtype is None or shape is None:
             derived = infer(kind, args, attrs)
             if derived is None:
@@ -219,9 +230,11 @@ class GraphBuilder:
 
     def op_multi(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (),
+        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: str = "",
     ) -> tuple[NTensor, ...]:
-        """Append an op with several outputs, each given as ``(base name, dtype, shape)``."""
+        """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
+        checked against its declaration."""
+        self._declared(kind, args, dict(attrs or {}), by)
         tensors = []
         for i, (name, dtype, shape) in enumerate(outputs):
             fixed = i < len(exact) and exact[i]
