@@ -21,15 +21,9 @@ from fastnnef.exceptions import T2NErrorConsistency, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
 from fastnnef.nnef.op_table import check, infer
-from fastnnef.nnef.payload import (
-    DATUM_TYPES,
-    TORCH_QUANTIZED,
-    PlainPayload,
-    Q4_0BlocksPayload,
-    datum_type,
-    payload_for,
-)
+from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, datum_type, payload_for
 from fastnnef.nnef.shapes import unknown
+from fastnnef.tensor.quant.packed import PackedFormat
 from fastnnef.torch_graph.ir import ConstTensor, IROp, IRValue, ParamValue, TensorValue
 
 _CAMEL_SPLIT = re.compile(r"[._]+")
@@ -77,7 +71,7 @@ class GraphBuilder:
         self._bound: dict[int, NTensor] = {}  # id(IR value) -> NNEF tensor
         self._fixed: dict[int, str] = {}  # id(IR value) -> user-given output name
         self._unexported: dict[int, str] = {}  # id(IR value) -> the op that could not export it
-        self._packed: set[str] = set()  # identifiers of Q4_0 variables
+        self._packed: dict[str, PackedFormat] = {}  # identifier -> format, of variables held packed
         self._variables: set[str] = set()  # identifiers of all variables
         self._counter = 0
 
@@ -148,12 +142,12 @@ class GraphBuilder:
         known = self.graph.variables.get(label)
         if known is not None:
             return known.tensor
-        payload = payload_for(data, self.caps.q4_0_encoding, where, label)
+        payload = payload_for(data, self.caps, where, label)
         dtype = datum_type(payload, logical if logical is not None else data.dtype)
         t = self.graph.add_variable(label, label, payload, dtype, tuple(data.shape) if shape is None else shape)
         self._variables.add(t.name)
-        if isinstance(payload, Q4_0BlocksPayload):
-            self._packed.add(t.name)
+        if payload.held_packed is not None:
+            self._packed[t.name] = payload.held_packed
         return t
 
     def parameter(self, tensor: torch.Tensor, where: str = "") -> NTensor:
@@ -183,11 +177,12 @@ class GraphBuilder:
         if t.name not in self._variables:
             return None
         var = next((v for v in self.graph.variables.values() if v.tensor is t), None)
-        return var.payload.data if var is not None and isinstance(var.payload, PlainPayload) else None
+        return var.payload.plain_data if var is not None else None
 
-    def is_packed(self, t: NTensor) -> bool:
-        """Whether ``t`` is a variable stored as packed Q4_0 blocks."""
-        return t.name in self._packed
+    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+        """The packed format of ``t`` when it is a variable held as packed blocks (a Q4_0
+        ``QTensor``), ``None`` otherwise."""
+        return self._packed.get(t.name)
 
     # --- ops -----------------------------------------------------------------------------
     def _declared(self, kind: str, args: Sequence[Any], attrs: dict[str, Any], by: str) -> None:

@@ -18,6 +18,7 @@ from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, quantized_params
 from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
+from fastnnef.tensor.quant.packed import PackedFormat
 from fastnnef.torch_graph.ir import (
     UNKNOWN,
     Const,
@@ -190,8 +191,13 @@ class OpContext:
         return self._b.is_variable(t)
 
     def is_packed(self, t: NTensor) -> bool:
-        """Whether ``t`` is a weight stored as packed Q4_0 blocks."""
-        return self._b.is_packed(t)
+        """Whether ``t`` is a weight held as packed blocks (a Q4_0 ``QTensor``; its format:
+        ``packed_format``)."""
+        return self._b.packed_format(t) is not None
+
+    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+        """The packed format of a weight held as packed blocks, ``None`` otherwise."""
+        return self._b.packed_format(t)
 
     # --- common transformations -----------------------------------------------------------
     def cast(self, t: NTensor, dtype: str, *, convert_constant: bool = False) -> NTensor:
