@@ -212,3 +212,19 @@ def test_fragments_fastnnef_writes_are_declared(tmp_path: Path) -> None:
     fragments = re.findall(r"^fragment (\w+)", text, re.M)
     assert len(fragments) >= 3, fragments  # the properties, the running product's step, the GRU's step
     assert all(op_table.fastnnef_fragment(name) is not None for name in fragments), fragments
+
+
+def test_user_code_declares_a_tract_op_it_emits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tract_core_silu`` is a tract op fastnnef does not emit itself (it writes
+    ``x * sigmoid(x)``): a user's extractor declares it, and the graph gets its registry."""
+    def emit(g: Any, x: Any) -> None:
+        g.emit("tract_core_silu", [x])
+
+    with pytest.raises(T2NErrorConsistency, match="NNEF op 'tract_core_silu' is not declared"):
+        _export_with(emit, tmp_path / "undeclared.nnef", nn.functional.silu)
+    monkeypatch.setattr(op_table, "_TABLE", dict(op_table._TABLE))  # this test's declaration ends with it
+    op_table.declare("tract_core_silu", "tract_core", shapes.elementwise)
+    path = _export_with(emit, tmp_path / "s.nnef", nn.functional.silu)
+    x = torch.rand(2, 3) - 0.5
+    (got,) = TractArtefact.load(path).run([x.numpy()])
+    torch.testing.assert_close(torch.from_numpy(got), nn.functional.silu(x) + 1)
