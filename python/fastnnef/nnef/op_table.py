@@ -124,25 +124,24 @@ class OpDecl:
     #: The output's ``(datum type, shape)`` from the operands; None: the handler says them.
     rule: Optional[Rule] = None
 
-    def check(self, args: Sequence[Any], attrs: Mapping[str, Any], by: str) -> None:
-        """Raise ``T2NErrorConsistency`` (naming ``by``, the aten op being converted) for an
-        attribute this op does not take, a required one left out, or a wrongly typed one."""
-        where = f"{by}: " if by else ""
+    def check(self, args: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+        """Raise ``T2NErrorConsistency`` for an attribute this op does not take, a required
+        one left out, or a wrongly typed one."""
         for key, value in attrs.items():
             attr = self.attrs.get(key)
             if attr is None:
                 raise T2NErrorConsistency(
-                    f"{where}NNEF op {self.name!r} has no attribute {key!r}; it takes "
+                    f"NNEF op {self.name!r} has no attribute {key!r}; it takes "
                     f"{', '.join(sorted(self.attrs)) or 'none'} (declared in nnef/op_table.py)"
                 )
             if not attr.type.accepts(value):
                 raise T2NErrorConsistency(
-                    f"{where}attribute {key!r} of NNEF op {self.name!r} is a {attr.type}, "
+                    f"attribute {key!r} of NNEF op {self.name!r} is a {attr.type}, "
                     f"got {value!r} ({type(value).__name__})"
                 )
         missing = [k for k, a in self.attrs.items() if a.required and k not in attrs]
         if missing:
-            raise T2NErrorConsistency(f"{where}NNEF op {self.name!r} needs attribute(s) {', '.join(missing)}")
+            raise T2NErrorConsistency(f"NNEF op {self.name!r} needs attribute(s) {', '.join(missing)}")
 
 
 _TABLE: dict[str, OpDecl] = {}
@@ -326,28 +325,26 @@ def fragment_decl(name: str, text: str) -> OpDecl:
 
 
 # --- use ---------------------------------------------------------------------------------
-def lookup(kind: str, fragments: Mapping[str, str], by: str = "") -> OpDecl:
+def lookup(kind: str, fragments: Mapping[str, str]) -> OpDecl:
     """The declaration of op ``kind``: the table's, or that of a fragment of this graph
-    (``fragments``: name -> text). Raises ``T2NErrorConsistency`` naming ``by`` for an
-    unknown op."""
+    (``fragments``: name -> text). Raises ``T2NErrorConsistency`` for an unknown op."""
     decl = _TABLE.get(kind)
     if decl is not None:
         return decl
     text = fragments.get(kind)
     if text is not None:
         return fragment_decl(kind, text)
-    where = f"{by}: " if by else ""
     raise T2NErrorConsistency(
-        f"{where}NNEF op {kind!r} is not declared: fastnnef's ops are in nnef/op_table.py; "
+        f"NNEF op {kind!r} is not declared: fastnnef's ops are in nnef/op_table.py; "
         "user code declares a tract op with fastnnef.nnef.op_table.declare(...) or defines a "
         "fragment with ctx.fragment(name, text) before emitting it"
     )
 
 
-def check(kind: str, args: Sequence[Any], attrs: Mapping[str, Any], fragments: Mapping[str, str], by: str = "") -> OpDecl:
+def check(kind: str, args: Sequence[Any], attrs: Mapping[str, Any], fragments: Mapping[str, str]) -> OpDecl:
     """``lookup`` then ``OpDecl.check``: the declaration, for a statement that may be written."""
-    decl = lookup(kind, fragments, by)
-    decl.check(args, attrs, by)
+    decl = lookup(kind, fragments)
+    decl.check(args, attrs)
     return decl
 
 

@@ -185,17 +185,23 @@ class GraphBuilder:
         return self._packed.get(t.name)
 
     # --- ops -----------------------------------------------------------------------------
-    def _declared(self, kind: str, args: Sequence[Any], attrs: dict[str, Any], by: str) -> None:
+    def _declared(self, kind: str, args: Sequence[Any], attrs: dict[str, Any], by: Optional[IROp]) -> None:
         """Check the statement against its declaration (nnef/op_table.py), before anything
-        is added to the graph, and note the tract registry it needs."""
-        decl = check(kind, args, attrs, self.graph.fragments, by)
+        is added to the graph, and note the tract registry it needs. Errors name ``by``,
+        the node being converted."""
+        try:
+            decl = check(kind, args, attrs, self.graph.fragments)
+        except T2NErrorConsistency as err:
+            if by is None:
+                raise
+            raise T2NErrorConsistency(f"{by.where()}: {err}") from None
         if decl.registry is not None:
             self.graph.use_registry(decl.registry, needed_by=kind)
 
     def op(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *, name: str,
         dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, exact: bool = False,
-        by: str = "",
+        by: Optional[IROp] = None,
     ) -> NTensor:
         """Append a single-output op, checked against its declaration (``by``: the node
         being converted, named in errors). A missing ``dtype`` or ``shape`` is derived by
@@ -225,7 +231,7 @@ class GraphBuilder:
 
     def op_multi(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: str = "",
+        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: Optional[IROp] = None,
     ) -> tuple[NTensor, ...]:
         """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
         checked against its declaration."""

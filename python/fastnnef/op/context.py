@@ -113,7 +113,7 @@ class OpContext:
         tensor = self._b.op(
             kind, args, attrs, name=self._b.base_name(self.node, value),
             dtype=dtype or self._datum_type(value, args), shape=shape,
-            exact=self._b.has_fixed_name(value), by=self.node.where(),
+            exact=self._b.has_fixed_name(value), by=self.node,
         )
         self._emitted[id(value)] = tensor
         return tensor
@@ -140,7 +140,7 @@ class OpContext:
             for k, v in enumerate(values)
         ]
         tensors = self._b.op_multi(
-            kind, args, attrs, specs, exact=[self._b.has_fixed_name(v) for v in values], by=self.node.where()
+            kind, args, attrs, specs, exact=[self._b.has_fixed_name(v) for v in values], by=self.node
         )
         self._emitted.update((id(v), t) for v, t in zip(values, tensors))
         return tensors
@@ -155,7 +155,7 @@ class OpContext:
     ) -> NTensor:
         """Emit an intermediate op (named after the node, plus ``suffix``); its dtype and
         shape are derived from the operands unless given."""
-        return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape, by=self.node.where())
+        return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape, by=self.node)
 
     def tmp_multi(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
@@ -163,7 +163,7 @@ class OpContext:
     ) -> tuple[NTensor, ...]:
         """An intermediate op with several outputs, each ``(suffix, dtype, shape)``."""
         return self._b.op_multi(
-            kind, args, attrs, [(self.name(s), d, sh) for s, d, sh in outputs], by=self.node.where()
+            kind, args, attrs, [(self.name(s), d, sh) for s, d, sh in outputs], by=self.node
         )
 
     def name(self, suffix: str = "") -> str:
