@@ -47,7 +47,7 @@ class AttrType:
 
 
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return type(v) is int  # not a bool (nor a Sym, which is a str); the fast test: one per attribute
 
 
 _PLAIN_DATUM_TYPES = frozenset("bool f16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 tdim".split())
@@ -67,7 +67,7 @@ TENSOR = AttrType("tensor", lambda v: isinstance(v, NTensor))
 
 
 def list_of(item: AttrType) -> AttrType:
-    return AttrType(f"{item}[]", lambda v: isinstance(v, (list, tuple)) and all(item.accepts(i) for i in v))
+    return AttrType(f"{item}[]", lambda v: isinstance(v, (list, tuple)) and all(map(item.accepts, v)))
 
 
 def pair_of(item: AttrType) -> AttrType:
@@ -123,6 +123,10 @@ class OpDecl:
     attrs: Mapping[str, Attr]
     #: The output's ``(datum type, shape)`` from the operands; None: the handler says them.
     rule: Optional[Rule] = None
+    required: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "required", tuple(k for k, a in self.attrs.items() if a.required))
 
     def check(self, args: Sequence[Any], attrs: Mapping[str, Any]) -> None:
         """Raise ``T2NErrorConsistency`` for an attribute this op does not take, a required
@@ -139,7 +143,7 @@ class OpDecl:
                     f"attribute {key!r} of NNEF op {self.name!r} is a {attr.type}, "
                     f"got {value!r} ({type(value).__name__})"
                 )
-        missing = [k for k, a in self.attrs.items() if a.required and k not in attrs]
+        missing = [k for k in self.required if k not in attrs]
         if missing:
             raise T2NErrorConsistency(f"NNEF op {self.name!r} needs attribute(s) {', '.join(missing)}")
 
