@@ -228,3 +228,17 @@ def test_user_code_declares_a_tract_op_it_emits(tmp_path: Path, monkeypatch: pyt
     x = torch.rand(2, 3) - 0.5
     (got,) = TractArtefact.load(path).run([x.numpy()])
     torch.testing.assert_close(torch.from_numpy(got), nn.functional.silu(x) + 1)
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("fastnnef_mystery_1", FRAGMENT.replace("table_scaled", "fastnnef_mystery_1"),
+     "fragment 'fastnnef_mystery_1' is in fastnnef's namespace (fastnnef_) but not declared"),
+    ("table_other", FRAGMENT, "the text of fragment 'table_other' does not define it"),
+])
+def test_a_fragment_is_checked_when_declared(tmp_path: Path, name: str, text: str, message: str) -> None:
+    def emit(g: Any, x: Any) -> None:
+        g.emit(g.fragment(name, text), [x], {"alpha": 3.0})
+
+    with pytest.raises(T2NErrorConsistency, match=re.escape(message)):
+        _export_with(emit, tmp_path / "f.nnef", lambda x: x * 3)
+    assert not list(tmp_path.iterdir())

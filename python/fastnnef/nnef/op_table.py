@@ -17,8 +17,8 @@ Three kinds of ops are known:
   own signature declares its attributes (its non-tensor parameters).
 
 Fragments fastnnef itself defines (scan bodies, the properties fragment) are declared in
-``FRAGMENTS`` by their name prefixes; a fragment name that is none of them is one of the
-user's.
+``FRAGMENTS`` by their name prefixes, checked when a fragment is declared
+(``check_fragment``, called by op/builder.py).
 """
 
 from __future__ import annotations
@@ -276,16 +276,32 @@ class FragmentDecl:
     what: str
 
 
+#: fastnnef's own fragment names start with ``fastnnef_`` (and the properties fragment's
+#: is tract's); a ``fastnnef_`` name that none of these prefixes declares is refused.
+OWN_PREFIX = "fastnnef_"
 FRAGMENTS: tuple[FragmentDecl, ...] = (
     FragmentDecl("tract_core_properties", "the model's properties (inference_target/properties.py)"),
-    FragmentDecl("fastnnef_cum", "one step of a running reduction, a tract_core_scan body (op/aten/cumulative.py)"),
-    FragmentDecl("fastnnef_", "one time step of a recurrent layer, a tract_core_scan body (op/aten/recurrent.py)"),
+    *(FragmentDecl(f"fastnnef_cum{step}_", f"one step of a running {step}, a tract_core_scan body "
+                   "(op/aten/cumulative.py)") for step in ("sum", "prod", "logsumexp", "max", "min")),
+    *(FragmentDecl(f"fastnnef_{layer}_step_", f"one time step of a {layer} layer, a tract_core_scan body "
+                   "(op/aten/recurrent.py)") for layer in ("lstm", "gru", "rnn_tanh", "rnn_relu")),
 )
 
 
 def fastnnef_fragment(name: str) -> Optional[FragmentDecl]:
     """The declaration of a fragment fastnnef writes, None for a user's fragment."""
     return next((f for f in FRAGMENTS if name.startswith(f.prefix)), None)
+
+
+def check_fragment(name: str, text: str) -> None:
+    """Refuse a fragment whose text does not define ``name``, or a fastnnef fragment that
+    ``FRAGMENTS`` does not declare (raises ``T2NErrorConsistency``)."""
+    if name.startswith(OWN_PREFIX) and fastnnef_fragment(name) is None:
+        raise T2NErrorConsistency(
+            f"fragment {name!r} is in fastnnef's namespace ({OWN_PREFIX}) but not declared in "
+            "nnef/op_table.py FRAGMENTS"
+        )
+    fragment_decl(name, text)
 
 
 _SIGNATURE = re.compile(r"fragment\s+(\w+)\s*(?:<[^>]*>)?\s*\((.*?)\)\s*->", re.S)
@@ -317,7 +333,7 @@ def fragment_decl(name: str, text: str) -> OpDecl:
     attributes (required unless they have a default)."""
     match = _SIGNATURE.search(text)
     if match is None or match.group(1) != name:
-        raise T2NErrorInvalidArgument(f"fragment {name!r} does not start with 'fragment {name}(...) ->'")
+        raise T2NErrorConsistency(f"the text of fragment {name!r} does not define it: 'fragment {name}(...) -> (...)'")
     attrs: dict[str, Attr] = {}
     for param in _split_top_level(match.group(2)):
         pname, _, rest = param.partition(":")

@@ -20,7 +20,7 @@ import torch
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
-from fastnnef.nnef.op_table import check, infer
+from fastnnef.nnef.op_table import check, check_fragment, infer
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, datum_type, payload_for
 from fastnnef.nnef.shapes import unknown
 from fastnnef.tensor.quant.packed import PackedFormat
@@ -247,7 +247,9 @@ class GraphBuilder:
         return name in self.graph.fragments
 
     def fragment(self, name: str, text: str) -> None:
-        """Declare an NNEF fragment (written once, however many ops use it)."""
+        """Declare an NNEF fragment (written once, however many ops use it), checked by
+        nnef/op_table.py (its text defines ``name``; fastnnef's own are declared there)."""
+        check_fragment(name, text)
         known = self.graph.fragments.get(name)
         if known is not None and known != text:
             raise T2NErrorConsistency(f"two different fragments are both named {name!r}")
