@@ -128,7 +128,7 @@ class OpDecl:
     def __post_init__(self) -> None:
         object.__setattr__(self, "required", tuple(k for k, a in self.attrs.items() if a.required))
 
-    def check(self, args: Sequence[Any], attrs: Mapping[str, Any]) -> None:
+    def check(self, attrs: Mapping[str, Any]) -> None:
         """Raise ``T2NErrorConsistency`` for an attribute this op does not take, a required
         one left out, or a wrongly typed one."""
         for key, value in attrs.items():
@@ -361,10 +361,10 @@ def lookup(kind: str, fragments: Mapping[str, str]) -> OpDecl:
     )
 
 
-def check(kind: str, args: Sequence[Any], attrs: Mapping[str, Any], fragments: Mapping[str, str]) -> OpDecl:
+def check(kind: str, attrs: Mapping[str, Any], fragments: Mapping[str, str]) -> OpDecl:
     """``lookup`` then ``OpDecl.check``: the declaration, for a statement that may be written."""
     decl = lookup(kind, fragments)
-    decl.check(args, attrs)
+    decl.check(attrs)
     return decl
 
 

@@ -185,12 +185,12 @@ class GraphBuilder:
         return self._packed.get(t.name)
 
     # --- ops -----------------------------------------------------------------------------
-    def _declared(self, kind: str, args: Sequence[Any], attrs: dict[str, Any], by: Optional[IROp]) -> None:
+    def _declared(self, kind: str, attrs: dict[str, Any], by: Optional[IROp]) -> None:
         """Check the statement against its declaration (nnef/op_table.py), before anything
         is added to the graph, and note the tract registry it needs. Errors name ``by``,
         the node being converted."""
         try:
-            decl = check(kind, args, attrs, self.graph.fragments)
+            decl = check(kind, attrs, self.graph.fragments)
         except T2NErrorConsistency as err:
             if by is None:
                 raise
@@ -208,7 +208,7 @@ class GraphBuilder:
         the op's rule; ``name`` is a base made unique, or with ``exact`` a reserved output
         name taken as is."""
         attrs = dict(attrs or {})
-        self._declared(kind, args, attrs, by)
+        self._declared(kind, attrs, by)
         if dtype is None or shape is None:
             derived = infer(kind, args, attrs)
             if derived is None:
@@ -235,7 +235,7 @@ class GraphBuilder:
     ) -> tuple[NTensor, ...]:
         """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
         checked against its declaration."""
-        self._declared(kind, args, dict(attrs or {}), by)
+        self._declared(kind, dict(attrs or {}), by)
         tensors = []
         for i, (name, dtype, shape) in enumerate(outputs):
             fixed = i < len(exact) and exact[i]
