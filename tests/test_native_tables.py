@@ -12,14 +12,24 @@ from fastnnef.check import TOLERANCES
 from fastnnef.exceptions import T2NErrorImpossibleQuantization
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.tensor.offload import SAFETENSORS_DTYPES
+from fastnnef.tensor.quant.packed import PACKED_FORMATS
 from fastnnef.tensor.quant.qtract import Q4_0_GROUP, check_q4_0_shape
 from fastnnef.utils import SemanticVersion
 
 
 def test_every_encoding_python_chooses_is_one_rust_writes() -> None:
     python = set(PLAIN_ENCODINGS.values()) | {q.encoding for q in TORCH_QUANTIZED.values()}
-    python |= {TargetCapabilities.tract(SemanticVersion.from_str(v)).q4_0_encoding for v in ("0.21.10", "0.23.9")}
-    assert python == set(_native.ENCODINGS), "artefact.py's encodings differ from rust/dat.rs ALL_ENCODINGS"
+    python |= {e for fmt in PACKED_FORMATS for e in fmt.encodings}
+    assert python == set(_native.ENCODINGS), (
+        "artefact.py's and tensor/quant/packed.py's encodings differ from rust/dat.rs ALL_ENCODINGS"
+    )
+
+
+def test_every_packed_encoding_a_target_gets_is_its_formats() -> None:
+    for fmt in PACKED_FORMATS:
+        chosen = {fmt.encoding_for(TargetCapabilities.tract(SemanticVersion.from_str(v))) for v in ("0.21.10", "0.23.9")}
+        assert chosen <= set(fmt.encodings)
+        assert fmt.encoding_for(TargetCapabilities.strict_nnef()) is None
 
 
 def test_tolerances_are_rusts_levels() -> None:

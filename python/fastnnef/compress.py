@@ -72,7 +72,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
         label = f"{name}.weight" if name else "weight"
         weight = targets[0][1]._parameters["weight"]
         assert weight is not None
-        if isinstance(weight, QTensor) or (isinstance(weight, OffloadedTensor) and weight.q4_0):
+        if isinstance(weight, QTensor) or (isinstance(weight, OffloadedTensor) and weight.packed_format is not None):
             continue  # already quantized (a second call, or a tied weight done above)
         others = [n or "<root>" for n, m in users if not isinstance(m, classes)]
         if others:

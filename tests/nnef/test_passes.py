@@ -122,7 +122,7 @@ def test_rank3_q4_0_outside_convolutions_is_written_dequantized(use: str, tmp_pa
 def test_a_tract_panic_is_a_fastnnef_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the pass, tract panics loading the select case (instead of returning an
     error); the panic must come back as T2NErrorTract, not escape as PanicException."""
-    monkeypatch.setattr(passes, "PASSES", tuple(p for p in passes.PASSES if p[0] != "unpack_q4_0"))
+    monkeypatch.setattr(passes, "PASSES", tuple(p for p in passes.PASSES if p[0] != "unpack_packed"))
     model = StackedQ4_0("select").eval()
     model.w = nn.Parameter(fp_to_tract_q4_0_with_min_max_calibration(model.w.data), requires_grad=False)
     args = (torch.randn(4, 5, 64), torch.randn(1, 8, 10))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, NamedTuple, Optional
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.tensor.quant.packed import Q4_0
 from fastnnef.utils import SemanticVersion
 
 
@@ -105,6 +106,4 @@ class TargetCapabilities:
     def q4_0_encoding(self) -> Optional[str]:
         """The ``.dat`` encoding of Q4_0 weights, or ``None`` where the target has no Q4_0
         (weights are then written dequantized)."""
-        if self.tract_version is None:
-            return None
-        return "q4_0" if self.supports("q4_0_ggml_order") else "q4_0_legacy"
+        return Q4_0.encoding_for(self)

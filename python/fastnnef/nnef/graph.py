@@ -101,18 +101,6 @@ class NAlias:
 
 Statement = Union[NOp, NExternal, NVariable, NAlias]
 
-#: Ops of the tract_core registry need ``extension tract_registry tract_core;`` (nnef-format §6.3).
-REGISTRY_PREFIXES = (
-    ("tract_core_", "tract_core"),
-    ("tract_shl", "tract_core"),  # the shifts are tract_core ops without its name prefix
-    ("tract_shr", "tract_core"),
-    ("tract_transformers_", "tract_transformers"),
-    ("tract_moe_ffn", "tract_transformers"),  # registered by tract_transformers without its prefix
-    ("tract_extra_", "tract_extra"),
-    ("tract_pulse_", "tract_pulse"),
-)
-
-
 @dataclass
 class NNEFGraph:
     """A whole ``graph.nnef`` (+ ``graph.quant``) document being built."""
@@ -216,8 +204,8 @@ class NNEFGraph:
     def op_multi(
         self, kind: str, args: Iterable[Any], attrs: Optional[dict[str, Any]], *, outputs: Sequence[NTensor]
     ) -> tuple[NTensor, ...]:
-        """Append an op whose output tensors the caller has named (``fresh_name``)."""
-        self._note_registry(kind)
+        """Append an op whose output tensors the caller has named (``fresh_name``); the
+        registry it needs is noted by the caller (op/builder.py, from its declaration)."""
         op = NOp(kind, tuple(args), dict(attrs or {}), tuple(outputs))
         self.body.append(op)
         return op.outputs
@@ -242,9 +230,3 @@ class NNEFGraph:
             )
         if registry not in self.registries:
             self.registries.append(registry)
-
-    def _note_registry(self, kind: str) -> None:
-        for prefix, registry in REGISTRY_PREFIXES:
-            if kind.startswith(prefix):
-                self.use_registry(registry, needed_by=kind)
-                return

@@ -5,10 +5,11 @@ passes, so the log can say what each one changed.
   left behind: a submodule called for nothing, a handler's unused intermediate), then the
   variables that only they read, so their weights are not written either. Graph inputs
   always stay (they are the artefact's interface, used or not).
-- ``unpack_q4_0``: tract runs Q4_0 blocks of rank 3 or 4 only as convolution filters (other
-  readers of such a weight make tract fail to load or optimize the artefact), so those
-  weights are written as their dequantized floats instead, with a warning; torch computes
-  with the same dequantized values.
+- ``unpack_packed``: a packed weight read by an op that tract cannot run on its format's
+  blocks (its format's ``unsupported_readers``: for Q4_0, anything but a convolution reading
+  a weight of rank 3 or 4; they make tract fail to load or optimize the artefact) is
+  written as its dequantized floats instead, with a warning; torch computes with the same
+  dequantized values.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any, Callable, Iterator
 
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NAlias, NExternal, NNEFGraph, NOp, NTensor, NVariable, Statement, Tuple
-from fastnnef.nnef.payload import PlainPayload, Q4_0BlocksPayload
 
 log = get_logger(__name__)
 
@@ -68,13 +68,9 @@ def eliminate_dead_ops(graph: NNEFGraph) -> int:
     return dropped
 
 
-# The ops tract runs on Q4_0 blocks of rank > 2: convolution filters.
-_Q4_0_HIGH_RANK_READERS = frozenset({"conv", "deconv"})
-
-
-def unpack_q4_0_outside_convolutions(graph: NNEFGraph) -> int:
-    """Write rank-3/4 Q4_0 weights read by anything but a convolution as dequantized floats;
-    return how many were changed."""
+def unpack_unsupported_packed(graph: NNEFGraph) -> int:
+    """Write packed weights that some reader cannot run on as dequantized floats; return
+    how many were changed."""
     readers: dict[str, set[str]] = {}
     for stmt in graph.body:
         kind = stmt.kind if isinstance(stmt, NOp) else "alias"
@@ -83,27 +79,26 @@ def unpack_q4_0_outside_convolutions(graph: NNEFGraph) -> int:
     changed = 0
     for variable in graph.variables.values():
         payload = variable.payload
-        if isinstance(payload, Q4_0BlocksPayload):
-            rank, dequantized = payload.qtensor.dim(), payload.qtensor.decompress
-        elif isinstance(payload, PlainPayload) and (payload.encoding or "").startswith("q4_0"):
-            rank, dequantized = payload.data.dim(), (lambda data=payload.data: data)
-        else:
+        fmt = payload.written_format
+        if fmt is None:
             continue
-        others = readers.get(variable.tensor.name, set()) - _Q4_0_HIGH_RANK_READERS
-        if rank <= 2 or not others:
+        others = fmt.unsupported_readers(payload.rank, readers.get(variable.tensor.name, set()))
+        unpacked = payload.unpacked() if others else None
+        if unpacked is None:
             continue
         log.warning(
-            "weight %r (Q4_0, rank %d) is read by %s, which tract cannot run on Q4_0 blocks of rank > 2: "
-            "written as its dequantized floats", variable.label, rank, ", ".join(sorted(others)),
+            "weight %r (%s, rank %d) is read by %s, which tract cannot run on %s blocks of that rank: "
+            "written as its dequantized floats", variable.label, fmt.name, payload.rank, ", ".join(sorted(others)),
+            fmt.name,
         )
-        variable.payload = PlainPayload(dequantized())
+        variable.payload = unpacked
         changed += 1
     return changed
 
 
 PASSES: tuple[tuple[str, Callable[[NNEFGraph], int]], ...] = (
     ("dead_ops", eliminate_dead_ops),
-    ("unpack_q4_0", unpack_q4_0_outside_convolutions),
+    ("unpack_packed", unpack_unsupported_packed),
 )
 
 

@@ -4,22 +4,26 @@ Every ``NVariable`` carries exactly one payload, chosen once when the variable i
 (``payload_for``) and written by ``Payload.write`` through the Rust sink:
 
 - ``PlainPayload``: a torch tensor in its dtype's encoding (bf16 widened to f32, exactly),
-  or quantized to Q4_0 by Rust as it is written;
-- ``Q4_0BlocksPayload``: already-packed Q4_0 blocks (``QTensorTractScaleOnly``), written as
-  they are (torch ran on exactly these values);
+  or quantized to a packed format by Rust as it is written;
+- ``PackedPayload``: already-packed blocks of a packed format (tensor/quant/packed.py, e.g.
+  Q4_0's ``QTensorTractScaleOnly``), written as they are (torch ran on exactly these values);
 - ``TorchQuantPayload``: a torch-quantized (per-tensor) tensor: its integer codes, plus
   its ``graph.quant`` entry (per-channel tensors are refused when declared: graph.quant
   holds one scale and zero point per tensor).
 
-The payload also says how the variable is declared: Q4_0 variables have no NNEF generic
-(``variable(...)``, not ``variable<scalar>(...)``).
+- ``OffloadedPayload``: a weight still in its checkpoint, streamed from it.
+
+The payload also says how the variable is declared: packed variables have no NNEF generic
+(``variable(...)``, not ``variable<scalar>(...)``), and answers what the graph passes and
+the builder ask (``written_format``, ``held_packed``, ``unpacked``, ``plain_data``), so
+no module outside this one dispatches on payload classes.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional, Protocol, Union
+from typing import Any, Optional, Protocol, Union
 
 import numpy as np
 import torch
@@ -35,7 +39,7 @@ from fastnnef.artefact import (
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.tensor.offload import OffloadedTensor
 from fastnnef.tensor.opaque import export_form
-from fastnnef.tensor.quant import QTensorTractScaleOnly
+from fastnnef.tensor.quant.packed import PackedFormat, held_by, of_encoding
 
 # torch dtype -> tract datum type of the values a variable holds: the .dat encodings,
 # plus bf16, which tract lacks and which is computed in f32 (an exact upcast).
@@ -85,7 +89,30 @@ class Payload(Protocol):
 
     @property
     def has_generic(self) -> bool:
-        """Declared ``variable<scalar>`` (True) or ``variable`` (packed Q4_0)."""
+        """Declared ``variable<scalar>`` (True) or ``variable`` (packed)."""
+
+    @property
+    def written_format(self) -> Optional[PackedFormat]:
+        """The packed format its ``.dat`` is written in, ``None`` for plain elements."""
+
+    @property
+    def held_packed(self) -> Optional[PackedFormat]:
+        """The format of the packed blocks it holds in memory, written as they are."""
+
+    @property
+    def rank(self) -> int:
+        """The rank of the weight (of its values, for packed ones)."""
+
+    @property
+    def plain_data(self) -> Optional[torch.Tensor]:
+        """The torch tensor written as plain elements, if it is one."""
+
+    def unpacked(self) -> Optional["AnyPayload"]:
+        """The same weight written as its dequantized floats, where it is packed in memory
+        (``None`` otherwise: plain, or streamed from its checkpoint as it is)."""
+
+    def check(self, label: str) -> None:
+        """Refuse, before anything is written, what cannot be written."""
 
     def quant_entry(self, identifier: str) -> Optional[str]:
         """The ``graph.quant`` line for this variable, if it is torch-quantized."""
@@ -94,10 +121,32 @@ class Payload(Protocol):
         """Write ``<label>.dat`` into ``artefact``."""
 
 
+class _PayloadDefaults:
+    """What a payload answers unless its class says otherwise: no packed blocks held, no
+    plain data, nothing to check, no ``graph.quant`` entry."""
+
+    @property
+    def held_packed(self) -> Optional[PackedFormat]:
+        return None
+
+    @property
+    def plain_data(self) -> Optional[torch.Tensor]:
+        return None
+
+    def unpacked(self) -> Optional["AnyPayload"]:
+        return None
+
+    def check(self, label: str) -> None:
+        pass
+
+    def quant_entry(self, identifier: str) -> Optional[str]:
+        return None
+
+
 @dataclass(frozen=True)
-class PlainPayload:
-    """A tensor written in its dtype's encoding, or as ``encoding`` when given (``"q4_0"``
-    and ``"q4_0_legacy"`` quantize in Rust as the bytes go out)."""
+class PlainPayload(_PayloadDefaults):
+    """A tensor written in its dtype's encoding, or as ``encoding`` when given (a packed
+    format's encoding, e.g. ``"q4_0"``, quantizes in Rust as the bytes go out)."""
 
     data: torch.Tensor
     encoding: Optional[str] = None
@@ -107,40 +156,65 @@ class PlainPayload:
         return self.data.numel() * self.data.element_size()
 
     @property
-    def has_generic(self) -> bool:
-        return not (self.encoding or "").startswith("q4_0")
+    def written_format(self) -> Optional[PackedFormat]:
+        return of_encoding(self.encoding)
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
-        return None
+    @property
+    def has_generic(self) -> bool:
+        return self.written_format is None
+
+    @property
+    def rank(self) -> int:
+        return self.data.dim()
+
+    @property
+    def plain_data(self) -> Optional[torch.Tensor]:
+        return self.data
+
+    def unpacked(self) -> Optional["AnyPayload"]:
+        return PlainPayload(self.data) if self.written_format is not None else None
 
     def write(self, artefact: Artefact, label: str) -> None:
         artefact.add_tensor(label, self.data, encoding=self.encoding)
 
 
 @dataclass(frozen=True)
-class Q4_0BlocksPayload:
-    """Packed Q4_0 blocks, never re-quantized; ``encoding`` picks the nibble order."""
+class PackedPayload(_PayloadDefaults):
+    """Blocks of a packed format, never re-quantized; ``encoding`` is the target's."""
 
-    qtensor: QTensorTractScaleOnly
+    data: torch.Tensor
+    format: PackedFormat
     encoding: str
 
     @property
     def nbytes(self) -> int:
-        return self.qtensor.blocks.numel()
+        return self.format.nbytes(self.data)
+
+    @property
+    def written_format(self) -> Optional[PackedFormat]:
+        return self.format
+
+    @property
+    def held_packed(self) -> Optional[PackedFormat]:
+        return self.format
 
     @property
     def has_generic(self) -> bool:
         return False
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
-        return None
+    @property
+    def rank(self) -> int:
+        return self.data.dim()
+
+    def unpacked(self) -> Optional["AnyPayload"]:
+        return PlainPayload(self.format.dequantize(self.data))
 
     def write(self, artefact: Artefact, label: str) -> None:
-        artefact.add_q4_0_blocks(label, self.qtensor, self.encoding)
+        self.format.write_blocks(artefact, label, self.data, self.encoding)
 
 
 @dataclass(frozen=True)
-class TorchQuantPayload:
+class TorchQuantPayload(_PayloadDefaults):
     """A per-tensor torch-quantized tensor: integer codes plus a ``graph.quant`` entry."""
 
     data: torch.Tensor
@@ -153,6 +227,14 @@ class TorchQuantPayload:
     def has_generic(self) -> bool:
         return True
 
+    @property
+    def written_format(self) -> Optional[PackedFormat]:
+        return None
+
+    @property
+    def rank(self) -> int:
+        return self.data.dim()
+
     def quant_entry(self, identifier: str) -> Optional[str]:
         return quant_line(identifier, self.data)
 
@@ -161,8 +243,9 @@ class TorchQuantPayload:
 
 
 @dataclass(frozen=True)
-class OffloadedPayload:
-    """A weight still in its checkpoint (``OffloadedTensor``), written as ``encoding``."""
+class OffloadedPayload(_PayloadDefaults):
+    """A weight still in its checkpoint (``OffloadedTensor``), written as ``encoding``
+    (streamed as it is: never unpacked by the graph passes)."""
 
     tensor: OffloadedTensor
     encoding: str
@@ -172,11 +255,16 @@ class OffloadedPayload:
         return self.tensor.numel() * self.tensor.element_size()
 
     @property
-    def has_generic(self) -> bool:
-        return not self.encoding.startswith("q4_0")
+    def written_format(self) -> Optional[PackedFormat]:
+        return of_encoding(self.encoding)
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
-        return None
+    @property
+    def has_generic(self) -> bool:
+        return self.written_format is None
+
+    @property
+    def rank(self) -> int:
+        return self.tensor.dim()
 
     def check(self, label: str) -> None:
         """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
@@ -191,27 +279,23 @@ class OffloadedPayload:
         artefact.add_tensor(label, self.tensor.written_values(), encoding=self.encoding)
 
 
-AnyPayload = Union[PlainPayload, Q4_0BlocksPayload, TorchQuantPayload, OffloadedPayload]
+AnyPayload = Union[PlainPayload, PackedPayload, TorchQuantPayload, OffloadedPayload]
 
 
-def is_packed(data: torch.Tensor) -> bool:
-    """Whether ``data`` is stored packed (Q4_0 blocks) rather than as plain elements."""
-    return isinstance(data, QTensorTractScaleOnly)
-
-
-def payload_for(data: torch.Tensor, q4_0_encoding: Optional[str], where: str = "", label: str = "") -> AnyPayload:
-    """The payload of a weight: packed Q4_0 blocks as they are where the target has Q4_0
-    (``q4_0_encoding``), their dequantized floats elsewhere; weights still in a checkpoint
-    streamed from it (quantized on the way when asked for and the target has Q4_0);
-    torch-quantized tensors as codes; everything else plain."""
-    data = export_form(data)  # the tensor behind an OpaqueTensorRef; offloaded Q4_0 blocks
+def payload_for(data: torch.Tensor, caps: Any, where: str = "", label: str = "") -> AnyPayload:
+    """The payload of a weight for a target (its ``TargetCapabilities``): packed blocks as
+    they are where the target reads their format, their dequantized floats elsewhere;
+    weights still in a checkpoint streamed from it (quantized on the way when asked for and
+    the target reads that format); torch-quantized tensors as codes; everything else plain."""
+    data = export_form(data)  # the tensor behind an OpaqueTensorRef; offloaded packed blocks
     if isinstance(data, OffloadedTensor):
-        quantize = data.q4_0 and q4_0_encoding is not None
-        return OffloadedPayload(data, q4_0_encoding if quantize else DATUM_TYPES[data.dtype])
-    if isinstance(data, QTensorTractScaleOnly):
-        if q4_0_encoding is None:
-            return PlainPayload(data.decompress())
-        return Q4_0BlocksPayload(data, q4_0_encoding)
+        fmt = data.packed_format
+        encoding = fmt.encoding_for(caps) if fmt is not None else None
+        return OffloadedPayload(data, encoding or DATUM_TYPES[data.dtype])
+    fmt = held_by(data)
+    if fmt is not None:
+        encoding = fmt.encoding_for(caps)
+        return PackedPayload(data, fmt, encoding) if encoding is not None else PlainPayload(fmt.dequantize(data))
     if data.dtype in TORCH_QUANTIZED:
         if data.qscheme() != torch.per_tensor_affine:  # refused here, before anything is written
             message = PER_CHANNEL_MESSAGE.format(name=label or "a weight", qscheme=data.qscheme())

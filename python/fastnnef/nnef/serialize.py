@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from fastnnef.artefact import Artefact
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NAlias, NNEFGraph, NOp
-from fastnnef.nnef.payload import OffloadedPayload, quantized_type_line
+from fastnnef.nnef.payload import quantized_type_line
 from fastnnef.nnef.writer import graph_text
 
 log = get_logger(__name__)
@@ -35,9 +35,7 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
     start = time.perf_counter()
     done, next_report = 0, total / 10
     for label in labels:  # checkpoint tensors fail (dtype, limits) before any byte is written
-        payload = graph.variables[label].payload
-        if isinstance(payload, OffloadedPayload):
-            payload.check(label)
+        graph.variables[label].payload.check(label)
     progress = TENSOR_PROGRESS.get()
     with Artefact(path, fmt, compression_level) as artefact:
         artefact.add_file("graph.nnef", graph_text(graph))

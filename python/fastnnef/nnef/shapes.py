@@ -3,8 +3,8 @@
 Handlers emit intermediate ops without restating shapes wherever a rule here applies:
 elementwise ops with broadcasting, comparisons, ``select``, reductions, casts and the axis
 ops (unsqueeze, squeeze, transpose, slice, concat, stack, tile, gather, matmul, einsum),
-and conv with explicit padding.
-``infer`` returns ``None`` for ops without a rule; the caller must then say the shape.
+and conv with explicit padding. Each op's rule is named by its declaration in
+nnef/op_table.py (whose ``infer`` applies it); an op without one needs its shape given.
 
 Dims are ints or ``Sym`` expressions in tract's syntax (``S``, ``S+P``, ``(S-1)*2``);
 ``UNKNOWN_DIM`` marks a dynamic dim whose expression was lost.
@@ -12,7 +12,7 @@ Dims are ints or ``Sym`` expressions in tract's syntax (``S``, ``S+P``, ``(S-1)*
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from fastnnef.exceptions import T2NErrorConsistency
 from fastnnef.nnef.graph import Dim, NTensor, Sym
@@ -123,24 +123,11 @@ def broadcast_shapes(shapes: Sequence[Sequence[Dim]], kind: str = "") -> Shape:
     return tuple(out)
 
 
-# --- op families --------------------------------------------------------------------------
-UNARY = frozenset(
-    """copy neg abs sign exp log sin cos tan asin acos atan sinh cosh asinh acosh atanh floor
-    ceil round sqrt rsqrt sqr rcp recip relu sigmoid tanh elu selu gelu silu softplus
-    leaky_relu not softmax tract_core_erf tract_core_round_even tract_core_hard_swish
-    tract_core_log_softmax tract_core_trilu tract_core_cumsum tract_core_is_nan
-    tract_core_is_inf tract_core_bitnot""".split()
-)
-BINARY = frozenset(
-    """add sub mul div pow min max and or tract_core_bitand tract_core_bitor tract_core_bitxor
-    tract_shl tract_shr""".split()
-)
-COMPARISONS = frozenset("lt gt le ge eq ne".split())
-REDUCTIONS = {
-    "sum_reduce": None, "mean_reduce": None, "max_reduce": None, "min_reduce": None,
-    "tract_core_product_reduce": None, "all_reduce": None, "any_reduce": None,
-    "argmax_reduce": "i64", "argmin_reduce": "i64",
-}
+# --- rules -------------------------------------------------------------------------------
+# A rule maps ``(kind, args, attrs)`` to the ``(datum type, shape)`` of the op's single
+# output, or ``None`` where the operands do not fix it. Which op has which rule is declared
+# in nnef/op_table.py, nowhere else.
+Rule = Callable[[str, Sequence[Any], dict[str, Any]], Optional[tuple[str, Shape]]]
 
 
 def _tensors(args: Sequence[Any]) -> list[NTensor]:
@@ -208,87 +195,164 @@ def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
     return (x.shape[0], w.shape[0]) + tuple(spatial)
 
 
-def infer(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
-    """``(datum type, shape)`` of ``kind(args, attrs)``'s single output, or ``None`` when
-    no rule covers the op."""
+def elementwise(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """Unary and binary ops: the first tensor's type, the operands' broadcast shape."""
     tensors = _tensors(args)
-    first = tensors[0] if tensors else None
-    if kind in UNARY or kind in BINARY:
-        if first is None:
-            return None
-        return first.dtype, broadcast_shapes([_shape(a) for a in args], kind)
-    if kind in COMPARISONS:
-        if first is None:
-            return None
-        return "bool", broadcast_shapes([_shape(a) for a in args], kind)
-    if kind == "select":
-        branches = _tensors(args[1:])
-        if not branches:
-            return None
-        return branches[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
-    if kind in ("concat", "stack"):
-        return _concat(kind, args, attrs)
-    if kind == "tract_core_einsum":
-        return _einsum(args, attrs)
-    if kind == "tract_core_cast":
-        return attrs["to"], first.shape if first is not None else ()
-    if first is None:
+    if not tensors:
         return None
-    x = first
-    if kind in REDUCTIONS:
-        axes = set(attrs.get("axes", ()))
-        return REDUCTIONS[kind] or x.dtype, tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    if kind == "unsqueeze":
-        shape = list(x.shape)
-        for axis in sorted(attrs["axes"]):
-            shape.insert(axis, 1)
-        return x.dtype, tuple(shape)
-    if kind == "squeeze":
-        axes = set(attrs["axes"])
-        return x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    if kind == "transpose":
-        perm = list(attrs["axes"])
-        return x.dtype, tuple(x.shape[p] for p in perm) + tuple(x.shape[len(perm):])
-    if kind == "slice":
-        shape = list(x.shape)
-        strides = attrs.get("stride") or [1] * len(attrs["axes"])
-        for axis, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
-            shape[axis] = _slice_len(b, e, s)
-        return x.dtype, tuple(shape)
-    if kind == "tile":
-        return x.dtype, tuple(times(d, r) for d, r in zip(x.shape, attrs["repeats"]))
-    if kind == "matmul":
-        if len(tensors) != 2 or min(t.rank for t in tensors) < 2:
-            return None
-        a, b = tensors
-        rows = a.shape[-1] if attrs.get("transposeA") else a.shape[-2]
-        cols = b.shape[-2] if attrs.get("transposeB") else b.shape[-1]
-        return a.dtype, broadcast_shapes([a.shape[:-2], b.shape[:-2]], kind) + (rows, cols)
-    if kind == "tract_core_gather":
-        if len(tensors) != 2:
-            return None
-        axis = attrs["axis"]
-        idx = tensors[1]
-        return attrs.get("datum_type", x.dtype), x.shape[:axis] + idx.shape + x.shape[axis + 1:]
-    if kind == "tract_core_gather_elements" and len(tensors) == 2:
-        return x.dtype, tensors[1].shape
-    if kind in ("tract_core_scatter_elements", "tract_core_scatter_nd"):
-        return x.dtype, x.shape
-    if kind == "tract_core_broadcast" and isinstance(attrs.get("shape"), list):
-        return x.dtype, broadcast_shapes([x.shape, tuple(attrs["shape"])], kind)
-    if kind == "tract_core_fft":
-        return x.dtype, x.shape
-    if kind == "tract_core_grid_sample" and len(tensors) == 2:
-        return x.dtype, x.shape[:2] + tensors[1].shape[1:-1]
-    if kind == "tract_core_shape_of":
-        return "tdim", (x.rank,)
-    if kind == "conv" and len(tensors) >= 2 and attrs.get("padding"):
-        return x.dtype, _conv_shape(x, tensors[1], attrs)
-    if kind == "tract_core_downsample":
-        stride = attrs["stride"]
-        shape = list(x.shape)
-        n = shape[attrs["axis"]]
-        if stride != -1:
-            shape[attrs["axis"]] = _slice_len(attrs.get("modulo", 0), n, abs(stride))
-        return x.dtype, tuple(shape)
-    return None
+    return tensors[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
+
+
+def comparison(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    if not _tensors(args):
+        return None
+    return "bool", broadcast_shapes([_shape(a) for a in args], kind)
+
+
+def select(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    branches = _tensors(args[1:])
+    if not branches:
+        return None
+    return branches[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
+
+
+def concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """``concat`` and ``stack``."""
+    return _concat(kind, args, attrs)
+
+
+def einsum(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    return _einsum(args, attrs)
+
+
+def cast(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    tensors = _tensors(args)
+    return attrs["to"], tensors[0].shape if tensors else ()
+
+
+def _on_first(rule: Callable[[str, NTensor, list[NTensor], dict[str, Any]], Optional[tuple[str, Shape]]]) -> Rule:
+    """A rule over the first tensor operand (and the others); ``None`` without one."""
+
+    def apply(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+        tensors = _tensors(args)
+        return rule(kind, tensors[0], tensors, attrs) if tensors else None
+
+    apply.__name__ = apply.__qualname__ = rule.__name__
+    apply.__doc__ = rule.__doc__
+    return apply
+
+
+def _reduced(x: NTensor, attrs: dict[str, Any]) -> Shape:
+    axes = set(attrs.get("axes", ()))
+    return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+
+
+@_on_first
+def reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """A reduction keeps its input's type; reduced axes become 1."""
+    return x.dtype, _reduced(x, attrs)
+
+
+@_on_first
+def index_reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """``argmax_reduce`` / ``argmin_reduce``: i64 indices."""
+    return "i64", _reduced(x, attrs)
+
+
+@_on_first
+def unsqueeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    shape = list(x.shape)
+    for axis in sorted(attrs["axes"]):
+        shape.insert(axis, 1)
+    return x.dtype, tuple(shape)
+
+
+@_on_first
+def squeeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    axes = set(attrs["axes"])
+    return x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes)
+
+
+@_on_first
+def transpose(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    perm = list(attrs["axes"])
+    return x.dtype, tuple(x.shape[p] for p in perm) + tuple(x.shape[len(perm):])
+
+
+@_on_first
+def slice_(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    shape = list(x.shape)
+    strides = attrs.get("stride") or [1] * len(attrs["axes"])
+    for axis, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
+        shape[axis] = _slice_len(b, e, s)
+    return x.dtype, tuple(shape)
+
+
+@_on_first
+def tile(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    return x.dtype, tuple(times(d, r) for d, r in zip(x.shape, attrs["repeats"]))
+
+
+@_on_first
+def matmul(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    if len(tensors) != 2 or min(t.rank for t in tensors) < 2:
+        return None
+    a, b = tensors
+    rows = a.shape[-1] if attrs.get("transposeA") else a.shape[-2]
+    cols = b.shape[-2] if attrs.get("transposeB") else b.shape[-1]
+    return a.dtype, broadcast_shapes([a.shape[:-2], b.shape[:-2]], kind) + (rows, cols)
+
+
+@_on_first
+def gather(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    if len(tensors) != 2:
+        return None
+    axis = attrs["axis"]
+    idx = tensors[1]
+    return attrs.get("datum_type", x.dtype), x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+
+
+@_on_first
+def gather_elements(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    return (x.dtype, tensors[1].shape) if len(tensors) == 2 else None
+
+
+@_on_first
+def same_as_input(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """The input's type and shape (scatters, FFT)."""
+    return x.dtype, x.shape
+
+
+@_on_first
+def broadcast(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    if not isinstance(attrs.get("shape"), list):
+        return None
+    return x.dtype, broadcast_shapes([x.shape, tuple(attrs["shape"])], kind)
+
+
+@_on_first
+def grid_sample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    return (x.dtype, x.shape[:2] + tensors[1].shape[1:-1]) if len(tensors) == 2 else None
+
+
+@_on_first
+def shape_of(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    return "tdim", (x.rank,)
+
+
+@_on_first
+def conv(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    """With explicit padding only."""
+    if len(tensors) < 2 or not attrs.get("padding"):
+        return None
+    return x.dtype, _conv_shape(x, tensors[1], attrs)
+
+
+@_on_first
+def downsample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    stride = attrs["stride"]
+    shape = list(x.shape)
+    n = shape[attrs["axis"]]
+    if stride != -1:
+        shape[attrs["axis"]] = _slice_len(attrs.get("modulo", 0), n, abs(stride))
+    return x.dtype, tuple(shape)

@@ -20,15 +20,10 @@ import torch
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
-from fastnnef.nnef.payload import (
-    DATUM_TYPES,
-    TORCH_QUANTIZED,
-    PlainPayload,
-    Q4_0BlocksPayload,
-    datum_type,
-    payload_for,
-)
-from fastnnef.nnef.shapes import infer, unknown
+from fastnnef.nnef.op_table import check, check_fragment, infer
+from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, datum_type, payload_for
+from fastnnef.nnef.shapes import unknown
+from fastnnef.tensor.quant.packed import PackedFormat
 from fastnnef.torch_graph.ir import ConstTensor, IROp, IRValue, ParamValue, TensorValue
 
 _CAMEL_SPLIT = re.compile(r"[._]+")
@@ -76,7 +71,7 @@ class GraphBuilder:
         self._bound: dict[int, NTensor] = {}  # id(IR value) -> NNEF tensor
         self._fixed: dict[int, str] = {}  # id(IR value) -> user-given output name
         self._unexported: dict[int, str] = {}  # id(IR value) -> the op that could not export it
-        self._packed: set[str] = set()  # identifiers of Q4_0 variables
+        self._packed: dict[str, PackedFormat] = {}  # identifier -> format, of variables held packed
         self._variables: set[str] = set()  # identifiers of all variables
         self._counter = 0
 
@@ -147,12 +142,12 @@ class GraphBuilder:
         known = self.graph.variables.get(label)
         if known is not None:
             return known.tensor
-        payload = payload_for(data, self.caps.q4_0_encoding, where, label)
+        payload = payload_for(data, self.caps, where, label)
         dtype = datum_type(payload, logical if logical is not None else data.dtype)
         t = self.graph.add_variable(label, label, payload, dtype, tuple(data.shape) if shape is None else shape)
         self._variables.add(t.name)
-        if isinstance(payload, Q4_0BlocksPayload):
-            self._packed.add(t.name)
+        if payload.held_packed is not None:
+            self._packed[t.name] = payload.held_packed
         return t
 
     def parameter(self, tensor: torch.Tensor, where: str = "") -> NTensor:
@@ -182,21 +177,38 @@ class GraphBuilder:
         if t.name not in self._variables:
             return None
         var = next((v for v in self.graph.variables.values() if v.tensor is t), None)
-        return var.payload.data if var is not None and isinstance(var.payload, PlainPayload) else None
+        return var.payload.plain_data if var is not None else None
 
-    def is_packed(self, t: NTensor) -> bool:
-        """Whether ``t`` is a variable stored as packed Q4_0 blocks."""
-        return t.name in self._packed
+    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+        """The packed format of ``t`` when it is a variable held as packed blocks (a Q4_0
+        ``QTensor``), ``None`` otherwise."""
+        return self._packed.get(t.name)
 
     # --- ops -----------------------------------------------------------------------------
+    def _declared(self, kind: str, attrs: dict[str, Any], by: Optional[IROp]) -> None:
+        """Check the statement against its declaration (nnef/op_table.py), before anything
+        is added to the graph, and note the tract registry it needs. Errors name ``by``,
+        the node being converted."""
+        try:
+            decl = check(kind, attrs, self.graph.fragments)
+        except T2NErrorConsistency as err:
+            if by is None:
+                raise
+            raise T2NErrorConsistency(f"{by.where()}: {err}") from None
+        if decl.registry is not None:
+            self.graph.use_registry(decl.registry, needed_by=kind)
+
     def op(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *, name: str,
         dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, exact: bool = False,
+        by: Optional[IROp] = None,
     ) -> NTensor:
-        """Append a single-output op. A missing ``dtype`` or ``shape`` is derived from the
-        operands (nnef/shapes.py); ``name`` is a base made unique, or with ``exact`` a
-        reserved output name taken as is."""
+        """Append a single-output op, checked against its declaration (``by``: the node
+        being converted, named in errors). A missing ``dtype`` or ``shape`` is derived by
+        the op's rule; ``name`` is a base made unique, or with ``exact`` a reserved output
+        name taken as is."""
         attrs = dict(attrs or {})
+        self._declared(kind, attrs, by)
         if dtype is None or shape is None:
             derived = infer(kind, args, attrs)
             if derived is None:
@@ -219,9 +231,11 @@ class GraphBuilder:
 
     def op_multi(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (),
+        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: Optional[IROp] = None,
     ) -> tuple[NTensor, ...]:
-        """Append an op with several outputs, each given as ``(base name, dtype, shape)``."""
+        """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
+        checked against its declaration."""
+        self._declared(kind, dict(attrs or {}), by)
         tensors = []
         for i, (name, dtype, shape) in enumerate(outputs):
             fixed = i < len(exact) and exact[i]
@@ -233,7 +247,9 @@ class GraphBuilder:
         return name in self.graph.fragments
 
     def fragment(self, name: str, text: str) -> None:
-        """Declare an NNEF fragment (written once, however many ops use it)."""
+        """Declare an NNEF fragment (written once, however many ops use it), checked by
+        nnef/op_table.py (its text defines ``name``; fastnnef's own are declared there)."""
+        check_fragment(name, text)
         known = self.graph.fragments.get(name)
         if known is not None and known != text:
             raise T2NErrorConsistency(f"two different fragments are both named {name!r}")

@@ -19,6 +19,7 @@ from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, quantized_params
 from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
 from fastnnef.op.registry import HandlerSpec
+from fastnnef.tensor.quant.packed import PackedFormat
 from fastnnef.torch_graph.ir import (
     UNKNOWN,
     Const,
@@ -165,7 +166,7 @@ class OpContext:
         tensor = self._b.op(
             kind, args, attrs, name=self._b.base_name(self.node, value),
             dtype=dtype or self._datum_type(value, args), shape=shape,
-            exact=self._b.has_fixed_name(value),
+            exact=self._b.has_fixed_name(value), by=self.node,
         )
         self._emitted[id(value)] = tensor
         return tensor
@@ -191,7 +192,9 @@ class OpContext:
              shape_of(v) if shapes is None else shapes[k])
             for k, v in enumerate(values)
         ]
-        tensors = self._b.op_multi(kind, args, attrs, specs, exact=[self._b.has_fixed_name(v) for v in values])
+        tensors = self._b.op_multi(
+            kind, args, attrs, specs, exact=[self._b.has_fixed_name(v) for v in values], by=self.node
+        )
         self._emitted.update((id(v), t) for v, t in zip(values, tensors))
         return tensors
 
@@ -205,14 +208,16 @@ class OpContext:
     ) -> NTensor:
         """Emit an intermediate op (named after the node, plus ``suffix``); its dtype and
         shape are derived from the operands unless given."""
-        return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape)
+        return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape, by=self.node)
 
     def tmp_multi(
         self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
         outputs: Sequence[tuple[str, str, Sequence[Dim]]],
     ) -> tuple[NTensor, ...]:
         """An intermediate op with several outputs, each ``(suffix, dtype, shape)``."""
-        return self._b.op_multi(kind, args, attrs, [(self.name(s), d, sh) for s, d, sh in outputs])
+        return self._b.op_multi(
+            kind, args, attrs, [(self.name(s), d, sh) for s, d, sh in outputs], by=self.node
+        )
 
     def name(self, suffix: str = "") -> str:
         """A base identifier for something this node produces."""
@@ -239,8 +244,13 @@ class OpContext:
         return self._b.is_variable(t)
 
     def is_packed(self, t: NTensor) -> bool:
-        """Whether ``t`` is a weight stored as packed Q4_0 blocks."""
-        return self._b.is_packed(t)
+        """Whether ``t`` is a weight held as packed blocks (a Q4_0 ``QTensor``; its format:
+        ``packed_format``)."""
+        return self._b.packed_format(t) is not None
+
+    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+        """The packed format of a weight held as packed blocks, ``None`` otherwise."""
+        return self._b.packed_format(t)
 
     # --- common transformations -----------------------------------------------------------
     def cast(self, t: NTensor, dtype: str, *, convert_constant: bool = False) -> NTensor:

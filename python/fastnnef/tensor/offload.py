@@ -60,6 +60,7 @@ from fastnnef.exceptions import (
 )
 from fastnnef.log import get_logger
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
+from fastnnef.tensor.quant.packed import Q4_0, PackedFormat, of_encoding
 from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
 from fastnnef.tensor.traced import traced_torch_function
 
@@ -294,8 +295,14 @@ class OffloadedTensor(torch.Tensor):
         """Whether the Rust writer streams this tensor from the checkpoint as ``encoding``
         (converting dtype or quantizing on the way). Not the floats of a bf16 model stored
         wider: Rust converts dtypes, it does not round through bf16 as torch did."""
-        return (encoding.startswith("q4_0") or self.packed or self.dtype != torch.bfloat16
+        return (of_encoding(encoding) is not None or self.packed or self.dtype != torch.bfloat16
                 or self.stored_dtype == torch.bfloat16)
+
+    @property
+    def packed_format(self) -> Optional[PackedFormat]:
+        """The packed format it is written in (quantized on the way, or its blocks as they
+        are when ``packed``), ``None`` when written as plain elements."""
+        return Q4_0 if self.q4_0 else None
 
     def written_values(self) -> torch.Tensor:
         """What the export writes when it does not stream: the values in ``dtype``, before
@@ -460,6 +467,12 @@ class ComposedOffloadedTensor(OffloadedTensor):
 
     def streams_as(self, encoding: str) -> bool:
         return False  # several checkpoint tensors make one .dat: written from the value
+
+    @property
+    def packed_format(self) -> Optional[PackedFormat]:
+        """The packed format it is written in (quantized on the way, or its blocks as they
+        are when ``packed``), ``None`` when written as plain elements."""
+        return Q4_0 if self.q4_0 else None
 
     def written_values(self) -> torch.Tensor:
         return self.composed_values()

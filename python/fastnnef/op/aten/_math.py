@@ -21,7 +21,7 @@ from typing import Any, Sequence, Union
 import torch
 
 from fastnnef.nnef.graph import NTensor
-from fastnnef.nnef.shapes import infer
+from fastnnef.nnef.op_table import infer
 from fastnnef.op.aten._common import Operand, operands, torch_dtype, typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 
