@@ -180,6 +180,11 @@ class DimExpr:
             len(mono) <= 1 and not any(isinstance(a, _Extremum) for a in mono) for mono, _ in self._terms
         )
 
+    @property
+    def constant(self) -> int:
+        """Its constant term (``-1`` for ``S-1``)."""
+        return dict(self._terms).get((), 0)
+
     def has_division(self) -> bool:
         """Whether a quotient (tract's integer division) appears in it."""
         return any(isinstance(a, _Quotient) for mono, _ in self._terms for a in mono)

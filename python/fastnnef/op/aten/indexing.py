@@ -8,13 +8,13 @@ from typing import Any, Optional
 
 import torch
 
+from fastnnef.dim import dmin, is_negative
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
 from fastnnef.op.aten.scatter import legacy_scatter
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph import symexpr
 from fastnnef.torch_graph.ir import Const, ListValue, TensorValue
 
 # torch writes "to the end" as INT64_MAX; anything this large means the same.
@@ -33,11 +33,10 @@ def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, 
     if v is None:
         return default
     if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
-        if symexpr.is_negative(v):  # x[:, -x.size(1):] counts from the end
+        if is_negative(v):  # x[:, -x.size(1):] counts from the end
             if unknown(n):
                 raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
-            end = symexpr.add(n, v)
-            return Sym(end) if isinstance(end, str) else end if end is not None else Sym(f"{n}+{v}")
+            return n + v
         return v
     if not isinstance(n, Sym):
         return min(max(v + n if v < 0 else v, 0), n)
@@ -58,13 +57,13 @@ def _bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, 
                 f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
                 "torch clamps it at run time: use x[..., start:] or a size expression",
             )
-        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
+        return dmin(n, v)  # torch clamps a bound to the axis: at run time here
     return v
 
 
 def _span(b: Dim, e: Dim, step: int) -> Dim:
     """Length of ``b:e:step`` (for the declared output shape)."""
-    if isinstance(b, int) and isinstance(e, int):  # Sym is a str, never an int
+    if isinstance(b, int) and isinstance(e, int):  # a Sym is never an int
         return max(0, -(-(e - b) // step))
     if step == 1 and b == 0:
         return e
