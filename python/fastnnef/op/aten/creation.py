@@ -90,7 +90,7 @@ def scalar_tensor(ctx: OpContext) -> NTensor:
     # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
     value = ctx.node.inputs[0]
     if isinstance(value, SymInt):
-        if value.expr == "?":
+        if value.expr.is_unknown:
             raise ctx.unsupported("a tensor of a size whose dynamic expression is unknown")
         return _fill(ctx, Sym(value.expr), ())
     return _fill(ctx, _number(ctx, value.value if isinstance(value, Const) else value), ())
@@ -101,7 +101,7 @@ def tensor(ctx: OpContext) -> NTensor:
     """aten::tensor(t[] data, *, ScalarType? dtype=None, Device? device=None, bool requires_grad=False) -> Tensor"""
     data = ctx.node.inputs[0]
     if isinstance(data, SymInt):  # torch.tensor(x.size(1)): the size as a 0-d tensor
-        if data.expr == "?":
+        if data.expr.is_unknown:
             raise ctx.unsupported("torch.tensor() of a size whose dynamic expression is unknown")
         return _fill(ctx, Sym(data.expr), ())
     if isinstance(data, Const) and isinstance(data.value, (int, float, bool)):
@@ -118,7 +118,7 @@ def _arange_bounds(ctx: OpContext) -> list[Union[Number, Sym, NTensor]]:
     values: list[Union[Number, Sym, NTensor]] = []
     for v in ctx.node.inputs[:n_bounds]:
         if isinstance(v, SymInt):
-            if v.expr == "?":
+            if v.expr.is_unknown:
                 raise ctx.unsupported("arange bound that depends on a dynamic axis in an unknown way")
             values.append(Sym(v.expr))
         elif isinstance(v, Const) and isinstance(v.value, (int, float)):
