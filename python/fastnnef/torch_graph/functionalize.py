@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.torch_graph import ir_data
 from fastnnef.torch_graph.fold import Thunk, aten_thunk
@@ -271,7 +272,9 @@ def _narrow_end(start: ir_data.IRValue, length: ir_data.IRValue, what: str) -> i
     if not (isinstance(length, ir_data.Const) and isinstance(length.value, int)):
         raise T2NErrorNotImplemented(f"{what}: a write through narrow with a length that depends on a dynamic axis")
     if isinstance(start, ir_data.SymInt):
-        return ir_data.SymInt("end", start.traced + length.value, start.expr + length.value)
+        end = start.expr + length.value  # a size plus a constant: still a size
+        assert isinstance(end, DimExpr)
+        return ir_data.SymInt("end", start.traced + length.value, end)
     end = _ints(start)[0] + length.value
     return ir_data.Const("end", None if end == 0 and length.value > 0 else end)
 

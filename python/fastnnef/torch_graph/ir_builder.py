@@ -131,7 +131,7 @@ class _Builder:
     def set(self, v: torch._C.Value, value: IRValue) -> None:
         self.values[v.unique()] = value
 
-    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[str]]] = None) -> IRValue:
+    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[DimExpr]]] = None) -> IRValue:
         ty = v.type()
         if isinstance(ty, torch._C.TensorType):
             sizes = ty.sizes()
@@ -322,9 +322,8 @@ class _Builder:
         name = out.debugName()
 
         def dim_value(d: int) -> IRValue:
-            if t.dyn[d] is None:
-                return Const(name, t.shape[d])
-            return SymInt(name, t.shape[d], t.dyn[d])
+            mark = t.dyn[d]
+            return Const(name, t.shape[d]) if mark is None else SymInt(name, t.shape[d], mark)
 
         if len(ins) == 1:
             self.set(out, ListValue(name, [dim_value(d) for d in range(t.rank)]))
@@ -342,8 +341,8 @@ class _Builder:
             self.set(out, Const(name, math.prod(t.shape)))
             return
         count: Size = 1
-        for d in range(t.rank):
-            count = count * (t.shape[d] if t.dyn[d] is None else t.dyn[d])
+        for size, mark in zip(t.shape, t.dyn):
+            count = count * (size if mark is None else mark)
         self.set(out, sizes.size(name, math.prod(t.shape), count))
 
     def number(self, v: torch._C.Value) -> IRValue:
