@@ -134,3 +134,12 @@ def test_negative_bounds() -> None:
     assert dim.is_negative(parse("0-S")) and dim.is_negative(parse("0-S-1"))
     assert not dim.is_negative(parse("S-1")) and not dim.is_negative(parse("P-S"))
     assert dim.is_negative(-3) and not dim.is_negative(0)
+
+
+def test_copies_and_pickles_are_equal() -> None:
+    import copy
+    import pickle
+
+    for expr in (parse("P+((S+3)/4)-1"), parse("min(S,10)*P"), UNKNOWN):
+        assert pickle.loads(pickle.dumps(expr)) == expr
+        assert copy.deepcopy(expr) == expr

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, Optional, Union
 
-__all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "normalize",
-           "ceil_div", "dmin", "dmax", "is_symbolic", "is_negative"]
+__all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
+           "is_negative"]
 
 Size = Union[int, "DimExpr"]
 """A dimension: an int, or a ``DimExpr`` when it varies with a dynamic axis."""
@@ -157,20 +157,6 @@ class DimExpr:
     def is_unknown(self) -> bool:
         """A dynamic size whose expression was lost."""
         return self._unknown
-
-    @property
-    def symbols(self) -> frozenset[str]:
-        """The names of the dynamic axes this size depends on."""
-        names: set[str] = set()
-        for mono, _ in self._terms:
-            for atom in mono:
-                if isinstance(atom, _Symbol):
-                    names.add(atom.name)
-                elif isinstance(atom, _Quotient):
-                    names |= atom.num.symbols
-                else:
-                    names |= {s for a in atom.args if isinstance(a, DimExpr) for s in a.symbols}
-        return frozenset(names)
 
     @property
     def is_linear(self) -> bool:
@@ -378,11 +364,6 @@ def dmax(*args: Size) -> Size:
     return _extremum("max", args)
 
 
-def is_symbolic(x: object) -> bool:
-    """Whether ``x`` is a size that varies with a dynamic axis (or an unknown one)."""
-    return isinstance(x, DimExpr)
-
-
 def is_negative(x: Size) -> bool:
     """Whether ``x`` is below zero for every size its symbols may take (``0-S``,
     ``0-S-1``): a bound counted from the end, as torch reads a negative index. Atoms are
@@ -390,11 +371,6 @@ def is_negative(x: Size) -> bool:
     if isinstance(x, int):
         return x < 0
     return not x.is_unknown and all(c <= 0 for _, c in x._terms)
-
-
-def normalize(x: Union[str, int, DimExpr]) -> Size:
-    """``x`` in normal form: an int when constant, else a ``DimExpr``."""
-    return DimExpr(x)
 
 
 # --- parsing -------------------------------------------------------------------------------
