@@ -139,7 +139,7 @@ def test_no_import_circle():
 # its ``__init__``). The foundation is left out of the dependency table: everything uses it.
 FOUNDATION = "foundation"
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (FOUNDATION, ("exceptions", "log", "utils", "compat", "compat.process_patch", "compat.empty_weights")),
+    (FOUNDATION, ("exceptions", "log", "utils", "dim", "compat", "compat.process_patch", "compat.empty_weights")),
     ("Rust core and the linked tract", ("_native", "check")),
     ("weights that are not plain tensors", ("tensor", "nnef_io", "compat.offload_loading")),
     ("trace: torch model -> IR", ("torch_graph", "compat.ir_names", "compat.jit_mutation")),

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from fastnnef.check import TractArtefact
+from fastnnef.dim import DimExpr
 from fastnnef.inference_target import TractNNEF
 from fastnnef.torch_graph.ir import TensorValue, build_ir
 from fastnnef.torch_graph.trace import trace_model
@@ -46,9 +47,9 @@ def test_marks() -> None:
         out = op.outputs[0]
         if isinstance(out, TensorValue):
             by_kind.setdefault(op.kind, []).append(out.dyn)
-    assert by_kind["aten::cat"][0] == (None, "P+S", None)
-    assert by_kind["aten::arange"] == [("S",), ("P+S",)]
-    assert ("S", "P+S") in by_kind["aten::le"]
+    assert by_kind["aten::cat"][0] == (None, DimExpr("P+S"), None)
+    assert by_kind["aten::arange"] == [(DimExpr("S"),), (DimExpr("P+S"),)]
+    assert (DimExpr("S"), DimExpr("P+S")) in by_kind["aten::le"]
 
 
 def test_runs_at_other_sizes(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The NNEF graph as fastnnef builds it: tensors, operations, variables, extensions.
 
 The graph knows nothing of torch's IR; op handlers build it through ``NNEFGraph.op``.
-Tensor shapes hold ints, or ``Sym`` expressions for dynamic axes.
+Tensor shapes hold ints, or ``Sym`` expressions (``fastnnef.dim.DimExpr``) for dynamic axes.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
@@ -19,11 +20,11 @@ from fastnnef.exceptions import (
 if TYPE_CHECKING:  # payloads reference torch data; the graph only carries them
     from fastnnef.nnef.payload import AnyPayload
 
-class Sym(str):
-    """A symbolic dimension expression (``S``, ``S+P``), written bare in the graph text."""
+Sym = DimExpr
+"""A symbolic dimension (``S``, ``P+S``), written bare in the graph text: the one size
+type of ``fastnnef.dim``, under the name handlers use (``Sym("S+1")`` parses tract's text)."""
 
-
-Dim = Union[int, Sym]
+Dim = Union[int, DimExpr]
 
 NNEF_KEYWORDS = frozenset(
     "version extension fragment graph tensor integer scalar logical string true false "
@@ -55,7 +56,7 @@ class NTensor:
         return len(self.shape)
 
     def is_static(self) -> bool:
-        return all(isinstance(d, int) and not isinstance(d, Sym) for d in self.shape)
+        return all(isinstance(d, int) for d in self.shape)
 
 
 @dataclass(frozen=True)

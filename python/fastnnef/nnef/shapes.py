@@ -6,30 +6,31 @@ ops (unsqueeze, squeeze, transpose, slice, concat, stack, tile, gather, matmul, 
 and conv with explicit padding. Each op's rule is named by its declaration in
 nnef/op_table.py (whose ``infer`` applies it); an op without one needs its shape given.
 
-Dims are ints or ``Sym`` expressions in tract's syntax (``S``, ``S+P``, ``(S-1)*2``);
-``UNKNOWN_DIM`` marks a dynamic dim whose expression was lost.
+Dims are ints or ``DimExpr`` sizes (``fastnnef.dim``: ``S``, ``P+S``, ``((S+1)/2)``), whose
+arithmetic normalizes; ``UNKNOWN_DIM`` marks a dynamic dim whose expression was lost.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
+from fastnnef import dim
 from fastnnef.exceptions import T2NErrorConsistency
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.graph import Dim, NTensor
 
-UNKNOWN_DIM = Sym("?")
+UNKNOWN_DIM = dim.UNKNOWN
 
 Shape = tuple[Dim, ...]
 
 
 # --- dims -------------------------------------------------------------------------------
 def is_static(d: Dim) -> bool:
-    return isinstance(d, int) and not isinstance(d, Sym)
+    return isinstance(d, int)
 
 
 def unknown(d: Dim) -> bool:
     """A dynamic dim whose expression the IR lost."""
-    return isinstance(d, Sym) and d == UNKNOWN_DIM
+    return isinstance(d, dim.DimExpr) and d.is_unknown
 
 
 def same_size(a: Dim, b: Dim) -> bool:
@@ -38,57 +39,26 @@ def same_size(a: Dim, b: Dim) -> bool:
     return a == b and not unknown(a)
 
 
-def _term(d: Dim) -> str:
-    """``d`` as an operand of ``*`` or ``/`` (compound sums get parentheses)."""
-    text = str(d)
-    return f"({text})" if any(c in text[1:] for c in "+-") else text
-
-
 def plus(d: Dim, k: int) -> Dim:
-    """``d + k`` for a static or symbolic dim (written as tract parses it: ``S-3``)."""
-    if is_static(d):
-        return int(d) + k
-    if unknown(d):
-        return UNKNOWN_DIM
-    if k == 0:
-        return d
-    return Sym(f"{d}+{k}" if k > 0 else f"{d}-{-k}")
+    """``d + k`` for a static or symbolic dim."""
+    return d + k
 
 
 def add_dims(a: Dim, b: Dim) -> Dim:
     """``a + b`` for two dims (a concatenation's length)."""
-    if unknown(a) or unknown(b):
-        return UNKNOWN_DIM
-    if is_static(a) and is_static(b):
-        return int(a) + int(b)
-    if is_static(a):
-        return plus(b, int(a))
-    if is_static(b):
-        return plus(a, int(b))
-    return Sym(f"{a}+{b}")
+    return a + b
 
 
 def times(d: Dim, k: int) -> Dim:
-    """``d * k``."""
-    if is_static(d):
-        return int(d) * k
-    if unknown(d) or k == 0:
-        return UNKNOWN_DIM if k else 0
-    return d if k == 1 else Sym(f"{_term(d)}*{k}")
+    """``d * k`` (0 for ``k == 0``, even for an unknown ``d``)."""
+    return 0 if k == 0 else d * k
 
 
 def volume(shape: Sequence[Dim]) -> Dim:
-    """The element count of ``shape``: static, ``S*k`` with one dynamic dim, else unknown."""
+    """The element count of ``shape`` (unknown when one of its dims is)."""
     size: Dim = 1
     for d in shape:
-        if is_static(d) and is_static(size):
-            size = int(size) * int(d)
-        elif is_static(size) and not unknown(d):
-            size = times(d, int(size))
-        elif is_static(d) and not unknown(size):
-            size = times(size, int(d))
-        else:
-            return UNKNOWN_DIM
+        size = size * d
     return size
 
 
@@ -139,12 +109,10 @@ def _shape(a: Any) -> Shape:
 
 
 def _slice_len(b: Dim, e: Dim, stride: int) -> Dim:
-    if is_static(b) and is_static(e):
-        return max(0, -(-(int(e) - int(b)) // stride))
-    if stride == 1 and b == 0:
-        return e
-    if stride == 1 and is_static(b) and not unknown(e):
-        return plus(e, -int(b))
+    if isinstance(b, int) and isinstance(e, int):
+        return max(0, -(-(e - b) // stride))
+    if stride == 1 and isinstance(b, int):
+        return e - b
     return UNKNOWN_DIM
 
 
@@ -185,13 +153,8 @@ def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
         before, after = attrs["padding"][i].items
         stride = attrs["stride"][i] if attrs.get("stride") else 1
         dilation = attrs["dilation"][i] if attrs.get("dilation") else 1
-        shrink = before + after - dilation * (int(w.shape[2 + i]) - 1) - 1
-        if is_static(n):
-            spatial.append((int(n) + shrink) // stride + 1)
-        elif unknown(n) or stride == 1:
-            spatial.append(plus(n, shrink + 1))
-        else:
-            spatial.append(Sym(f"({plus(n, shrink)})/{stride}+1"))
+        shrink = before + after - dilation * (w.shape[2 + i] - 1) - 1
+        spatial.append((n + shrink) // stride + 1)
     return (x.shape[0], w.shape[0]) + tuple(spatial)
 
 

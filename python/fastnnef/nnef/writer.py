@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorStrictNNEFSpec
 from fastnnef.nnef.graph import (
     NAlias,
@@ -12,7 +13,6 @@ from fastnnef.nnef.graph import (
     NOp,
     NTensor,
     NVariable,
-    Sym,
     Tuple,
 )
 from fastnnef.nnef.literals import format_float, format_string
@@ -32,7 +32,7 @@ def format_value(value: Any) -> str:
     """Any op argument or attribute as NNEF text."""
     if isinstance(value, NTensor):
         return value.name
-    if isinstance(value, Sym):
+    if isinstance(value, DimExpr):  # a size of a dynamic axis, in tract's syntax
         return str(value)
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.torch_graph import ir_data
 from fastnnef.torch_graph.fold import Thunk, aten_thunk
@@ -251,7 +252,7 @@ def _key(value: ir_data.IRValue) -> object:
     if isinstance(value, ir_data.Const):
         return ("const", value.value)
     if isinstance(value, ir_data.SymInt):
-        return ("sym", value.expr) if value.expr != ir_data.UNKNOWN else ("value", id(value))
+        return ("sym", value.expr) if not value.expr.is_unknown else ("value", id(value))
     if isinstance(value, ir_data.ListValue):
         return tuple(_key(v) for v in value.items)
     return ("value", id(value))
@@ -271,8 +272,9 @@ def _narrow_end(start: ir_data.IRValue, length: ir_data.IRValue, what: str) -> i
     if not (isinstance(length, ir_data.Const) and isinstance(length.value, int)):
         raise T2NErrorNotImplemented(f"{what}: a write through narrow with a length that depends on a dynamic axis")
     if isinstance(start, ir_data.SymInt):
-        expr = ir_data.UNKNOWN if start.expr == ir_data.UNKNOWN else f"({start.expr}+{length.value})"
-        return ir_data.SymInt("end", start.traced + length.value, expr)
+        end = start.expr + length.value  # a size plus a constant: still a size
+        assert isinstance(end, DimExpr)
+        return ir_data.SymInt("end", start.traced + length.value, end)
     end = _ints(start)[0] + length.value
     return ir_data.Const("end", None if end == 0 and length.value > 0 else end)
 

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
+from fastnnef.dim import DimExpr, Size
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
 from fastnnef.log import get_logger
 from fastnnef.tensor.named import export_labels, storage_labels
@@ -23,7 +24,6 @@ from fastnnef.torch_graph import functionalize
 from fastnnef.torch_graph import ir_sizes as sizes
 from fastnnef.torch_graph.ir_data import (
     CUSTOMOP_KIND,
-    UNKNOWN,
     Const,
     ConstTensor,
     IRGraph,
@@ -131,7 +131,7 @@ class _Builder:
     def set(self, v: torch._C.Value, value: IRValue) -> None:
         self.values[v.unique()] = value
 
-    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[str]]] = None) -> IRValue:
+    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[DimExpr]]] = None) -> IRValue:
         ty = v.type()
         if isinstance(ty, torch._C.TensorType):
             sizes = ty.sizes()
@@ -181,7 +181,7 @@ class _Builder:
             tv = self.tensor_value(v)
             assert isinstance(tv, TensorValue)
             axes = self.dynamic_axes.get(i, {})
-            tv.dyn = tuple(axes.get(d) for d in range(tv.rank))
+            tv.dyn = tuple(None if axes.get(d) is None else DimExpr(axes[d]) for d in range(tv.rank))
             self.set(v, tv)
             inputs.append(tv)
         self.refuse_frozen_sizes(inputs)
@@ -322,9 +322,8 @@ class _Builder:
         name = out.debugName()
 
         def dim_value(d: int) -> IRValue:
-            if t.dyn[d] is None:
-                return Const(name, t.shape[d])
-            return SymInt(name, t.shape[d], t.dyn[d] or UNKNOWN)
+            mark = t.dyn[d]
+            return Const(name, t.shape[d]) if mark is None else SymInt(name, t.shape[d], mark)
 
         if len(ins) == 1:
             self.set(out, ListValue(name, [dim_value(d) for d in range(t.rank)]))
@@ -341,9 +340,10 @@ class _Builder:
         if not t.is_dynamic():
             self.set(out, Const(name, math.prod(t.shape)))
             return
-        terms = [f"({t.dyn[d]})" if t.dyn[d] is not None else str(t.shape[d]) for d in range(t.rank)]
-        expr = UNKNOWN if UNKNOWN in t.dyn else "*".join(terms)
-        self.set(out, SymInt(name, math.prod(t.shape), expr))
+        count: Size = 1
+        for size, mark in zip(t.shape, t.dyn):
+            count = count * (size if mark is None else mark)
+        self.set(out, sizes.size(name, math.prod(t.shape), count))
 
     def number(self, v: torch._C.Value) -> IRValue:
         """A value for size arithmetic: 0-d int/float tensor constants and 0-d integer

@@ -3,24 +3,26 @@
 Every module of ``torch_graph`` that reads or makes IR values imports them from here: the
 builder (``ir_builder.py``), its dynamic-dimension rules (``ir_dynamic.py``), constant
 folding (``fold.py``) and functionalization (``functionalize.py``). Nothing here imports
-another module of the package, so none of them forms a circle through it.
+another module of the package but ``fastnnef.dim`` (which imports nothing), so none of
+them forms a circle through it.
 
-A tensor value carries ``dyn``: per dim, ``None`` (static), a symbol expression (``"S"``,
-``"P+S"``) or ``UNKNOWN`` (dynamic, expression unknown).
+A tensor value carries ``dyn``: per dim, ``None`` (static), its size as a ``DimExpr``
+(``S``, ``P+S``) or ``UNKNOWN`` (dynamic, expression lost).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 from torch import nn
 
+from fastnnef.dim import UNKNOWN as UNKNOWN  # the IR's mark of a dim whose expression was lost
+from fastnnef.dim import DimExpr, Size
+
 # IR kind prefix of a module call converted by its extractor (torch_to_nnef's name).
 CUSTOMOP_KIND = "wired_custom::"
-
-UNKNOWN = "?"
 
 
 class IRValue:
@@ -34,7 +36,7 @@ class TensorValue(IRValue):
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]
-    dyn: tuple[Optional[str], ...] = ()
+    dyn: tuple[Optional[DimExpr], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.dyn:
@@ -76,11 +78,12 @@ class Const(IRValue):
 
 @dataclass(eq=False)
 class SymInt(IRValue):
-    """An integer that depends on a dynamic axis: its traced value and expression."""
+    """An integer that depends on a dynamic axis: its traced value and expression
+    (``UNKNOWN`` when it could not be written)."""
 
     name: str
     traced: int
-    expr: str
+    expr: DimExpr
 
 
 @dataclass(eq=False)
@@ -90,7 +93,7 @@ class SymRatio(IRValue):
 
     name: str
     traced: float
-    num: Union[str, int]
+    num: Size
     den: int
 
 

@@ -2,8 +2,8 @@
 
 The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. An op
 whose kind has a rule (views, reshapes, slices, pads, fills, reductions, matmul, cat,
-arange...) gets its output marks from its inputs' marks and size arguments, as expressions
-over the axes' symbols (``symexpr.py``) where they can be written; other ops follow the
+arange...) gets its output marks from its inputs' marks and size arguments, as sizes
+over the axes' symbols (``fastnnef.dim``) where they can be written; other ops follow the
 generic rule: same-rank outputs dim by dim, else a dim whose traced size equals a dynamic
 input dim's is marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
 
@@ -15,10 +15,21 @@ traced size may equal a merged dim by chance.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence
 
-from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir_data import UNKNOWN, Const, IROp, IRValue, ListValue, SymInt, TensorValue
+from fastnnef.dim import UNKNOWN, DimExpr, Size, ceil_div, dmin, is_negative
+from fastnnef.torch_graph.ir_data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
+
+
+def _mark(size: Size) -> Optional[DimExpr]:
+    """A dim's mark: ``None`` when its size is a constant, else its expression."""
+    return None if isinstance(size, int) else size
+
+
+def _size(t: TensorValue, d: int) -> Size:
+    """The size of ``t``'s dim ``d``: its traced value when static, else its expression."""
+    mark = t.dyn[d]
+    return t.shape[d] if mark is None else mark
 
 
 def _tensor_inputs(op: IROp) -> list[TensorValue]:
@@ -73,9 +84,9 @@ def propagate_dyn(op: IROp) -> None:
         items = v.items if isinstance(v, ListValue) else [v]
         dyn_sizes |= {x.traced for x in items if isinstance(x, SymInt)}
     for out in outs:
-        dyn: list[Optional[str]] = []
+        dyn: list[Optional[DimExpr]] = []
         for d in range(out.rank):
-            mark: Optional[str] = None
+            mark: Optional[DimExpr] = None
             for t in dyn_inputs:
                 if t.rank == out.rank and t.dyn[d] is not None:
                     if t.shape[d] == out.shape[d]:
@@ -118,17 +129,14 @@ def _arange_dyn(op: IROp) -> bool:
     exprs = [_int_expr(v) for v in (start, end)]
     if not any(isinstance(v, SymInt) for v in (start, end)) or None in exprs:
         return False
-    length = symexpr.add(exprs[1], exprs[0], -1)  # type: ignore[arg-type]
-    if length is None:
-        return False
-    out.dyn = (None if isinstance(length, int) else length,)
+    out.dyn = (_mark(exprs[1] - exprs[0]),)  # type: ignore[operator]
     return True
 
 
-def _int_expr(value: IRValue) -> Optional[Union[str, int]]:
+def _int_expr(value: IRValue) -> Optional[Size]:
     """The expression of a size argument (a static int or a known dynamic size), else None."""
     if isinstance(value, SymInt):
-        return None if value.expr == UNKNOWN else value.expr
+        return None if value.expr.is_unknown else value.expr
     if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
         return value.value
     return None
@@ -146,14 +154,13 @@ def _cat_dyn(op: IROp) -> bool:
     if len(parts) != len(op.inputs[0].items) or not any(t.is_dynamic() for t in parts):
         return False
     axis = op.inputs[1].value % out.rank
-    total: Optional[Union[str, int]] = 0
+    total: Size = 0
     for t in parts:
-        size: Union[str, int] = t.shape[axis] if t.dyn[axis] is None else t.dyn[axis]  # type: ignore[assignment]
-        total = None if total is None or size == UNKNOWN else symexpr.add(total, size)
-    dyn: list[Optional[str]] = []
+        total = total + _size(t, axis)
+    dyn: list[Optional[DimExpr]] = []
     for d in range(out.rank):
         if d == axis:
-            dyn.append(UNKNOWN if total is None else None if isinstance(total, int) else total)
+            dyn.append(_mark(total))
         else:
             dyn.append(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None))
     out.dyn = tuple(dyn)
@@ -177,13 +184,13 @@ def _fill_dyn(op: IROp) -> bool:
     return True
 
 
-def _size_list_dyn(sizes: IRValue, rank: int) -> Optional[tuple[Optional[str], ...]]:
+def _size_list_dyn(sizes: IRValue, rank: int) -> Optional[tuple[Optional[DimExpr], ...]]:
     """The dims of a size list: ``None`` for a non-negative constant, the expression of a
     dynamic size (``?`` when unknown); ``None`` for the whole list if anything else (-1)."""
     items = sizes.items if isinstance(sizes, ListValue) else []
     if len(items) != rank:
         return None
-    dyn: list[Optional[str]] = []
+    dyn: list[Optional[DimExpr]] = []
     for item in items:
         if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
             dyn.append(None)
@@ -207,7 +214,7 @@ def const_ints(value: IRValue) -> list[int]:
     return [int(v.value) for v in items if isinstance(v, Const)]
 
 
-def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """Reshape: static dims in the common prefix/suffix stay static; the window between is
     dynamic-unknown if it takes a dynamic input dim. A dynamic dim never counts as kept
     because its traced size matches: a size traced at 1 matches every unit dim, and any
@@ -223,13 +230,13 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
     ):
         suf += 1
     window_dyn = any(x.dyn[d] is not None for d in range(pre, x.rank - suf))
-    dyn: list[Optional[str]] = list(x.dyn[:pre])
+    dyn: list[Optional[DimExpr]] = list(x.dyn[:pre])
     dyn += [UNKNOWN if window_dyn else None] * (out.rank - pre - suf)
     dyn += list(x.dyn[x.rank - suf :]) if suf else []
     return tuple(dyn)
 
 
-def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """view/reshape with an explicit size list: each output dim is static or carries its
     size's expression, and a -1 what is left of x's volume where that is known; else the
     window rule."""
@@ -248,18 +255,18 @@ def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
     return _window_dyn(x, out, args) if dyn is None else dyn
 
 
-def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
+def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[DimExpr]:
     """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
     given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
     are x's minus at most that one and the static parts divide; else unknown."""
-    x_syms = sorted(d for d in x.dyn if d is not None and d != UNKNOWN)
-    o_syms = sorted(v.expr for v in others if isinstance(v, SymInt) and v.expr != UNKNOWN)
+    x_syms = [d for d in x.dyn if d is not None and not d.is_unknown]
+    o_syms = [v.expr for v in others if isinstance(v, SymInt) and not v.expr.is_unknown]
     static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
     static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
     # Unknown sizes cancel only in pairs of equal traced sizes other than 1 (``reshape(b,
     # x.size(1), -1)`` of a row count the IR lost); a size traced at 1 proves nothing.
     x_unknown = sorted(x.shape[d] for d in range(x.rank) if x.dyn[d] == UNKNOWN)
-    o_unknown = sorted(v.traced for v in others if isinstance(v, SymInt) and v.expr == UNKNOWN)
+    o_unknown = sorted(v.traced for v in others if isinstance(v, SymInt) and v.expr.is_unknown)
     if x_unknown != o_unknown or 1 in x_unknown or static_o == 0 or static_x % static_o:
         return UNKNOWN
     left = list(x_syms)
@@ -270,29 +277,21 @@ def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[str]:
     factor = static_x // static_o
     if not left:
         return None
-    size = symexpr.parse(left[0]) if len(left) == 1 else None
-    if size is None:
-        return UNKNOWN if len(left) > 1 or factor != 1 else left[0]
-    scaled = symexpr.render({k: v * factor for k, v in size.items()})
-    return None if isinstance(scaled, int) else scaled
+    return UNKNOWN if len(left) > 1 else _mark(left[0] * factor)
 
 
-def _volume_mark(x: TensorValue, dims: Sequence[int]) -> Optional[str]:
+def _volume_mark(x: TensorValue, dims: Sequence[int]) -> Optional[DimExpr]:
     """The mark of the product of ``x``'s ``dims``: static, a linear expression when at
     most one of them is dynamic (``4*TILES``), else unknown."""
-    total: Union[str, int] = 1
+    total: Size = 1
     for d in dims:
-        size: Union[str, int] = x.shape[d] if x.dyn[d] is None else x.dyn[d]  # type: ignore[assignment]
-        if size == UNKNOWN:
+        total = total * _size(x, d)
+        if isinstance(total, DimExpr) and not total.is_linear:
             return UNKNOWN
-        product = symexpr.product(total, size)
-        if product is None or symexpr.parse(product) is None:
-            return UNKNOWN
-        total = product
-    return None if isinstance(total, int) else total
+    return _mark(total)
 
 
-def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """flatten(x, start, end): the merged dims' product, the others unchanged (by their
     positions, never by their traced sizes: a dynamic axis traced at 1 stays dynamic)."""
     bounds = [const_ints(a) for a in args[:2]]
@@ -304,7 +303,7 @@ def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> O
     return x.dyn[:start] + (_volume_mark(x, range(start, end + 1)),) + x.dyn[end + 1 :]
 
 
-def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """unflatten(x, dim, sizes): the sizes' marks in place of ``dim``, a -1 taking the
     rest of the dim where the other sizes divide it exactly (else unknown)."""
     dims = const_ints(args[0]) if args else []
@@ -319,23 +318,21 @@ def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
         return None
     if free:
         others = math.prod(int(v.value) for v in known if isinstance(v, Const))
-        size: Union[str, int] = x.shape[a] if x.dyn[a] is None else x.dyn[a]  # type: ignore[assignment]
-        exact = _exact_quotient(size, others) if not any(m is not None for m in marks) else None
+        exact = _exact_quotient(_size(x, a), others) if not any(m is not None for m in marks) else None
         rest = None if isinstance(exact, int) else exact or UNKNOWN
         marks = marks[: free[0]] + (rest,) + marks[free[0] + 1 :]
     return x.dyn[:a] + marks + x.dyn[a + 1 :]
 
 
-def _exact_quotient(size: Union[str, int], k: int) -> Optional[Union[str, int]]:
-    """``size / k`` when ``k`` divides every coefficient of ``size`` (so at every length
-    of its axes), else None."""
-    linear = symexpr.parse(size)
-    if k <= 0 or linear is None or any(c % k for c in linear.values()):
+def _exact_quotient(size: Size, k: int) -> Optional[Size]:
+    """``size / k`` when ``k`` divides ``size`` at every length of its axes, else None."""
+    if k <= 0 or size == UNKNOWN:
         return None
-    return symexpr.render({s: c // k for s, c in linear.items()})
+    quotient = size // k
+    return quotient if quotient * k == size else None
 
 
-def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """squeeze(x[, dims]): x's marks without the dims the trace removed (the named ones, or
     all, of traced size 1), chosen by position, not by matching sizes."""
     chosen = range(x.rank) if not args or (isinstance(args[0], Const) and args[0].value is None) else [
@@ -353,7 +350,7 @@ def _reduction(dim_arg: int) -> DynRule:
     dims become static (1, or gone without keepdim), the others keep their marks. By the
     dims named, not by sizes: a dynamic axis traced at 1 is then reduced or kept as asked."""
 
-    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
         if out.rank == 0:
             return ()
         arg = args[dim_arg] if len(args) > dim_arg else None
@@ -374,19 +371,19 @@ def _reduction(dim_arg: int) -> DynRule:
     return rule
 
 
-def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
     return _size_list_dyn(args[0], out.rank) if args else None
 
 
-def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
     expression, a constant is static."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
     if len(items) != out.rank or out.rank < x.rank:
         return None
     lead = out.rank - x.rank
-    dyn: list[Optional[str]] = []
+    dyn: list[Optional[DimExpr]] = []
     for d, item in enumerate(items):
         if isinstance(item, SymInt):
             dyn.append(item.expr)
@@ -399,7 +396,7 @@ def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Op
     return tuple(dyn)
 
 
-def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
     other = args[0] if args else None
     if isinstance(other, TensorValue) and other.rank == out.rank:
@@ -409,12 +406,12 @@ def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return None
 
 
-def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     perm = [p % x.rank for p in const_ints(args[0])]
     return tuple(x.dyn[p] for p in perm)
 
 
-def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     if x.rank < 2:
         return x.dyn
     a, b = (const_ints(args[0]) + const_ints(args[1])) if len(args) >= 2 else (0, 1)
@@ -424,13 +421,13 @@ def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return tuple(dyn)
 
 
-def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """select(x, dim, index): x's dims without the selected one."""
     a = const_ints(args[0])[0] % x.rank
     return x.dyn[:a] + x.dyn[a + 1 :]
 
 
-def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """movedim(x, source, destination): the moved dims land at their destinations, the
     others fill the remaining places in order (torch's definition)."""
     src = [s % x.rank for s in const_ints(args[0])]
@@ -441,17 +438,17 @@ def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> t
     return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
 
 
-def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """mT, mH, adjoint: the last two dims swapped."""
     return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
 
 
-def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """numpy_T (x.T): every dim reversed."""
     return x.dyn[::-1]
 
 
-def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
     k, dims = const_ints(args[0])[0], [d % x.rank for d in const_ints(args[1])]
     dyn = list(x.dyn)
@@ -460,19 +457,15 @@ def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
     return tuple(dyn)
 
 
-def _windows(size: Optional[str], frame: int, step: int) -> Optional[str]:
+def _windows(size: Optional[DimExpr], frame: int, step: int) -> Optional[DimExpr]:
     """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
     ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
     if size is None or size == UNKNOWN:
         return size
-    start = symexpr.add(size, frame, -1)
-    if start is None:
-        return UNKNOWN
-    count = symexpr.add(start, 1) if step == 1 else f"({start})/{step}+1"
-    return None if isinstance(count, int) else count
+    return _mark((size - frame) // step + 1)
 
 
-def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
     if x.rank == 0:
         return (None,)
@@ -483,7 +476,7 @@ def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn) + (None,)
 
 
-def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
     length follows a dynamic plane only when both its dims are the same expression."""
     offset, d1, d2 = (const_ints(a)[0] for a in args[:3])
@@ -493,20 +486,19 @@ def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> 
     if ea is None and eb is None:
         return rest + (None,)
     if ea == eb and ea != UNKNOWN:
-        length = symexpr.add(ea, abs(offset), -1)  # type: ignore[arg-type]
-        return rest + (UNKNOWN if length is None else None if isinstance(length, int) else length,)
+        return rest + (_mark(ea - abs(offset)),)  # type: ignore[operator]
     return rest + (UNKNOWN,)
 
 
-def _position(v: IRValue, size: Union[str, int], default: Union[str, int]) -> Optional[Union[str, int]]:
+def _position(v: IRValue, size: Size, default: Size) -> Optional[Size]:
     """A slice bound as torch reads it: None -> ``default``, INT64_MAX -> the end,
     negative -> from the end (clamped where the size is static), or a size expression."""
     if isinstance(v, Const) and v.value is None:
         return default
     if isinstance(v, SymInt):
-        if v.expr == UNKNOWN:
+        if v.expr.is_unknown:
             return None
-        return symexpr.add(size, v.expr) if symexpr.is_negative(v.expr) else v.expr  # from the end
+        return size + v.expr if is_negative(v.expr) else v.expr  # from the end
     if not (isinstance(v, Const) and isinstance(v.value, int)):
         return None
     k = v.value
@@ -514,35 +506,27 @@ def _position(v: IRValue, size: Union[str, int], default: Union[str, int]) -> Op
         return min(max(k + size if k < 0 else k, 0), size)
     if k >= 2**62:
         return size
-    return symexpr.add(size, k) if k < 0 else k
+    return size + k if k < 0 else k
 
 
-def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
     with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
     a = const_ints(args[0])[0] % x.rank
     step = const_ints(args[3])[0] if len(args) > 3 and const_ints(args[3]) else 1
-    size: Union[str, int] = x.shape[a] if x.dyn[a] is None else x.dyn[a]  # type: ignore[assignment]
+    size = _size(x, a)
     if size == UNKNOWN:
         return None
     begin, end = _position(args[1], size, 0), _position(args[2], size, size)
-    if isinstance(size, str) and isinstance(end, int) and end > x.shape[a]:
-        end = f"min({size},{end})"  # torch clamps an end past the axis (the handler writes the same)
-    length = None if begin is None or end is None else symexpr.add(end, begin, -1)
-    if length is None and begin == 0:
-        length = end
-    if length is None:
+    if isinstance(size, DimExpr) and isinstance(end, int) and end > x.shape[a]:
+        end = dmin(size, end)  # torch clamps an end past the axis (the handler writes the same)
+    if begin is None or end is None:
         return None
-    if isinstance(length, int):  # a static piece (of a dynamic axis, bounds within the traced size)
-        mark: Optional[str] = None
-    elif step == 1:
-        mark = length
-    else:  # ceil(length / step)
-        mark = f"({symexpr.add(length, step - 1)})/{step}"
-    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
+    # A static length is a static piece (of a dynamic axis, bounds within the traced size).
+    return x.dyn[:a] + (_mark(ceil_div(end - begin, step)),) + x.dyn[a + 1 :]
 
 
-def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """narrow(x, dim, start, length): the length, constant or a dynamic size."""
     a = const_ints(args[0])[0] % x.rank
     length = args[2]
@@ -550,7 +534,7 @@ def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Op
     return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
 
 
-def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
     ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
@@ -563,14 +547,12 @@ def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optio
         before, after = amounts[2 * k], amounts[2 * k + 1]
         if dyn[d] == UNKNOWN or (dyn[d] is None and isinstance(before, int) and isinstance(after, int)):
             continue
-        size: Union[str, int] = x.shape[d] if dyn[d] is None else dyn[d]  # type: ignore[assignment]
-        grown = None if before is None or after is None else symexpr.add(size, before)
-        grown = None if grown is None else symexpr.add(grown, after)  # type: ignore[arg-type]
-        dyn[d] = UNKNOWN if grown is None else None if isinstance(grown, int) else grown
+        size = x.shape[d] if dyn[d] is None else dyn[d]
+        dyn[d] = UNKNOWN if before is None or after is None else _mark(size + before + after)  # type: ignore[operator]
     return tuple(dyn)
 
 
-def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
     dynamic L (padded by n_fft//2 each side when centred)."""
     if out.rank != x.rank + 1 or x.dyn[-1] is None:
@@ -579,26 +561,25 @@ def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     hop_arg = args[1]
     hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
     center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
-    length: Optional[str] = x.dyn[-1]
+    length: Optional[DimExpr] = x.dyn[-1]
     if center_overload and isinstance(args[4], Const) and args[4].value:
-        grown = symexpr.add(x.dyn[-1], 2 * (n_fft // 2))  # type: ignore[arg-type]
-        length = UNKNOWN if grown is None or isinstance(grown, int) else grown
+        length = x.dyn[-1] + 2 * (n_fft // 2)  # type: ignore[assignment]
     return x.dyn[:-1] + (None, _windows(length, n_fft, hop))
 
 
-def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     d = const_ints(args[0])[0] % out.rank
     return x.dyn[:d] + (None,) + x.dyn[d:]
 
 
-def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """embedding(weight, indices): the indices' dims, then the embedding's."""
     idx = args[0]
     assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
     return idx.dyn + weight.dyn[1:]
 
 
-def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
     idx = args[1]
     assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
@@ -606,7 +587,7 @@ def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue])
     return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
 
 
-def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """matmul: broadcast batch dims, then a's rows and b's columns (the contracted dim,
     dynamic or not, never reaches the output)."""
     b = args[0]
@@ -615,9 +596,9 @@ def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
         return b.dyn[:-2] + b.dyn[-1:] if b.rank > 1 else ()
     if b.rank == 1:  # matrix @ vector: a's batch dims and rows
         return a.dyn[:-1]
-    dyn: list[Optional[str]] = []
+    dyn: list[Optional[DimExpr]] = []
     for d in range(out.rank - 2):
-        mark: Optional[str] = None
+        mark: Optional[DimExpr] = None
         for t in (a, b):
             k = d - (out.rank - t.rank)
             if k >= 0 and t.dyn[k] is not None and t.shape[k] == out.shape[d]:
@@ -626,7 +607,7 @@ def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn) + (a.dyn[-2], b.dyn[-1])
 
 
-def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[str], ...]:
+def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
     """scaled_dot_product_attention: the query's dims, with the values' last one (the
     mask's key axis never reaches the output)."""
     v = args[1]
@@ -634,7 +615,7 @@ def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return q.dyn[:-1] + v.dyn[-1:]
 
 
-def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[str], ...]]:
+def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
     """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
     as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
     d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
@@ -660,7 +641,7 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     if None in (strides, dilations, pads, out_pads):
         return None
     kernel = weight.shape[2:]
-    dyn: list[Optional[str]] = [x.dyn[0], None]
+    dyn: list[Optional[DimExpr]] = [x.dyn[0], None]
     for a in range(n):
         size = x.dyn[a + 2]
         if size is None or size == UNKNOWN or same:
@@ -668,13 +649,10 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
             continue
         k, s_, d, p = kernel[a], strides[a], dilations[a], pads[a]  # type: ignore[index]
         if transposed:
-            grown = symexpr.add(symexpr.times(symexpr.add(size, -1) or 0, s_) or 0,
-                                -2 * p + d * (k - 1) + out_pads[a] + 1)  # type: ignore[index]
+            grown = (size - 1) * s_ - 2 * p + d * (k - 1) + out_pads[a] + 1  # type: ignore[index]
         else:
-            start = symexpr.add(size, 2 * p - d * (k - 1) - 1)
-            quotient = None if start is None else symexpr.floordiv(start, s_)
-            grown = None if quotient is None else symexpr.add(quotient, 1)
-        dyn.append(UNKNOWN if grown is None else None if isinstance(grown, int) else grown)
+            grown = (size + 2 * p - d * (k - 1) - 1) // s_ + 1
+        dyn.append(_mark(grown))
     return tuple(dyn)
 
 
@@ -690,7 +668,7 @@ def _per_axis(value: Optional[IRValue], n: int, default: int) -> Optional[list[i
     return items if len(items) == n else None
 
 
-DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[str], ...]]]
+DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[DimExpr], ...]]]
 # A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
 _DYN_RULES: dict[str, DynRule] = {
     "aten::view": _sizes_dyn,

@@ -6,7 +6,7 @@ Tracing records arithmetic on sizes as ops on 0-d tensors (``x.size(1) * 2`` is
 their inputs are numbers (``Const``), sizes (``SymInt``) or exact ratios of sizes
 (``SymRatio``, a true division ``(L - 3) / 3`` not yet rounded). The result is a number,
 or an expression tract's sizes accept: ``+ - *``, integer division by a constant (``//``,
-``ceil`` as ``(a + k - 1) / k``), ``%`` as ``a - (a / k) * k`` (``symexpr.py``). What
+``ceil`` as ``(a + k - 1) / k``), ``%`` as ``a - (a / k) * k`` (``fastnnef.dim``). What
 tract cannot express (a division by a size, a comparison) becomes ``UNKNOWN``, which
 handlers refuse where they need the value, naming the op.
 """
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
-from fastnnef.torch_graph import symexpr
-from fastnnef.torch_graph.ir_data import UNKNOWN, Const, IRValue, SymInt, SymRatio
+from fastnnef.dim import UNKNOWN, Size, ceil_div
+from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
 
 ARITHMETIC: dict[str, Callable[..., Any]] = {
     "aten::add": operator.add,
@@ -50,8 +50,6 @@ CASTS = frozenset(
     aten::to aten::_to_copy aten::type_as aten::tensor aten::scalar_tensor prim::NumToTensor""".split()
 )
 
-Expr = Union[str, int]
-
 
 def is_scalar(value: IRValue) -> bool:
     """A number, a size or a ratio of sizes (what this module computes on)."""
@@ -68,10 +66,10 @@ def _traced(value: IRValue) -> Any:
     return value.value if isinstance(value, Const) else value.traced  # type: ignore[attr-defined]
 
 
-def _expr(value: IRValue) -> Optional[Expr]:
+def _expr(value: IRValue) -> Optional[Size]:
     """The integer expression of a number or size; None for a ratio, a float, an unknown."""
     if isinstance(value, SymInt):
-        return None if value.expr == UNKNOWN else value.expr
+        return None if value.expr.is_unknown else value.expr
     if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
         return value.value
     if isinstance(value, Const) and isinstance(value.value, float) and value.value.is_integer():
@@ -85,7 +83,7 @@ def _positive(value: IRValue) -> Optional[int]:
     return k if isinstance(k, int) and k > 0 else None
 
 
-def size(name: str, traced: Any, expr: Optional[Expr]) -> IRValue:
+def size(name: str, traced: Any, expr: Optional[Size]) -> IRValue:
     """A size value: a constant when the symbols cancelled out, ``UNKNOWN`` when no
     expression could be written."""
     if isinstance(expr, int):
@@ -93,14 +91,14 @@ def size(name: str, traced: Any, expr: Optional[Expr]) -> IRValue:
     return SymInt(name, traced, UNKNOWN if expr is None else expr)
 
 
-def ratio(name: str, traced: Any, num: Optional[Expr], den: int) -> IRValue:
+def ratio(name: str, traced: Any, num: Optional[Size], den: int) -> IRValue:
     """``num / den`` exactly: an integer size when ``den`` divides the numerator."""
     if num is None:
         return SymInt(name, traced, UNKNOWN)
     if den == 1:
         return size(name, traced, num)
-    whole = symexpr.floordiv(num, den)
-    if whole is not None and symexpr.add(num, symexpr.times(whole, den) or 0, -1) == 0:
+    whole = num // den
+    if whole * den == num:
         return size(name, traced, whole)
     return SymRatio(name, traced, num, den)
 
@@ -122,27 +120,27 @@ def arithmetic(kind: str, values: list[IRValue], name: str) -> IRValue:
         return _ratio_arithmetic(kind, a_b, name, traced, mode)
     a = _expr(a_b[0])
     if kind == "aten::neg":
-        return size(name, traced, None if a is None else symexpr.times(a, -1))
+        return size(name, traced, None if a is None else -a)
     b = _expr(a_b[1])
     if a is None or b is None:
         return SymInt(name, traced, UNKNOWN)
     k = _positive(a_b[1])
-    expr: Optional[Expr]
+    expr: Optional[Size]
     if kind == "aten::add":
-        expr = symexpr.add(a, b)
+        expr = a + b
     elif kind == "aten::sub":
-        expr = symexpr.add(a, b, -1)
+        expr = a - b
     elif kind == "aten::rsub":
-        expr = symexpr.add(b, a, -1)
+        expr = b - a
     elif kind == "aten::mul":
-        expr = symexpr.product(a, b)
+        expr = a * b
     elif kind in ("aten::floordiv", "aten::floor_divide") or (kind == "aten::div" and mode is not None):
         # Sizes are not negative: floor and trunc agree.
-        expr = None if k is None else symexpr.floordiv(a, k)
+        expr = None if k is None else a // k
     elif kind == "aten::div":
         return ratio(name, traced, a, k) if k is not None else SymInt(name, traced, UNKNOWN)
     elif kind == "aten::remainder":
-        expr = None if k is None else symexpr.mod(a, k)
+        expr = None if k is None else a % k
     else:  # comparisons: the traced answer, which tract's sizes cannot express
         expr = None
     return size(name, traced, expr)
@@ -153,36 +151,32 @@ def _ratio_arithmetic(kind: str, a_b: list[IRValue], name: str, traced: Any, mod
     if kind == "aten::neg":
         r = a_b[0]
         assert isinstance(r, SymRatio)
-        return ratio(name, traced, symexpr.times(r.num, -1), r.den)
+        return ratio(name, traced, -r.num, r.den)
     first, second = a_b
     if kind == "aten::rsub":
         kind, first, second = "aten::sub", second, first
     if isinstance(first, SymRatio) and isinstance(second, SymRatio) and kind in ("aten::add", "aten::sub"):
-        num_a = symexpr.times(first.num, second.den)
-        num_b = symexpr.times(second.num, first.den)
-        num = None if num_a is None or num_b is None else symexpr.add(num_a, num_b, 1 if kind == "aten::add" else -1)
-        return ratio(name, traced, num, first.den * second.den)
+        num_a, num_b = first.num * second.den, second.num * first.den
+        return ratio(name, traced, num_a + num_b if kind == "aten::add" else num_a - num_b, first.den * second.den)
     r, other = (first, second) if isinstance(first, SymRatio) else (second, first)
     assert isinstance(r, SymRatio)
     n = _expr(other)
     if n is None:
         return SymInt(name, traced, UNKNOWN)
     if kind in ("aten::add", "aten::sub"):
-        scaled = symexpr.product(n, r.den)
-        if scaled is None:
-            return SymInt(name, traced, UNKNOWN)
-        sign = 1 if kind == "aten::add" else -1
-        num = symexpr.add(r.num, scaled, sign) if r is first else symexpr.add(scaled, r.num, sign)
-        return ratio(name, traced, num, r.den)
+        scaled = n * r.den
+        if kind == "aten::add":
+            return ratio(name, traced, r.num + scaled, r.den)
+        return ratio(name, traced, r.num - scaled if r is first else scaled - r.num, r.den)
     if kind == "aten::mul" and isinstance(n, int):
-        return ratio(name, traced, symexpr.times(r.num, n), r.den)
+        return ratio(name, traced, r.num * n, r.den)
     k = _positive(other)
     if kind == "aten::div" and r is first and k is not None:
         if mode is not None:
-            return size(name, traced, symexpr.floordiv(r.num, r.den * k))
+            return size(name, traced, r.num // (r.den * k))
         return ratio(name, traced, r.num, r.den * k)
     if kind in ("aten::floordiv", "aten::floor_divide") and r is first and k is not None:
-        return size(name, traced, symexpr.floordiv(r.num, r.den * k))
+        return size(name, traced, r.num // (r.den * k))
     return SymInt(name, traced, UNKNOWN)
 
 
@@ -195,10 +189,9 @@ def rounding(kind: str, value: IRValue, name: str, floating: bool) -> IRValue:
         return SymInt(name, value.traced, value.expr)
     assert isinstance(value, SymRatio)
     traced = ROUNDING[kind](value.traced)
-    if kind == "aten::ceil":  # sizes are not negative: ceil(n/d) = (n + d - 1) / d
-        num = symexpr.add(value.num, value.den - 1)
-        return size(name, traced, None if num is None else symexpr.floordiv(num, value.den))
-    return size(name, traced, symexpr.floordiv(value.num, value.den))
+    if kind == "aten::ceil":
+        return size(name, traced, ceil_div(value.num, value.den))
+    return size(name, traced, value.num // value.den)
 
 
 def cast(value: IRValue, name: str, integral: Optional[bool]) -> IRValue:
@@ -209,7 +202,7 @@ def cast(value: IRValue, name: str, integral: Optional[bool]) -> IRValue:
         return Const(name, int(value.value) if integral else float(value.value))
     if isinstance(value, SymRatio):
         if integral:
-            return size(name, math.trunc(value.traced), symexpr.floordiv(value.num, value.den))
+            return size(name, math.trunc(value.traced), value.num // value.den)
         return SymRatio(name, value.traced, value.num, value.den)
     assert isinstance(value, SymInt)
     return SymInt(name, value.traced, value.expr)

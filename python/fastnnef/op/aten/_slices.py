@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from fastnnef.dim import dmin, is_negative
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import plus, unknown
 from fastnnef.op.context import OpContext
-from fastnnef.torch_graph import symexpr
 
 # torch writes "to the end" as INT64_MAX; anything this large means the same.
 TO_END = 2**62
@@ -22,11 +22,10 @@ def slice_bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: 
     if v is None:
         return default
     if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
-        if symexpr.is_negative(v):  # x[:, -x.size(1):] counts from the end
+        if is_negative(v):  # x[:, -x.size(1):] counts from the end
             if unknown(n):
                 raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
-            end = symexpr.add(n, v)
-            return Sym(end) if isinstance(end, str) else end if end is not None else Sym(f"{n}+{v}")
+            return n + v
         return v
     if not isinstance(n, Sym):
         return min(max(v + n if v < 0 else v, 0), n)
@@ -47,7 +46,7 @@ def slice_bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: 
                 f"{what} {v} is past the traced size {traced} of a dynamic axis of unknown size",
                 "torch clamps it at run time: use x[..., start:] or a size expression",
             )
-        return Sym(f"min({n},{v})")  # torch clamps a bound to the axis: at run time here
+        return dmin(n, v)  # torch clamps a bound to the axis: at run time here
     return v
 
 

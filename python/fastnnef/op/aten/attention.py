@@ -39,7 +39,7 @@ def _repeat_heads(ctx: OpContext, t: NTensor, groups: int, suffix: str) -> NTens
     b, hk, s, e = t.shape
     t5 = ctx.tmp("unsqueeze", [t], {"axes": [2]}, suffix=f"{suffix}_g")
     tiled = ctx.tmp("tile", [t5], {"repeats": [1, 1, groups, 1, 1]}, suffix=f"{suffix}_tile")
-    heads = hk * groups if _static(hk) else Sym(f"({hk})*{groups}")
+    heads = hk * groups
     return ctx.tmp("reshape", [tiled], {"shape": [heads], "axis_start": 1, "axis_count": 2},
                    dtype=t.dtype, shape=(b, heads, s, e), suffix=f"{suffix}_rep")
 

@@ -19,7 +19,7 @@ from fastnnef.op.registry import handler
 
 def _span(b: Dim, e: Dim, step: int) -> Dim:
     """Length of ``b:e:step`` (for the declared output shape)."""
-    if isinstance(b, int) and isinstance(e, int):  # Sym is a str, never an int
+    if isinstance(b, int) and isinstance(e, int):  # a Sym is never an int
         return max(0, -(-(e - b) // step))
     if step == 1 and b == 0:
         return e

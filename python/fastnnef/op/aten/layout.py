@@ -9,11 +9,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.nnef.shapes import (
     broadcast_shapes,
     is_static,
-    plus,
     times,
     unknown,
     volume,
@@ -308,7 +307,7 @@ def unfold(ctx: OpContext, x: NTensor, dim: int, size: int, step: int) -> NTenso
     else:
         if unknown(n):
             raise ctx.unsupported("unfold along a dynamic axis whose size expression is unknown")
-        count = plus(Sym(f"({plus(n, -size)})/{step}"), 1) if step > 1 else plus(n, 1 - size)
+        count = (n - size) // step + 1
         rng = ctx.tmp("tract_core_range", [0, count, 1], dtype="i64", shape=(count,), suffix="windows")
         scaled = ctx.tmp("mul", [rng, typed_scalar(ctx, step, "i64")], suffix="starts") if step > 1 else rng
         starts = ctx.tmp("unsqueeze", [scaled], {"axes": [1]}, suffix="startc")

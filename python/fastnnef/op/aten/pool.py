@@ -17,7 +17,6 @@ from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph import symexpr
 
 # ----------------------------------------------------------------------------------------
 # padding
@@ -146,17 +145,11 @@ def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], mod
 
 
 def _dim_plus(d: Dim, k: int) -> Dim:
-    if _static(d):
-        return int(d) + k
-    value = symexpr.add(str(d), k)
-    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"{d}+{k}")
+    return d + k
 
 
 def _dim_times(d: Dim, k: int) -> Dim:
-    if _static(d):
-        return int(d) * k
-    value = symexpr.times(str(d), k)
-    return Sym(value) if isinstance(value, str) else value if value is not None else Sym(f"({d})*{k}")
+    return d * k
 
 
 def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:

@@ -11,7 +11,6 @@ from fastnnef.op.aten._slices import split_pieces
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
-from fastnnef.torch_graph import symexpr
 
 
 def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
@@ -62,9 +61,9 @@ def _check_rest(ctx: OpContext, before: Sequence[Dim], others: Sequence[Dim]) ->
     volume, divisor = _volume(before), _volume(others)
     if volume is None or not isinstance(divisor, int) or divisor <= 0:
         return
-    linear = symexpr.parse(volume)
-    if linear is None or not any(linear.get(k, 0) % divisor for k in linear if k):
-        return
+    symbolic = volume - volume.constant if isinstance(volume, Sym) else 0
+    if symbolic == 0 or (symbolic // divisor) * divisor == symbolic:
+        return  # the dynamic part divides at every length (the constant is left to tract)
     raise ctx.unsupported(
         f"reshape of {volume} elements into rows of {divisor} (whole only for some lengths of a dynamic axis, "
         "which tract cannot prove)",
@@ -76,7 +75,7 @@ def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -
     """Refuse a reshape whose sizes are right only at some lengths: ``x.view(b, s // 2, 2)``
     holds ``2 * (S/2)`` elements where the input holds ``S``, equal for an even S only,
     which tract cannot prove (it refuses the graph)."""
-    if not any(isinstance(d, Sym) and "/" in d for d in after):
+    if not any(isinstance(d, Sym) and d.has_division() for d in after):
         return  # no size rounded by a division: nothing tract could not prove
     volumes = [_volume(dims) for dims in (before, after)]
     if None in volumes or volumes[0] == volumes[1]:
@@ -88,14 +87,13 @@ def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -
     )
 
 
-def _volume(dims: Sequence[Dim]) -> Optional[Union[str, int]]:
-    """The product of ``dims`` as a normalized size expression; None when not linear."""
-    total: Union[str, int] = 1
+def _volume(dims: Sequence[Dim]) -> Optional[Dim]:
+    """The product of ``dims`` as a normalized size; None when not linear."""
+    total: Dim = 1
     for d in dims:
-        product = symexpr.product(total, d if isinstance(d, Sym) else int(d))
-        if product is None or (isinstance(product, str) and symexpr.parse(product) is None):
+        total = total * d
+        if isinstance(total, Sym) and not total.is_linear:
             return None
-        total = product
     return total
 
 

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.nnef.shapes import is_static, plus, times
 from fastnnef.op.aten import indexing
 from fastnnef.op.aten._common import torch_dtype
@@ -284,9 +284,7 @@ def window(ctx: OpContext, n: int) -> NTensor:
 # --- stft / istft -----------------------------------------------------------------------------
 def _frames(n: Dim, frame: int, hop: int) -> Dim:
     """Frames of ``frame`` samples every ``hop`` in ``n`` samples (tract's formula)."""
-    if is_static(n):
-        return (int(n) - frame) // hop + 1
-    return Sym(f"({plus(n, -frame)})/{hop}+1")
+    return (n - frame) // hop + 1
 
 
 def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> Optional[NTensor]:
