@@ -39,6 +39,7 @@ from fastnnef.multimodal.splice import SplicedEmbeddings
 
 FEATURE_EXTRACTOR_FILE = "preprocessor_config.json"
 MISTRAL_TOKENIZER_FILE = "tekken.json"
+TOKENIZER_FILES = ("tokenizer.json", MISTRAL_TOKENIZER_FILE)
 # The chat and audio control tokens of Mistral's tokenizers (used when the tokenizer has them).
 INST, END_INST, BEGIN_AUDIO = "[INST]", "[/INST]", "[BEGIN_AUDIO]"
 TEXT = ("describe this", "and this", "in a few words please")  # around the two sample clips
@@ -118,16 +119,22 @@ def load_inputs(directory: Path, trust_remote_code: bool) -> VoxtralInputs:
         extractor = WhisperFeatureExtractor.from_pretrained(directory, local_files_only=True)
     except (OSError, ValueError, TypeError) as err:
         raise T2NErrorInvalidArgument(f"the feature extractor in {directory} does not load: {err}") from err
+    fixes = ("add a tokenizer.json beside the weights (transformers.integrations.mistral.convert_tekken_tokenizer"
+             "('tekken.json').save_pretrained(dir) converts a tekken.json), or install mistral-common (pip install "
+             "mistral-common; it needs numpy < 2.4 on Python 3.12 and older)")
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise T2NErrorNotFoundFile(
+            f"{directory} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): fastnnef builds Voxtral's sample prompt "
+            f"with it; copy it from the original checkpoint, or {fixes}"
+        )
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True,
                                                   trust_remote_code=trust_remote_code)
     except Exception as err:  # noqa: BLE001 - tokenizer backends raise many types
+        reason = " ".join(f"{type(err).__name__}: {err}".split())
         raise T2NErrorInvalidArgument(
-            f"the tokenizer in {directory} does not load ({type(err).__name__}: {err}); fastnnef builds Voxtral's "
-            "sample prompt with it, without mistral_common. Either add a tokenizer.json beside the weights "
-            "(transformers.integrations.mistral.convert_tekken_tokenizer('tekken.json').save_pretrained(dir) "
-            "converts a tekken.json), or install mistral-common (pip install mistral-common; it needs numpy < 2.4 "
-            "on Python 3.12 and older)"
+            f"the tokenizer in {directory} does not load ({reason}); fastnnef builds Voxtral's sample prompt with "
+            f"it, without mistral_common. Either {fixes}"
         ) from err
     config = AutoConfig.from_pretrained(directory, local_files_only=True, trust_remote_code=trust_remote_code)
     frames = chunk_frames(config.audio_config)
