@@ -300,9 +300,14 @@ class _VoxtralFiles:
         (Path(directory) / "tekken.json").write_text(json.dumps(self.tekken))
 
 
-# Mistral's control tokens, at their ranks in Voxtral's tekken.json ([AUDIO] 24, [BEGIN_AUDIO] 25).
-_TEKKEN_SPECIALS = {0: "<unk>", 1: "<s>", 2: "</s>", 3: "[INST]", 4: "[/INST]", 24: "[AUDIO]", 25: "[BEGIN_AUDIO]"}
-_TEKKEN_SPECIAL_COUNT = 32
+# Mistral's control tokens at their tekken.json ranks (mistral_common's table; [AUDIO] 24 and
+# [BEGIN_AUDIO] 25 as in Voxtral's), enough for mistral_common to load it as a v7 tokenizer.
+_TEKKEN_SPECIALS = dict(enumerate((
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]",
+    "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]",
+))) | {24: "[AUDIO]", 25: "[BEGIN_AUDIO]", 34: "[TRANSCRIBE]"}
+_TEKKEN_SPECIAL_COUNT = 40
 
 
 def _tekken() -> dict[str, Any]:
