@@ -34,7 +34,7 @@ def test_long_clip_chunks_as_hugging_face_and_decodes(exported: Callable[[str], 
                                                       mm_checkpoint: Callable[..., Path]) -> None:
     """A clip of 2.2 chunks: three chunks, the features of VoxtralProcessor's own chunking
     (``_retrieve_input_features``, which needs no mistral_common); each chunk through the
-    encoder artefact, concatenated, spliced into the decoder artefact at 3 x 25 [AUDIO]
+    encoder artefact (each equal to Hugging Face's rows), concatenated, spliced into the decoder artefact at 3 x 25 [AUDIO]
     tokens: last logits equal Hugging Face's forward on the features."""
     import transformers
 
@@ -52,12 +52,16 @@ def test_long_clip_chunks_as_hugging_face_and_decodes(exported: Callable[[str], 
 
     root = exported(NAME).export_dir
     encoder = TractArtefact.load(root / "audio" / "model.nnef.tgz")
-    rows = np.concatenate([encoder.run([chunks[i : i + 1].numpy()])[0] for i in range(3)])
+    per_chunk = [encoder.run([chunks[i : i + 1].numpy()])[0] for i in range(3)]
+    model = transformers.AutoModelForMultimodalLM.from_pretrained(directory).eval()
+    for index, got_rows in enumerate(per_chunk):  # the last chunk mostly padding
+        want_rows = FAMILY.encoders[0].reference(model, {"input_features": chunks[index : index + 1]})[0]
+        np.testing.assert_allclose(got_rows, want_rows.numpy(), rtol=1e-4, atol=1e-4)
+    rows = np.concatenate(per_chunk)
     ids = [inputs.bos_token_id, inputs.token_id("[INST]"), inputs.token_id("[BEGIN_AUDIO]"),
            *[inputs.audio_token_id] * rows.shape[0], *inputs.tokenizer.encode(" what is it", add_special_tokens=False),
            inputs.token_id("[/INST]")]
     input_ids = torch.tensor([ids])
-    model = transformers.AutoModelForMultimodalLM.from_pretrained(directory).eval()
     with torch.no_grad():
         want = model(input_ids=input_ids, input_features=chunks).logits[:, -1:].numpy()
     config = model.config.text_config
