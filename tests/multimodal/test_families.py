@@ -102,7 +102,9 @@ def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: 
     directory = mm_checkpoint(name)
     family = FAMILIES[name]
     model = getattr(transformers, family.auto_class).from_pretrained(directory, attn_implementation="eager").eval()
-    sample = family.sample(transformers.AutoProcessor.from_pretrained(directory))
+    processor = (family.load_processor(directory, False) if family.load_processor
+                 else transformers.AutoProcessor.from_pretrained(directory))
+    sample = family.sample(processor)
     inputs = family.decoder_inputs(model)
     hidden = model.config.get_text_config().hidden_size
     embeddings = [t for spec, items in zip(family.encoders, sample.items)

@@ -282,3 +282,75 @@ def _qwen3_vl_moe() -> tuple[Any, Any]:
 
 
 FAMILIES["qwen3_vl_moe"] = _qwen3_vl_moe
+
+
+class _VoxtralFiles:
+    """A Voxtral checkpoint's non-weight files as the hub ships them: the feature extractor's
+    ``preprocessor_config.json`` and a Mistral ``tekken.json`` (no tokenizer.json, no
+    processor config: VoxtralProcessor needs mistral_common, which fastnnef does without)."""
+
+    def __init__(self, feature_extractor: Any, tekken: dict[str, Any]):
+        self.feature_extractor = feature_extractor
+        self.tekken = tekken
+
+    def save_pretrained(self, directory: Path) -> None:
+        import json
+
+        self.feature_extractor.save_pretrained(directory)
+        (Path(directory) / "tekken.json").write_text(json.dumps(self.tekken))
+
+
+# Mistral's control tokens at their tekken.json ranks (mistral_common's table; [AUDIO] 24 and
+# [BEGIN_AUDIO] 25 as in Voxtral's), enough for mistral_common to load it as a v7 tokenizer.
+_TEKKEN_SPECIALS = dict(enumerate((
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]",
+    "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]",
+))) | {24: "[AUDIO]", 25: "[BEGIN_AUDIO]", 34: "[TRANSCRIBE]"}
+_TEKKEN_SPECIAL_COUNT = 40
+
+
+def _tekken() -> dict[str, Any]:
+    """A tiny byte-level tekken.json (the format transformers converts without mistral_common):
+    the 256 bytes, then every prefix of the sample words (with and without a leading space),
+    so that each word is one token."""
+    import base64
+
+    pieces = [bytes([b]) for b in range(256)]
+    for word in sorted(set(WORDS)):
+        for text in (word, " " + word):
+            raw = text.encode()
+            pieces += [raw[:n] for n in range(2, len(raw) + 1) if raw[:n] not in pieces]
+    specials = [{"rank": r, "token_str": _TEKKEN_SPECIALS.get(r, f"<SPECIAL_{r}>"), "is_control": True}
+                for r in range(max(_TEKKEN_SPECIALS) + 1)]
+    return {
+        "config": {"pattern": r"\s?\w+|\s?[^\s\w]+|\s+", "num_vocab_tokens": len(pieces),
+                   "default_vocab_size": _TEKKEN_SPECIAL_COUNT + len(pieces),
+                   "default_num_special_tokens": _TEKKEN_SPECIAL_COUNT, "version": "v7"},
+        "vocab": [{"rank": r, "token_bytes": base64.b64encode(p).decode(), "token_str": None}
+                  for r, p in enumerate(pieces)],
+        "special_tokens": specials,
+    }
+
+
+def _voxtral() -> tuple[Any, Any]:
+    tekken = _tekken()
+    config = transformers.VoxtralConfig(
+        text_config=dict(
+            model_type="llama", num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, vocab_size=tekken["config"]["default_vocab_size"],
+            max_position_embeddings=256, initializer_range=INIT, bos_token_id=1, eos_token_id=2, pad_token_id=None,
+            tie_word_embeddings=False,
+        ),
+        # 50 positions per chunk, every 2 frames stacked (intermediate_size = 2 * d_model): 25 audio tokens.
+        audio_config=dict(num_mel_bins=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                          hidden_size=32, max_source_positions=50, initializer_range=INIT),
+        audio_token_id=24, initializer_range=INIT,
+    )
+    # 1-second chunks of 100 frames (hop 160 at 16 kHz): the tower's 50 positions after its stride-2 conv.
+    feature_extractor = transformers.WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160,
+                                                             chunk_length=1, n_fft=400)
+    return config, _VoxtralFiles(feature_extractor, tekken)
+
+
+FAMILIES["voxtral"] = _voxtral

@@ -19,6 +19,8 @@ artefact per modality, and ``multimodal.json`` tying them, in torch_to_nnef_llm'
 ``mistral3.py``     Mistral3: the Pixtral tower at any size, the patch merger
 ``gemma3.py``       Gemma3: fixed-size SigLIP tower, image tokens attending both ways
 ``qwen2_audio.py``  Qwen2-Audio: Whisper-style tower on a padded window, its mask
+``voxtral.py``      Voxtral: Whisper-style tower on chunks, stacked frames; its sample
+                    prompt without mistral_common
 ``splice.py``       embeddings placed at the placeholder tokens, in the traced graph
 ``encoder.py``      one encoder artefact: trace, bundle, check against Hugging Face
 ``decoder.py``      the decoder (``llm.wrapper.KVCacheLM`` + extra inputs): bundles,

@@ -191,7 +191,7 @@ def dump_multimodal(
     with _timed(timings, "load"):
         directory = resolve_source(model_slug, local_dir)
         family = family_of(_raw_config(directory))
-        processor = _load_processor(directory, trust_remote_code)
+        processor = (family.load_processor or _load_processor)(directory, trust_remote_code)
         checkpoint = load_checkpoint(directory, dtype.torch_dtype if dtype else None, attn, trust_remote_code,
                                      auto_class=family.auto_class)
     model: Any = checkpoint.model

@@ -17,9 +17,11 @@ from fastnnef.multimodal.qwen3_5 import MOE_FAMILY as QWEN3_5_MOE
 from fastnnef.multimodal.qwen3_vl import FAMILY as QWEN3_VL
 from fastnnef.multimodal.qwen3_vl_moe import FAMILY as QWEN3_VL_MOE
 from fastnnef.multimodal.smolvlm import FAMILY as SMOLVLM
+from fastnnef.multimodal.voxtral import FAMILY as VOXTRAL
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     QWEN2_5_VL, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, IDEFICS3, SMOLVLM, MISTRAL3, GEMMA3, QWEN2_AUDIO,
+    VOXTRAL,
 )}
 
 

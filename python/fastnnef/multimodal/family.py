@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -72,6 +73,10 @@ class Family:
     decoder_modules: tuple[str, ...]  # the decoder's module paths in the HF model (what -c compresses)
     # The sample prompt holding the sample media (samples.py), through the processor.
     sample: Callable[[Any], Sample]
+    # What ``sample`` takes, from the checkpoint folder (and trust_remote_code); None: the
+    # checkpoint's processor (AutoProcessor). A family whose processor needs a package we
+    # cannot depend on (Voxtral's: mistral_common) loads its own parts.
+    load_processor: Optional[Callable[[Path, bool], Any]] = None
 
 
 class DecoderInputs(ABC):
