@@ -96,6 +96,12 @@ TESTED: dict[str, Architecture] = {
         Architecture("gemma2", "Gemma 2", "alternating sliding/global layers, soft-capping"),
         Architecture("gemma3_text", "Gemma 3 1B, 270M (text-only checkpoints)", "sliding/global layers"),
         Architecture("gemma3", "Gemma 3 4B and larger (multimodal checkpoints)", "the text decoder alone"),
+        Architecture("gemma4_text", "Gemma 4 (text-only checkpoints)",
+                     "sliding/global layers of different head widths and counts, keys as values, KV sharing across "
+                     "the last layers, per-layer input embeddings, logit soft-capping; a mixture of experts beside "
+                     "the MLP (routed in its dense form)"),
+        Architecture("gemma4", "Gemma 4 (multimodal checkpoints)",
+                     "the text decoder alone: KV sharing, per-layer input embeddings, global layers of other widths"),
         Architecture("gpt2", "GPT-2, DistilGPT-2", "learned positions, Conv1D"),
         Architecture("gpt_neox", "GPT-NeoX, Pythia", "partial rotary"),
         Architecture("gptj", "GPT-J", "interleaved partial rotary, parallel block"),
@@ -200,9 +206,18 @@ def _mpt(config: Any) -> Optional[str]:
             "fails to run in tract")
 
 
+def _bidirectional(config: Any) -> Optional[str]:
+    if getattr(config, "use_bidirectional_attention", None) == "all":
+        return ("use_bidirectional_attention='all' makes every token see the ones after it: the model is not a causal "
+                "decoder, and the exported masks (and the KV cache) are causal")
+    return None
+
+
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
-REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
+REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {
+    "phimoe": _phimoe_mscales, "mpt": _mpt, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
+}
 
 
 def refusal(config: Any) -> Optional[str]:
