@@ -287,7 +287,7 @@ FAMILIES["qwen3_vl_moe"] = _qwen3_vl_moe
 def _gemma4() -> tuple[Any, Any]:
     """Gemma 4: its tokenizer's image and audio tokens (the processor adds a video one), an
     image processor of patches of 4 pixels pooled 2 x 2 (at most 70 soft tokens, its
-    smallest budget: the sample images give 63 and 66); a decoder with per-layer input
+    smallest budget: the sample images give 63 and 65); a decoder with per-layer input
     embeddings, KV sharing, global layers wider than the sliding ones, and image tokens
     seeing each other on sliding layers (use_bidirectional_attention="vision")."""
     from tokenizers import Tokenizer, models, pre_tokenizers
