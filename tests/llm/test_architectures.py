@@ -58,17 +58,23 @@ def test_generation_matches_hugging_face(model_type: str, checkpoint: Callable[.
 def _assert_cache_is_the_models(checkpoint: Path, tests_dir: Path) -> None:
     """The artefact's cache after the prompt holds, per layer, keys and values of the heads
     and widths the model's own cache holds after the same prompt (multi-head latent
-    attention: the latent and the rotary key, one head each). The sequence axis aside:
+    attention: the latent and the rotary key, one head each), and nothing where the
+    model's holds nothing (a layer reusing another's keys and values). The sequence axis aside:
     transformers trims sliding-window layers to the window, the artefact keeps the past."""
     inputs, outputs = (np.load(tests_dir / f"prompt_{kind}.npz") for kind in ("inputs", "outputs"))
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     with torch.no_grad():
         out = model(torch.from_numpy(inputs["input_ids"]), use_cache=True)
     cache = out["cache"] if "cache" in out else out["past_key_values"]  # renamed in transformers 5.24
-    assert len(cache.layers) == sum(name.startswith(("out_cache_key_", "out_cache_conv_")) for name in outputs)
+    kept = [layer for layer in range(len(cache.layers))
+            if f"out_cache_key_{layer}" in outputs or f"out_cache_conv_{layer}" in outputs]
+    assert len(kept) == sum(name.startswith(("out_cache_key_", "out_cache_conv_")) for name in outputs)
     for layer, held in enumerate(cache.layers):
         if f"out_cache_conv_{layer}" in outputs:  # gated delta net: states (test_gated_delta_net.py)
             assert not hasattr(held, "keys") or held.keys is None, layer
+            continue
+        if layer not in kept:  # KV sharing: the model keeps nothing for a layer reusing another's keys and values
+            assert held.keys is None, layer
             continue
         for kind, tensor in (("key", held.keys), ("value", held.values)):
             exported = outputs[f"out_cache_{kind}_{layer}"].shape

@@ -117,6 +117,8 @@ REFUSALS = {
                     r"lightning indexer\) keep indexer keys",
     "qwen3_next": r"its gated delta net has key heads of 8 and value heads of 16 dimensions; "
                   r"tract_transformers_gdn_recurrent needs them equal",
+    "gemma4_text": r"use_bidirectional_attention='all' makes every token see the ones after it: the model is not a "
+                   r"causal decoder",
     "mpt": r"its ALiBi attention biases are sliced from a table by the sequence length",
     "lfm2": r"layer 0 is a 'conv' layer: short-convolution layers keep a convolution state",
     "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 with a Python branch on the sequence length",

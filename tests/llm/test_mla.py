@@ -33,12 +33,12 @@ def test_layout_is_what_the_attention_caches(name: str) -> None:
     with torch.no_grad():
         model(torch.tensor([[3, 5, 7, 9]]), use_cache=True, **{cache_kwarg(model): cache})
     assert len(cache.layers) == layout.n_layers
-    for layer in cache.layers:
-        assert tuple(layer.keys.shape) == (1, layout.n_kv_heads, 4, layout.head_dim)
-        assert tuple(layer.values.shape) == (1, layout.n_kv_heads, 4, layout.value_head_dim)
+    for index, layer in enumerate(cache.layers):
+        keys, values = layout.key_value_shapes(index, 4)
+        assert (tuple(layer.keys.shape), tuple(layer.values.shape)) == (keys, values)
     config = model.config
-    assert (layout.n_kv_heads, layout.head_dim, layout.value_head_dim) == (1, config.kv_lora_rank,
-                                                                         config.qk_rope_head_dim)
+    assert set(zip(layout.kv_heads, layout.key_dims, layout.value_dims)) == {
+        (1, config.kv_lora_rank, config.qk_rope_head_dim)}
     empty = KVCacheLM(model, layout).empty_cache(torch.float32)
     assert [tuple(t.shape) for t in empty[:2]] == [(1, 1, 0, config.kv_lora_rank), (1, 1, 0, config.qk_rope_head_dim)]
 

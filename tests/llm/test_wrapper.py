@@ -50,3 +50,26 @@ def test_linear_attention_states_names_and_axes() -> None:
     assert outputs == ["outputs"] + [name.replace("in_", "out_", 1) for name in inputs[1:]]
     assert dynamic_axes(3, linear_layers=(0, 2)) == {"input_ids": {1: "S"}, "in_cache_key_1": {2: "P"},
                                                      "in_cache_value_1": {2: "P"}}
+
+
+def test_shared_layers_have_no_cache_and_others_keep_their_index() -> None:
+    """KV sharing (Gemma 4): the last two layers reuse the keys and values of layers 0 and
+    1 and keep no cache, so the artefact has none for them; the global layers cache one
+    head of width 16, the sliding ones two of width 8 (the config's per-layer values)."""
+    from fastnnef.llm.architectures import kv_layout
+    from fastnnef.llm.wrapper import KVCacheLM
+    from tests.llm.tiny import build
+
+    model = build("gemma4_text")
+    layout = kv_layout(model.config)
+    assert layout.shared == (2, 3)
+    assert (layout.kv_heads, layout.key_dims, layout.value_dims) == ((2, 1, 2, 1), (8, 16, 8, 16), (8, 16, 8, 16))
+    wrapper = KVCacheLM(model, layout)
+    inputs, outputs = wrapper.io_names()
+    assert inputs == ["input_ids", "in_cache_key_0", "in_cache_value_0", "in_cache_key_1", "in_cache_value_1"]
+    assert outputs == ["outputs"] + [name.replace("in_", "out_", 1) for name in inputs[1:]]
+    assert [tuple(t.shape) for t in wrapper.empty_cache(torch.float32)] == [(1, 2, 0, 8), (1, 2, 0, 8),
+                                                                          (1, 1, 0, 16), (1, 1, 0, 16)]
+    with torch.no_grad():
+        _, *cache = wrapper(torch.tensor([[3, 5, 7]]), *wrapper.empty_cache(torch.float32))
+    assert [tuple(t.shape) for t in cache] == [(1, 2, 3, 8), (1, 2, 3, 8), (1, 1, 3, 16), (1, 1, 3, 16)]

@@ -52,6 +52,26 @@ def _qwen3_5_text(**extra: Any) -> dict[str, Any]:
     )
 
 
+# Gemma 4's text decoder: global layers with other head widths (16) and counts (1: keys
+# serve as values) than the sliding ones (8, 2), the last two layers reusing the keys and
+# values of the last earlier layer of their type (no cache of their own), per-layer input
+# embeddings, final logit soft-capping.
+_GEMMA4_TEXT: dict[str, Any] = dict(
+    num_hidden_layers=4, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=8, global_head_dim=16, attention_k_eq_v=True, num_global_key_value_heads=1, vocab_size=VOCAB,
+    max_position_embeddings=64, initializer_range=INIT, sliding_window=4, num_kv_shared_layers=2,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB, final_logit_softcapping=30.0,
+    bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+)
+# Its mixture of experts beside the MLP (4 experts, 2 per token), without KV sharing or
+# per-layer inputs.
+_GEMMA4_MOE: dict[str, Any] = dict(
+    _GEMMA4_TEXT, num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0,
+    hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=16,
+)
+
+
 CONFIGS: dict[str, Callable[[], Any]] = {
     "llama": lambda: _decoder(transformers.LlamaConfig),
     "mistral": lambda: _decoder(transformers.MistralConfig, sliding_window=None),
@@ -91,6 +111,16 @@ CONFIGS: dict[str, Callable[[], Any]] = {
             patch_size=8,
         ),
         mm_tokens_per_image=4, image_token_index=VOCAB - 1, boi_token_index=VOCAB - 2, eoi_token_index=VOCAB - 3,
+        initializer_range=INIT, tie_word_embeddings=False,
+    ),
+    "gemma4_text": lambda: transformers.Gemma4TextConfig(**_GEMMA4_TEXT),
+    "gemma4_text-moe": lambda: transformers.Gemma4TextConfig(**_GEMMA4_MOE),
+    # A multimodal checkpoint (vision tower beside the decoder): the text decoder alone.
+    "gemma4": lambda: transformers.Gemma4Config(
+        text_config=_GEMMA4_TEXT, vision_config=dict(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+            head_dim=8, patch_size=4,
+        ), audio_config=None, image_token_id=VOCAB - 1, boi_token_id=VOCAB - 2, eoi_token_id=VOCAB - 3,
         initializer_range=INIT, tie_word_embeddings=False,
     ),
     "qwen3_moe": lambda: _decoder(
@@ -257,6 +287,8 @@ REFUSED: dict[str, Callable[[], Any]] = {
         transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
         shared_expert_intermediate_size=32, **{**_GATED_DELTA_NET, "linear_value_head_dim": 16},
     ),
+    # Bidirectional attention over the whole sequence: not a causal decoder.
+    "gemma4_text": lambda: transformers.Gemma4TextConfig(**{**_GEMMA4_TEXT, "use_bidirectional_attention": "all"}),
     "mpt": lambda: transformers.MptConfig(
         n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
     ),

@@ -354,3 +354,53 @@ def _voxtral() -> tuple[Any, Any]:
 
 
 FAMILIES["voxtral"] = _voxtral
+
+
+def _gemma4() -> tuple[Any, Any]:
+    """Gemma 4: its tokenizer's image and audio tokens (the processor adds a video one), an
+    image processor of patches of 4 pixels pooled 2 x 2 (at most 70 soft tokens, its
+    smallest budget: the sample images give 63 and 65); a decoder with per-layer input
+    embeddings, KV sharing, global layers wider than the sliding ones, and image tokens
+    seeing each other on sliding layers (use_bidirectional_attention="vision")."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|image>", "<image|>", "<|image|>", "<|audio>", "<audio|>", "<|audio|>"]
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}
+    for word in [*sorted(set(WORDS)), *specials]:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        extra_special_tokens={"boi_token": "<|image>", "eoi_token": "<image|>", "image_token": "<|image|>",
+                              "boa_token": "<|audio>", "eoa_token": "<audio|>", "audio_token": "<|audio|>"},
+    )
+    image_processor = transformers.Gemma4ImageProcessor(patch_size=4, max_soft_tokens=70, pooling_kernel_size=2)
+    processor = transformers.Gemma4Processor(
+        feature_extractor=transformers.Gemma4AudioFeatureExtractor(), image_processor=image_processor,
+        tokenizer=tokenizer, video_processor=transformers.Gemma4VideoProcessor(), image_seq_length=70,
+    )
+    ids = {s: processor.tokenizer.convert_tokens_to_ids(s) for s in [*specials, processor.video_token]}
+    vocab_size = len(processor.tokenizer)
+    config = transformers.Gemma4Config(
+        text_config=dict(
+            num_hidden_layers=4, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=8, global_head_dim=16, attention_k_eq_v=True, num_global_key_value_heads=1,
+            vocab_size=vocab_size, max_position_embeddings=256, initializer_range=INIT, sliding_window=8,
+            num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2,
+            hidden_size_per_layer_input=8, vocab_size_per_layer_input=vocab_size, final_logit_softcapping=30.0,
+            use_bidirectional_attention="vision", bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        ),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=2, head_dim=8, patch_size=4, pooling_kernel_size=2,
+                           position_embedding_size=64, initializer_range=INIT),
+        audio_config=None, image_token_id=ids["<|image|>"], boi_token_id=ids["<|image>"],
+        eoi_token_id=ids["<image|>"], audio_token_id=ids["<|audio|>"], boa_token_id=ids["<|audio>"],
+        eoa_token_index=ids["<audio|>"], video_token_id=ids[processor.video_token], initializer_range=INIT,
+        tie_word_embeddings=False,
+    )
+    return config, processor
+
+
+FAMILIES["gemma4"] = _gemma4

@@ -20,9 +20,11 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   ``architecture_of`` also names a config field the cache layout needs and lacks.
 
 ``KVLayout`` is read from the config: the cache shapes ``[1, n_kv_heads, P, head_dim]``
-(keys) and ``[1, n_kv_heads, P, value_head_dim]`` (values) per layer, and each layer's
-attention window (transformers' own per-layer table, so gemma2's alternating
-sliding/full layers and windowed Mistral are honoured). Multi-head latent attention
+(keys) and ``[1, n_kv_heads, P, value_head_dim]`` (values) of each layer (its own, where
+``per_layer_config`` makes them differ: Gemma 4's global layers), each layer's attention
+window (transformers' own per-layer table, so gemma2's alternating sliding/full layers and
+windowed Mistral are honoured), and the layers that keep no cache because they reuse
+another layer's keys and values (KV sharing: Gemma 4's last layers). Multi-head latent attention
 (``kv_lora_rank``: DeepSeek-V2/V3 and the families built on its attention) caches
 something else than per-head keys and values: see ``kv_layout``. Its ``layer_types`` also
 name the ``linear_attention`` layers, which have no key/value cache and no window (their
@@ -94,6 +96,12 @@ TESTED: dict[str, Architecture] = {
         Architecture("gemma2", "Gemma 2", "alternating sliding/global layers, soft-capping"),
         Architecture("gemma3_text", "Gemma 3 1B, 270M (text-only checkpoints)", "sliding/global layers"),
         Architecture("gemma3", "Gemma 3 4B and larger (multimodal checkpoints)", "the text decoder alone"),
+        Architecture("gemma4_text", "Gemma 4 (text-only checkpoints)",
+                     "sliding/global layers of different head widths and counts, keys as values, KV sharing across "
+                     "the last layers, per-layer input embeddings, logit soft-capping; a mixture of experts beside "
+                     "the MLP (routed in its dense form)"),
+        Architecture("gemma4", "Gemma 4 (multimodal checkpoints)",
+                     "the text decoder alone: KV sharing, per-layer input embeddings, global layers of other widths"),
         Architecture("gpt2", "GPT-2, DistilGPT-2", "learned positions, Conv1D"),
         Architecture("gpt_neox", "GPT-NeoX, Pythia", "partial rotary"),
         Architecture("gptj", "GPT-J", "interleaved partial rotary, parallel block"),
@@ -198,9 +206,18 @@ def _mpt(config: Any) -> Optional[str]:
             "fails to run in tract")
 
 
+def _bidirectional(config: Any) -> Optional[str]:
+    if getattr(config, "use_bidirectional_attention", None) == "all":
+        return ("use_bidirectional_attention='all' makes every token see the ones after it: the model is not a causal "
+                "decoder, and the exported masks (and the KV cache) are causal")
+    return None
+
+
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
-REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
+REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {
+    "phimoe": _phimoe_mscales, "mpt": _mpt, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
+}
 
 
 def refusal(config: Any) -> Optional[str]:
@@ -226,20 +243,32 @@ def refusal(config: Any) -> Optional[str]:
 
 @dataclass(frozen=True)
 class KVLayout:
-    """What the artefact's cache inputs look like, and which positions each layer sees."""
+    """What the artefact's cache inputs look like, and which positions each layer sees.
+
+    Shapes are per layer: a heterogeneous config (transformers' ``per_layer_config``,
+    Gemma 4's wider global layers) gives each layer its own head count and widths. A
+    layer in ``shared`` keeps no cache: it attends to the keys and values another layer
+    of its type computed in the same forward (Gemma 4's ``num_kv_shared_layers``), so the
+    artefact has no cache input or output for it."""
 
     n_layers: int
-    n_kv_heads: int
-    head_dim: int  # of each cached key
-    value_head_dim: int  # of each cached value (multi-head latent attention: not head_dim)
+    kv_heads: tuple[int, ...]  # per layer: cached key/value heads
+    key_dims: tuple[int, ...]  # per layer: width of each cached key
+    value_dims: tuple[int, ...]  # per layer: width of each cached value (multi-head latent attention: not the key's)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
     windows: dict[str, Optional[int]]  # layer type -> attention window (None: all the past)
     max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
+    shared: tuple[int, ...] = ()  # layers without a cache of their own (KV sharing)
 
     @property
     def mixed(self) -> bool:
         """Several layer types: the model takes one mask per layer type (a dict)."""
         return len(set(self.layer_types)) > 1
+
+    def key_value_shapes(self, layer: int, past: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Layer ``layer``'s cached keys and values for ``past`` positions."""
+        heads = self.kv_heads[layer]
+        return (1, heads, past, self.key_dims[layer]), (1, heads, past, self.value_dims[layer])
 
     def describe(self) -> str:
         """The layer types, counted: ``2 full_attention`` or ``1 sliding_attention (window 4), 1 ...``."""
@@ -249,7 +278,14 @@ class KVLayout:
             parts.append(f"{count} {kind}" + (f" (window {window})" if window is not None else ""))
         if LINEAR_ATTENTION in self.layer_types:
             parts.append(f"{self.layer_types.count(LINEAR_ATTENTION)} {LINEAR_ATTENTION}")
+        if self.shared:
+            parts.append(f"{len(self.shared)} of them sharing another layer's keys and values")
         return ", ".join(parts)
+
+
+# transformers' cache layer type of a layer that keeps no cache (a KV-sharing layer, or one
+# without attention): its attention type is then read from config.layer_types.
+NO_CACHE = "dummy"
 
 
 def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]]:
@@ -264,6 +300,13 @@ def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]
     return list(layer_types), list(kwargs)
 
 
+def layer_configs(text_config: Any, n_layers: int) -> list[Any]:
+    """Each layer's config: transformers' ``per_layer_config`` (the config itself for a
+    homogeneous model), or the config repeated where a release predates it."""
+    per_layer = getattr(text_config, "per_layer_config", None)
+    return [per_layer[i] for i in range(n_layers)] if per_layer is not None else [text_config] * n_layers
+
+
 def kv_layout(config: Any) -> KVLayout:
     """Read the cache layout from the (decoder) config.
 
@@ -274,15 +317,28 @@ def kv_layout(config: Any) -> KVLayout:
     in ``DeepseekV3Attention.forward``); every step expands the whole past again with
     ``kv_b_proj``."""
     text = config.get_text_config(decoder=True)
-    n_heads = _int_attr(text, "num_attention_heads")
-    if getattr(text, MLA_FIELD, None):
-        n_kv, head_dim, value_head_dim = 1, _int_attr(text, MLA_FIELD), _int_attr(text, MLA_ROPE_FIELD)
-    else:
-        n_kv = getattr(text, "num_key_value_heads", None) or n_heads
-        head_dim = value_head_dim = getattr(text, "head_dim", None) or _int_attr(text, "hidden_size") // n_heads
     layer_types, kwargs = cache_layer_types(text)
+    configured_types = getattr(text, "layer_types", None) or layer_types
+    configs = layer_configs(text, len(layer_types))
+    kv_heads, key_dims, value_dims = [], [], []
+    for layer_config in configs:
+        n_heads = _int_attr(layer_config, "num_attention_heads")
+        if getattr(layer_config, MLA_FIELD, None):
+            n_kv, head_dim, value_head_dim = 1, _int_attr(layer_config, MLA_FIELD), _int_attr(layer_config, MLA_ROPE_FIELD)
+        else:
+            n_kv = getattr(layer_config, "num_key_value_heads", None) or n_heads
+            head_dim = getattr(layer_config, "head_dim", None) or _int_attr(layer_config, "hidden_size") // n_heads
+            value_head_dim = head_dim
+        kv_heads.append(int(n_kv))
+        key_dims.append(int(head_dim))
+        value_dims.append(int(value_head_dim))
     windows: dict[str, Optional[int]] = {}
+    shared: list[int] = []
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
+        if kind == NO_CACHE:
+            shared.append(layer)
+            kind = layer_types[layer] = configured_types[layer]
+            kw = {"sliding_window": getattr(configs[layer], "sliding_window", None)}
         if kind == LINEAR_ATTENTION:
             continue  # no key/value cache: its states are laid out by linear_attention.linear_layout
         if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
@@ -298,8 +354,8 @@ def kv_layout(config: Any) -> KVLayout:
             )
     max_positions = _int_attr(text, "max_position_embeddings")
     return KVLayout(
-        n_layers=len(layer_types), n_kv_heads=int(n_kv), head_dim=int(head_dim), value_head_dim=int(value_head_dim),
-        layer_types=tuple(layer_types), windows=windows, max_positions=max_positions,
+        n_layers=len(layer_types), kv_heads=tuple(kv_heads), key_dims=tuple(key_dims), value_dims=tuple(value_dims),
+        layer_types=tuple(layer_types), windows=windows, max_positions=max_positions, shared=tuple(shared),
     )
 
 

@@ -7,7 +7,8 @@ returns ``out_cache_*`` ``[1, n_kv, P+S, hd]``: the past followed by the new ent
 filled per instance (no class of transformers is patched), and are plain ``DynamicLayer``
 even for sliding-window layers: the artefact keeps every past entry, and the sliding
 mask built by the wrapper hides those outside the window. Linear-attention layers take
-and return their two fixed-size states instead (llm/linear_attention.py).
+and return their two fixed-size states instead (llm/linear_attention.py); a layer that
+reuses another's keys and values (KV sharing) takes and returns nothing.
 """
 
 from __future__ import annotations
@@ -40,13 +41,23 @@ def cache_kwarg(model: Any) -> str:
     )
 
 
-def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int] = ()) -> DynamicCache:
+def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int] = (),
+                    shared_layers: Collection[int] = ()) -> DynamicCache:
     """A cache holding ``flat = (key_0, value_0, key_1, value_1, ...)`` as its past (an
     empty past, P = 0, is a zero-length tensor on the sequence axis). The layers in
     ``linear_layers`` take ``(conv_i, recurrent_i)`` instead, held as ``LinearStates``
-    (llm/linear_attention.py reads and replaces them)."""
+    (llm/linear_attention.py reads and replaces them); those in ``shared_layers`` take
+    nothing: they get transformers' ``DummyLayer``, as the model's own cache gives a layer
+    that reuses another's keys and values."""
+    pairs = iter(zip(flat[0::2], flat[1::2]))
     layers: list[Any] = []
-    for index, (first, second) in enumerate(zip(flat[0::2], flat[1::2])):
+    for index in range(len(flat) // 2 + len(shared_layers)):
+        if index in shared_layers:
+            from transformers.cache_utils import DummyLayer  # only releases with KV sharing have it
+
+            layers.append(DummyLayer())
+            continue
+        first, second = next(pairs)
         if index in linear_layers:
             layers.append(LinearStates(first, second))
             continue
@@ -63,16 +74,18 @@ def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int]
     return cache
 
 
-def flat_from_cache(cache: DynamicCache, n_layers: int) -> list[torch.Tensor]:
+def flat_from_cache(cache: DynamicCache, n_layers: int, shared_layers: Collection[int] = ()) -> list[torch.Tensor]:
     """``(key_0, value_0, ...)`` after the forward: each layer's past plus the new entries
-    (a linear-attention layer's states after the forward)."""
+    (a linear-attention layer's states after the forward; nothing for a shared layer)."""
     if len(cache.layers) != n_layers:
         raise T2NErrorNotImplemented(
             f"the model used {len(cache.layers)} cache layers where its config has {n_layers}: "
             "its cache layout is not one the exporter knows"
         )
     flat: list[torch.Tensor] = []
-    for layer in cache.layers:
+    for index, layer in enumerate(cache.layers):
+        if index in shared_layers:
+            continue
         if isinstance(layer, LinearStates):
             flat += [layer.conv, layer.recurrent]
         else:

@@ -7,7 +7,8 @@ multi-head latent attention's do). Outputs: ``outputs`` (logits ``[1, N, V]``), 
 ``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``. A linear-attention
 (gated delta net) layer takes ``in_cache_conv_{i}``, ``in_cache_recurrent_{i}`` and returns
 ``out_cache_conv_{i}``, ``out_cache_recurrent_{i}`` instead: fixed-size states, no P axis
-(llm/linear_attention.py).
+(llm/linear_attention.py). A layer that reuses another layer's keys and values (KV
+sharing, ``KVLayout.shared``) has no cache input or output; the others keep their index.
 
 Everything that depends on S and P is built from the tensors' sizes, so the traced graph
 is symbolic in both and one artefact serves prompt processing (P = 0) and generation
@@ -48,18 +49,22 @@ KV_STATES = ("key", "value")
 LINEAR_STATES = ("conv", "recurrent")
 
 
-def io_names(n_layers: int, linear_layers: Collection[int] = ()) -> tuple[list[str], list[str]]:
-    """The artefact's input and output names (the reference's conventions)."""
-    cache = [f"cache_{kind}_{i}" for i in range(n_layers)
+def io_names(n_layers: int, linear_layers: Collection[int] = (),
+             shared_layers: Collection[int] = ()) -> tuple[list[str], list[str]]:
+    """The artefact's input and output names (the reference's conventions). Layers keep
+    their index in the names; a shared layer (no cache of its own) has none."""
+    cache = [f"cache_{kind}_{i}" for i in range(n_layers) if i not in shared_layers
              for kind in (LINEAR_STATES if i in linear_layers else KV_STATES)]
     return ["input_ids"] + [f"in_{c}" for c in cache], ["outputs"] + [f"out_{c}" for c in cache]
 
 
-def dynamic_axes(n_layers: int, linear_layers: Collection[int] = ()) -> dict[str, dict[int, str]]:
+def dynamic_axes(n_layers: int, linear_layers: Collection[int] = (),
+                 shared_layers: Collection[int] = ()) -> dict[str, dict[int, str]]:
     """S on ``input_ids`` axis 1, P on axis 2 of every input key and value (linear-attention
     states have a fixed shape)."""
-    inputs, _ = io_names(n_layers, linear_layers)
-    kv = [name for i in range(n_layers) if i not in linear_layers for name in (f"in_cache_{k}_{i}" for k in KV_STATES)]
+    inputs, _ = io_names(n_layers, linear_layers, shared_layers)
+    kv = [name for i in range(n_layers) if i not in linear_layers and i not in shared_layers
+          for name in (f"in_cache_{k}_{i}" for k in KV_STATES)]
     return {inputs[0]: {1: "S"}, **{name: {2: "P"} for name in kv}}
 
 
@@ -141,8 +146,10 @@ class KVCacheLM(nn.Module):
         # calls (see linear_attention.py); the wrapper holds the latter, not the model.
         self._linear_mixers = linear_attention_modules(lm, self.linear_layers) if self.linear else {}
         self.linear_attention = nn.ModuleDict({str(i): GatedDeltaNetOps() for i in self.linear_layers})
-        # The past length P is read from the first key/value layer's keys.
-        self._first_key = 2 * next(i for i in range(layout.n_layers) if i not in self.linear_layers)
+        # The past length P is read from the first key/value layer's keys (its place among
+        # the cache inputs: shared layers have none).
+        self._first_key = self.io_names()[0].index(
+            next(f"in_cache_key_{i}" for i in range(layout.n_layers) if i not in self.linear_layers)) - 1
         self.extra_inputs = extra_inputs
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -160,7 +167,7 @@ class KVCacheLM(nn.Module):
         if self.linear:
             masks[LINEAR_ATTENTION] = None
         mask: Union[torch.Tensor, dict[str, Any]] = masks if self.layout.mixed else next(iter(masks.values()))
-        cache = cache_from_flat(flat_cache, self.linear_layers)
+        cache = cache_from_flat(flat_cache, self.linear_layers, self.layout.shared)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:
             kwargs["logits_to_keep"] = self.num_logits_to_keep
@@ -170,22 +177,22 @@ class KVCacheLM(nn.Module):
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
             logits = logits[:, -self.num_logits_to_keep :]
-        return (logits, *flat_from_cache(cache, self.layout.n_layers), *extra_outputs)
+        return (logits, *flat_from_cache(cache, self.layout.n_layers, self.layout.shared), *extra_outputs)
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per
-        value; zero states for a linear-attention layer."""
-        key, value = ((1, self.layout.n_kv_heads, 0, dim) for dim in (self.layout.head_dim, self.layout.value_head_dim))
+        value (the layer's own); zero states for a linear-attention layer; nothing for a
+        shared one."""
         shapes: list[tuple[int, ...]] = []
         for i in range(self.layout.n_layers):
             if self.linear is not None and i in self.linear_layers:
                 shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
-            else:
-                shapes += [key, value]
+            elif i not in self.layout.shared:
+                shapes += self.layout.key_value_shapes(i, 0)
         return [torch.zeros(shape, dtype=dtype) for shape in shapes]
 
     def io_names(self) -> tuple[list[str], list[str]]:
-        return io_names(self.layout.n_layers, self.linear_layers)
+        return io_names(self.layout.n_layers, self.linear_layers, self.layout.shared)
 
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
-        return dynamic_axes(self.layout.n_layers, self.linear_layers)
+        return dynamic_axes(self.layout.n_layers, self.linear_layers, self.layout.shared)

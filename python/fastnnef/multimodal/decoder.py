@@ -59,7 +59,7 @@ class DecoderRunner:
         self.io = io
         self.cache_dtype = cache_dtype
         self.hidden = hidden
-        self.n_cache = 2 * wrapper.layout.n_layers
+        self.n_cache = len(wrapper.io_names()[0]) - 1  # cache tensors after input_ids (none for a shared layer)
 
     def _run(self, name: str, values: Sequence[torch.Tensor]) -> Bundle:
         with torch.no_grad():

@@ -8,6 +8,7 @@ from typing import Any
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.multimodal.family import Family
 from fastnnef.multimodal.gemma3 import FAMILY as GEMMA3
+from fastnnef.multimodal.gemma4 import FAMILY as GEMMA4
 from fastnnef.multimodal.idefics3 import FAMILY as IDEFICS3
 from fastnnef.multimodal.mistral3 import FAMILY as MISTRAL3
 from fastnnef.multimodal.qwen2_5_vl import FAMILY as QWEN2_5_VL
@@ -23,6 +24,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     QWEN2_5_VL, QWEN3_VL, QWEN3_VL_MOE, QWEN3_5, QWEN3_5_MOE, IDEFICS3, SMOLVLM, MISTRAL3, GEMMA3, QWEN2_AUDIO,
     VOXTRAL,
 )}
+FAMILIES[GEMMA4.model_type] = GEMMA4
 
 
 def supported_list() -> str:
