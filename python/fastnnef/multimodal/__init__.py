@@ -23,6 +23,8 @@ artefact per modality, and ``multimodal.json`` tying them, in torch_to_nnef_llm'
                     prompt without mistral_common
 ``splice.py``       embeddings placed at the placeholder tokens, in the traced graph
 ``encoder.py``      one encoder artefact: trace, bundle, check against Hugging Face
+``heap.py``         glibc's mmap threshold fixed, so that tracing a deep tower does not
+                    grow the C heap block by block
 ``decoder.py``      the decoder (``llm.wrapper.KVCacheLM`` + extra inputs): bundles,
                     generation from the image prompt in tract
 ``manifest.py``     ``multimodal.json`` and the embedding contracts

@@ -318,8 +318,9 @@ def _verify(
     encoder_checks: list[EncoderCheck] = []
     embeddings: list[torch.Tensor] = []
     for spec, encoder, items in zip(family.encoders, encoders, sample.items):
-        artefact = TractArtefact.load(staging / encoder.rel_path)
-        got = run_encoder(artefact, spec, model, items)
+        # Loaded by a call of its own: tract holds an artefact's weights in memory, and the
+        # encoder's are freed before the decoder's are loaded (peak: the larger, not both).
+        got = run_encoder(TractArtefact.load(staging / encoder.rel_path), spec, model, items)
         checks = check_encoder(spec, model, items, got, tolerance)
         failed = [c for c in checks if not c.ok]
         if failed:

@@ -19,6 +19,7 @@ from fastnnef.inference_target.tract import TractNNEF
 from fastnnef.llm.bundles import Bundle
 from fastnnef.log import get_logger
 from fastnnef.multimodal.family import EncoderSpec
+from fastnnef.multimodal.heap import map_large_allocations
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
 
@@ -38,6 +39,7 @@ def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Te
                    target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path) -> Bundle:
     """Trace (on ``spec.trace_item``) and write the encoder of ``spec``; returns (and saves)
     its export bundle."""
+    map_large_allocations()  # else the heap grows with the tower's depth while traced (heap.py)
     module = spec.build(model).eval()
     inputs = spec.graph_inputs(model, spec.trace_item(items))
     output_names = [spec.output_name, *spec.extra_output_names(model.config)]
