@@ -14,7 +14,7 @@ import argparse
 import cProfile
 import pstats
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from bench_llm_vs_torch_to_nnef import FASTNNEF_PYTHON, reference_missing, run, stub_tract
@@ -249,7 +250,7 @@ def main() -> None:
         return
     if args.smoke:
         args.families, args.prompt, args.decode, args.repeats = [f for f, _ in SMOKE_ROWS], 8, 4, 1
-    reference: Optional[Exporter] = None
+    reference: Exporter | None = None
     if not args.skip_reference:
         if args.reference is None and args.reference_python == sys.executable and (missing := reference_missing()):
             print(f"(reference skipped: no --reference, and torch_to_nnef_llm cannot be imported here: {missing})")
@@ -264,7 +265,7 @@ def main() -> None:
             shutil.rmtree(args.workdir)
 
 
-def compare(args: argparse.Namespace, workdir: Path, reference: Optional[Exporter]) -> None:
+def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     build_checkpoints(workdir / "checkpoints", args.families, args.smoke)
     from fastnnef._native import TRACT_VERSION

@@ -15,8 +15,8 @@ import io
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

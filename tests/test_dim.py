@@ -4,7 +4,7 @@ integer arithmetic, and tract's text read back."""
 from __future__ import annotations
 
 import operator
-from typing import Callable, Union
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +16,7 @@ from fastnnef.dim import UNKNOWN, DimExpr, DimSyntaxError, ceil_div, dmax, dmin,
 SYMBOLS = ("S", "P", "T")
 Bindings = dict[str, int]
 # A size built by the algebra, and the same computation on Python ints.
-Pair = tuple[Union[int, DimExpr], Callable[[Bindings], int]]
+Pair = tuple[int | DimExpr, Callable[[Bindings], int]]
 
 
 def _leaf() -> st.SearchStrategy[Pair]:

@@ -27,7 +27,8 @@ Arrays may be non-contiguous (any strides); they are read in C order without a c
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union, final
+from collections.abc import Sequence
+from typing import final
 
 import numpy as np
 import numpy.typing as npt
@@ -60,12 +61,12 @@ def dat_encode(array: npt.NDArray, encoding: str, bf16: bool = False, percentile
     T2NErrorTensorTooLarge, T2NErrorDtypeOverflow, T2NErrorImpossibleQuantization.
     """
 
-def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0, label: Optional[str] = None) -> int:
+def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0, label: str | None = None) -> int:
     """Write one ``.dat`` file at ``path`` straight from ``array`` (no bytes in Python):
     temporary name beside it, then an atomic rename. Returns the bytes written. ``label``
     names the tensor in error messages. Raises as ``dat_encode``, plus T2NErrorArtefactIO."""
 
-def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0, label: Optional[str] = None) -> int:
+def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0, label: str | None = None) -> int:
     """Write tensor ``key`` of ``checkpoint`` as one ``.dat`` file at ``path``, streamed from
     the mapped file (64 MiB at a time) and converted / quantized on the way; atomic like
     ``dat_write``. Returns the bytes written. Raises as ``Checkpoint.check``."""
@@ -226,10 +227,10 @@ class TractModel:
         """Load a ``.tar`` / ``.tgz`` held in memory."""
     def input_names(self) -> list[str]: ...
     def output_names(self) -> list[str]: ...
-    def input_facts(self) -> list[tuple[str, list[Union[int, str]]]]:
+    def input_facts(self) -> list[tuple[str, list[int | str]]]:
         """(dtype, dims) per input; dtype as in tract (``f32``, ``i64``, ``bool`` ...),
         a symbolic dim as its expression string (e.g. ``"S"``)."""
-    def output_facts(self) -> list[tuple[str, list[Union[int, str]]]]: ...
+    def output_facts(self) -> list[tuple[str, list[int | str]]]: ...
     def properties(self) -> dict[str, str]:
         """The ``tract_core_properties`` entries whose values are strings."""
     def run(self, inputs: Sequence[npt.NDArray]) -> list[npt.NDArray]:
@@ -260,7 +261,7 @@ class CompareReport:
     fail_fraction: float
     max_abs_error: float
     max_rel_error: float
-    worst_index: Optional[list[int]]
-    worst_expected: Optional[float]
-    worst_got: Optional[float]
+    worst_index: list[int] | None
+    worst_expected: float | None
+    worst_got: float | None
     def __str__(self) -> str: ...

@@ -35,9 +35,10 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Optional, Union
+from typing import Union
 
 __all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
            "is_negative"]
@@ -128,7 +129,7 @@ class DimExpr:
     _text: str
     _hash: int
 
-    def __new__(cls, source: Union[str, int, DimExpr]) -> DimExpr:  # type: ignore[misc]
+    def __new__(cls, source: str | int | DimExpr) -> DimExpr:  # type: ignore[misc]
         if isinstance(source, DimExpr):
             return source
         if isinstance(source, int) and not isinstance(source, bool):
@@ -347,7 +348,7 @@ def _extremum(op: str, args: tuple[Size, ...]) -> Size:
     return DimExpr._make({(_Extremum(op, ordered),): 1})
 
 
-def _single_atom(x: Size) -> Optional[_Atom]:
+def _single_atom(x: Size) -> _Atom | None:
     """The atom ``x`` is, if it is one atom alone (coefficient 1)."""
     if isinstance(x, DimExpr) and len(x._terms) == 1 and x._terms[0][1] == 1 and len(x._terms[0][0]) == 1:
         return x._terms[0][0][0]
@@ -396,10 +397,10 @@ class _Parser:
         return DimSyntaxError(f"{self.text!r} is not a size expression (integers, symbols, "
                               "+ - * / %, min, max, parentheses)")
 
-    def peek(self) -> Optional[str]:
+    def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
 
-    def take(self, expected: Optional[str] = None) -> str:
+    def take(self, expected: str | None = None) -> str:
         token = self.peek()
         if token is None or (expected is not None and token != expected):
             raise self.error()

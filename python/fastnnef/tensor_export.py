@@ -15,8 +15,8 @@ Differences from the reference, all on inputs it could not export anyway:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
@@ -43,8 +43,8 @@ def _writes_itself(tensor: object) -> bool:
 
 
 def export_tensors_to_nnef(
-    name_to_torch_tensors: Dict[str, torch.Tensor], output_dir: Union[Path, str]
-) -> Dict[str, torch.Tensor]:
+    name_to_torch_tensors: dict[str, torch.Tensor], output_dir: Path | str
+) -> dict[str, torch.Tensor]:
     """Write each tensor as ``output_dir/<name>.dat`` (a ``/`` in a name makes a
     sub-folder) and return the dict unchanged. ``output_dir`` must exist.
 
@@ -102,7 +102,7 @@ def _is_safetensors(path: Path) -> bool:
     return path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json")
 
 
-def _load_pickled(path: Path, map_location: Union[str, torch.device], weights_only: bool) -> object:
+def _load_pickled(path: Path, map_location: str | torch.device, weights_only: bool) -> object:
     """``torch.load`` with ``mmap=True`` (tensors stay in the file's pages until read) and
     ``weights_only`` as asked: never a silent fallback to executing the pickle."""
     try:
@@ -124,12 +124,12 @@ def _load_pickled(path: Path, map_location: Union[str, torch.device], weights_on
 
 
 def iter_torch_tensors_from_disk(
-    store_filepath: Union[Path, str],
-    filter_key: Optional[Callable[[str], bool]] = None,
-    map_location: Union[str, torch.device] = "cpu",
+    store_filepath: Path | str,
+    filter_key: Callable[[str], bool] | None = None,
+    map_location: str | torch.device = "cpu",
     *,
     weights_only: bool = True,
-) -> Iterator[Tuple[str, torch.Tensor]]:
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` from a checkpoint, one tensor at a time.
 
     - ``.safetensors`` files (or a sharded ``*.safetensors.index.json``) are read by the Rust
@@ -175,14 +175,14 @@ def iter_torch_tensors_from_disk(
 
 
 def export_tensors_from_disk_to_nnef(
-    store_filepath: Union[Path, str],
-    output_dir: Union[Path, str],
-    filter_key: Optional[Callable[[str], bool]] = None,
-    fn_check_found_tensors: Optional[Callable[[Dict[str, torch.Tensor]], bool]] = None,
-    map_location: Union[str, torch.device] = "cpu",
+    store_filepath: Path | str,
+    output_dir: Path | str,
+    filter_key: Callable[[str], bool] | None = None,
+    fn_check_found_tensors: Callable[[dict[str, torch.Tensor]], bool] | None = None,
+    map_location: str | torch.device = "cpu",
     *,
     weights_only: bool = True,
-) -> Dict[str, torch.Tensor]:
+) -> dict[str, torch.Tensor]:
     """Write the tensors of a checkpoint that pass ``filter_key`` as ``<name>.dat`` files in
     ``output_dir`` (which must exist), after ``fn_check_found_tensors`` has seen them (it
     must raise to stop the export; its return value is ignored, as in the reference).

@@ -6,8 +6,8 @@ refusal of a target without the ops. (The families' 16 greedy tokens: test_archi
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

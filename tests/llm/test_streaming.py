@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

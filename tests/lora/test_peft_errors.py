@@ -3,8 +3,8 @@ left exactly as it was (no archive, no temporary)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import pytest
 import torch
@@ -43,7 +43,7 @@ def save(tmp_path: Path, tensors: dict[str, torch.Tensor], name: str = "adapter.
 
 
 def assert_nothing_written(
-    out_dir: Path, before: set[str], call: Callable[[], object], error: type, match: Optional[str]
+    out_dir: Path, before: set[str], call: Callable[[], object], error: type, match: str | None
 ) -> None:
     with pytest.raises(error, match=match):
         call()

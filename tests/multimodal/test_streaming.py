@@ -3,8 +3,8 @@ towers' and the decoder's) bound to the checkpoint file, none read at load."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

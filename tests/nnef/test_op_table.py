@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -4,7 +4,8 @@ tract, compared with torch."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

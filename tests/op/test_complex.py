@@ -3,7 +3,8 @@ torch; complex graph inputs and outputs go through check_io as pairs."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

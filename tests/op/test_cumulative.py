@@ -3,7 +3,8 @@ compared with torch, along static and dynamic axes; cumsum's scan for tract befo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

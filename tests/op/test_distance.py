@@ -3,7 +3,8 @@ torch: several p, broadcasting batches, eps clamps, dynamic batch axes."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

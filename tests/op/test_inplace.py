@@ -4,8 +4,9 @@ select_scatter put a written view back (bounds, steps, dynamic axes, dtypes)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

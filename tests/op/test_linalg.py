@@ -5,7 +5,8 @@ matmul kernels; what needs singular values is refused by name."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

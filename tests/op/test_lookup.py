@@ -3,7 +3,8 @@ data-dependent output sizes refused with what to use instead."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

@@ -7,7 +7,8 @@ handler is tested whether or not aten::broadcast_tensors is."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -47,8 +48,8 @@ BROADCAST = needs_handler("aten::broadcast_tensors")
 
 
 def case(name: str, fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]],
-         dyn: Optional[dict[int, dict[int, str]]] = None, needs: Optional[pytest.MarkDecorator] = None,
-         kept: Optional[dict[int, str]] = None) -> Any:
+         dyn: dict[int, dict[int, str]] | None = None, needs: pytest.MarkDecorator | None = None,
+         kept: dict[int, str] | None = None) -> Any:
     """A table row; ``kept``: inputs kept as traced on the redraw (position -> why)."""
     return pytest.param(fn, make, dyn, kept, id=name, marks=[needs] if needs else [])
 

@@ -7,8 +7,9 @@ kernels; per-channel weights (x86's) are dequantized in the graph."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -3,7 +3,8 @@ traced time length and, with a dynamic time axis, at other lengths."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -4,7 +4,8 @@ exported and run in tract, compared with torch."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

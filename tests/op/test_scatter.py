@@ -3,7 +3,8 @@ reductions both natively (tract >= 0.23.0) and in their one-hot form (older targ
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

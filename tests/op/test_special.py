@@ -3,7 +3,8 @@ the ranges torch defines them on: negative and large arguments, poles, tails."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

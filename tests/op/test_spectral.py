@@ -4,7 +4,8 @@ torch (complex results compared as (re, im) pairs)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

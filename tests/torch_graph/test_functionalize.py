@@ -4,8 +4,9 @@ in tract and matches torch; writes a graph of values cannot express are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

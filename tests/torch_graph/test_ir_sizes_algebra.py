@@ -7,8 +7,9 @@ the same ops compute on Python numbers (true division exact until rounded, as to
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable, Union
+from typing import Union
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,7 +40,7 @@ def _steps() -> st.SearchStrategy[Step]:
     )
 
 
-def _value(v: IRValue, s: int) -> Union[Number, None]:
+def _value(v: IRValue, s: int) -> Number | None:
     """What an IR value stands for when the axis has length ``s`` (None: not written)."""
     if isinstance(v, Const):
         return v.value

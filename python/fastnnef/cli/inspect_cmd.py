@@ -7,8 +7,8 @@ import collections
 import re
 import struct
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from fastnnef.exceptions import T2NErrorNotFoundFile
 
@@ -17,7 +17,7 @@ _DTYPE_OF_CODE = {0: "f", 1: "u", 2: "qu", 3: "qi", 4: "i", 5: "bool"}
 _VENDOR = {(0x5452, 0x3040): "q4_0", (0x5452, 0x2040): "q4_0_legacy"}
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("inspect", help="describe an NNEF artefact (dir, .tar, .tgz)")
     p.add_argument("artefact", type=Path)
     p.add_argument("--tensors", action="store_true", help="list every tensor, not only totals")

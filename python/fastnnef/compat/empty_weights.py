@@ -11,7 +11,7 @@ PROCESS while active, as accelerate's does: a model built in another thread mean
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Optional
+from collections.abc import Iterator
 
 from torch import nn
 
@@ -20,7 +20,7 @@ from fastnnef.compat.process_patch import ProcessWidePatch, Replacement
 __all__ = ["init_empty_weights"]
 
 
-def _parameters_on_meta() -> List[Replacement]:
+def _parameters_on_meta() -> list[Replacement]:
     original = nn.Module.register_parameter
 
     def register_parameter(module: nn.Module, name: str, param) -> None:
@@ -34,7 +34,7 @@ def _parameters_on_meta() -> List[Replacement]:
     return [(nn.Module, "register_parameter", register_parameter)]
 
 
-def _buffers_on_meta() -> List[Replacement]:
+def _buffers_on_meta() -> list[Replacement]:
     original = nn.Module.register_buffer
 
     def register_buffer(module: nn.Module, name: str, tensor, persistent: bool = True) -> None:
@@ -50,7 +50,7 @@ _BUFFERS = ProcessWidePatch(_buffers_on_meta)
 
 
 @contextlib.contextmanager
-def init_empty_weights(include_buffers: Optional[bool] = None) -> Iterator[None]:
+def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     """Context manager: modules built inside it get their parameters on the ``meta`` device.
 
     Builds a model's structure without allocating its weights (each parameter is created,

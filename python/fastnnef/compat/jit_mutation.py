@@ -16,7 +16,7 @@ views while building its IR; this pass is the reference's standalone graph rewri
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -46,7 +46,7 @@ class _View(NamedTuple):
     result: torch._C.Value
 
 
-def _view_step(value: torch._C.Value, rewritten: dict[int, _View]) -> Optional[_View]:
+def _view_step(value: torch._C.Value, rewritten: dict[int, _View]) -> _View | None:
     """The select / slice that produced ``value`` (``None`` if none did): a node of the
     graph, or a scatter this pass built (which stands for the view it updated)."""
     if value.unique() in rewritten:

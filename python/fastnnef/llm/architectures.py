@@ -31,8 +31,9 @@ layout: llm/linear_attention.py ``linear_layout``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal
@@ -71,7 +72,7 @@ class Architecture:
     # factors, which re-rotates the past keys). Runtimes must do the same with the artefact.
     recompute_past_field: str = ""
 
-    def recompute_length(self, config: Any) -> Optional[int]:
+    def recompute_length(self, config: Any) -> int | None:
         """The sequence length at which generation re-processes everything with an empty
         cache (see ``recompute_past_field``), or None."""
         value = getattr(config, self.recompute_past_field, None) if self.recompute_past_field else None
@@ -184,7 +185,7 @@ def architecture_of(config: Any) -> Architecture:
     return TESTED.get(model_type) or Architecture(model_type, model_type, tested=False)
 
 
-def _phimoe_mscales(config: Any) -> Optional[str]:
+def _phimoe_mscales(config: Any) -> str | None:
     rope = getattr(config, "rope_parameters", None) or {}
     short, long = rope.get("short_mscale"), rope.get("long_mscale")
     if short != long:
@@ -193,17 +194,17 @@ def _phimoe_mscales(config: Any) -> Optional[str]:
     return None
 
 
-def _mpt(config: Any) -> Optional[str]:
+def _mpt(config: Any) -> str | None:
     return ("its ALiBi attention biases are sliced from a table by the sequence length, which the exported graph "
             "fails to run in tract")
 
 
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
-REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
+REFUSED_CONFIGS: dict[str, Callable[[Any], str | None]] = {"phimoe": _phimoe_mscales, "mpt": _mpt}
 
 
-def refusal(config: Any) -> Optional[str]:
+def refusal(config: Any) -> str | None:
     """Why the generic wrapper cannot export this config, or None when it is attempted."""
     text = config.get_text_config(decoder=True)
     specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
@@ -233,7 +234,7 @@ class KVLayout:
     head_dim: int  # of each cached key
     value_head_dim: int  # of each cached value (multi-head latent attention: not head_dim)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
-    windows: dict[str, Optional[int]]  # layer type -> attention window (None: all the past)
+    windows: dict[str, int | None]  # layer type -> attention window (None: all the past)
     max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
 
     @property
@@ -281,7 +282,7 @@ def kv_layout(config: Any) -> KVLayout:
         n_kv = getattr(text, "num_key_value_heads", None) or n_heads
         head_dim = value_head_dim = getattr(text, "head_dim", None) or _int_attr(text, "hidden_size") // n_heads
     layer_types, kwargs = cache_layer_types(text)
-    windows: dict[str, Optional[int]] = {}
+    windows: dict[str, int | None] = {}
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
         if kind == LINEAR_ATTENTION:
             continue  # no key/value cache: its states are laid out by linear_attention.linear_layout

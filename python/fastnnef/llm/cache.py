@@ -13,7 +13,8 @@ and return their two fixed-size states instead (llm/linear_attention.py).
 from __future__ import annotations
 
 import inspect
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer

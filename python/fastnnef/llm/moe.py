@@ -28,9 +28,10 @@ target, keeps the dense form.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -3,7 +3,8 @@ extractor), name outputs."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -41,7 +42,7 @@ class Converter:
 
     def __init__(
         self, graph: NNEFGraph, caps: TargetCapabilities, registry: OpRegistry, naming: str, target: Any = None,
-        param_names: Optional[dict[int, str]] = None,
+        param_names: dict[int, str] | None = None,
     ):
         self.builder = GraphBuilder(graph, caps, naming, param_names)
         self.graph = graph

@@ -10,7 +10,7 @@ value is read from the source when an op or the writer needs it, and dropped aft
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any, cast
 
 import torch
 
@@ -29,11 +29,11 @@ class OffloadedSlice(OffloadedTensor):
     step: int
 
     @staticmethod
-    def __new__(cls, *args: Any, **kwargs: Any) -> "OffloadedSlice":
+    def __new__(cls, *args: Any, **kwargs: Any) -> OffloadedSlice:
         raise T2NErrorNotImplemented("build an OffloadedSlice with OffloadedSlice.of()")
 
     @classmethod
-    def of(cls, source: OffloadedTensor, axis: int, start: int, stop: int, step: int = 1) -> "OffloadedSlice":
+    def of(cls, source: OffloadedTensor, axis: int, start: int, stop: int, step: int = 1) -> OffloadedSlice:
         """The slice ``start:stop:step`` of ``source`` along ``axis`` (nothing read). A Q4_0
         source is sliced only across whole rows (not along its last axis), so that the
         slice's Q4_0 blocks are the source's."""
@@ -64,7 +64,7 @@ class OffloadedSlice(OffloadedTensor):
     def written_values(self) -> torch.Tensor:
         return self.source.written_values()[self._index()].contiguous()
 
-    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "OffloadedSlice":
+    def _shallow(self, dtype: torch.dtype | None = None, q4_0: bool | None = None) -> OffloadedSlice:
         source = self.source._shallow(dtype, q4_0)
         new = OffloadedSlice.of(source, self.axis, self.start, self.stop, self.step)
         new.nnef_name = self.nnef_name

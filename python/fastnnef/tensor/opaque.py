@@ -10,7 +10,8 @@ does it only when a user calls it, and a model so wrapped exports to the same by
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ class OpaqueTensorRef(torch.Tensor):
     opaque_tensor: torch.Tensor
 
     @staticmethod
-    def __new__(cls, meta_tensor: Optional[torch.Tensor], opaque_tensor: torch.Tensor) -> "OpaqueTensorRef":
+    def __new__(cls, meta_tensor: torch.Tensor | None, opaque_tensor: torch.Tensor) -> OpaqueTensorRef:
         if not isinstance(opaque_tensor, (QTensor, OffloadedTensor)):
             raise T2NErrorInvalidArgument(
                 f"OpaqueTensorRef stands for a QTensor or an OffloadedTensor, got {type(opaque_tensor).__name__}"
@@ -49,11 +50,11 @@ class OpaqueTensorRef(torch.Tensor):
         return self
 
     @property
-    def nnef_name(self) -> Optional[str]:
+    def nnef_name(self) -> str | None:
         return getattr(self.opaque_tensor, "nnef_name", None)
 
     @nnef_name.setter
-    def nnef_name(self, name: Optional[str]) -> None:
+    def nnef_name(self, name: str | None) -> None:
         self.opaque_tensor.nnef_name = name
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature

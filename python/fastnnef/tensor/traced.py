@@ -5,7 +5,8 @@ the graph instead of a baked constant."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map

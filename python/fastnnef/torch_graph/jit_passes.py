@@ -30,7 +30,8 @@ enclosing ``If`` is folded.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Iterator, Sequence, Union
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Union
 
 import torch
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,7 +44,7 @@ class TracedModel:
     input_names: list[str]
     output_names: list[str]
     has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
-    names_from: Optional[nn.Module] = None  # where parameter names come from
+    names_from: nn.Module | None = None  # where parameter names come from
     module_calls: dict[int, ModuleCall] = field(default_factory=dict)  # kept whole for extractors
     # Sizes the model turned into Python numbers while traced (size_watch.py).
     size_conversions: list[SizeConversion] = field(default_factory=list)
@@ -59,9 +60,9 @@ class _FlatIO(nn.Module):
         self._leaves = leaves
         self._spec = spec
         self._tensor_slots = tensor_slots
-        self.captured: Optional[list[torch.Tensor]] = None
+        self.captured: list[torch.Tensor] | None = None
         self.out_spec: Any = None
-        self.conversions: Optional[size_watch.ConversionLog] = None  # sizes frozen (size_watch.py)
+        self.conversions: size_watch.ConversionLog | None = None  # sizes frozen (size_watch.py)
         self.frozen: list[SizeConversion] = []
 
     def call_model(self, *args: Any) -> Any:
@@ -110,7 +111,7 @@ def normalize_args(args: Any) -> tuple[Any, ...]:
 
 
 def _expand_names(
-    names: Optional[Sequence[str]], top_level: Sequence[Any], n_flat: int, prefix: str, what: str
+    names: Sequence[str] | None, top_level: Sequence[Any], n_flat: int, prefix: str, what: str
 ) -> list[str]:
     """Names for the flat IO: as given, or derived per top-level item (``name_0``, dict keys)."""
     if names is None:
@@ -181,10 +182,10 @@ _TRACE_LOCK = threading.Lock()
 def trace_model(
     model: nn.Module,
     args: Any,
-    input_names: Optional[Sequence[str]],
-    output_names: Optional[Sequence[str]],
-    names_from: Optional[nn.Module] = None,
-    extractor_of: Optional[Callable[[nn.Module], Optional[Any]]] = None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    names_from: nn.Module | None = None,
+    extractor_of: Callable[[nn.Module], Any | None] | None = None,
     watch_sizes: bool = False,
 ) -> TracedModel:
     """Trace ``model(*args)`` once; return the inlined graph and the flat IO.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import torch
 
@@ -33,7 +34,7 @@ def promote(operands: Sequence[Operand]) -> str:
     return tag
 
 
-def literal(value: Union[int, float, bool], dtype: str) -> Union[int, float, bool]:
+def literal(value: int | float | bool, dtype: str) -> int | float | bool:
     """A Python scalar as a literal of the computation dtype (no f64 constant tensors)."""
     if dtype == "bool":
         return bool(value)
@@ -69,13 +70,13 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     return ctx.emit(kind, args)
 
 
-def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str) -> Union[int, float, bool, NTensor]:
+def typed_scalar(ctx: OpContext, value: int | float | bool | Sym, dtype: str) -> int | float | bool | NTensor:
     """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
     (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
     int or a symbol as a TDim, so other dtypes get an explicit cast of the literal (strict
     NNEF, which has no cast: a 0-d constant of that dtype)."""
     if isinstance(value, Sym):
-        scalar: Union[int, float, bool, Sym] = value
+        scalar: int | float | bool | Sym = value
         natural = "tdim"
     else:
         scalar = literal(value, dtype)
@@ -88,7 +89,7 @@ def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str
 
 
 def finish(
-    ctx: OpContext, kind: str, args: Sequence[Any], like: Union[NTensor, str], attrs: Optional[dict[str, Any]] = None,
+    ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor | str, attrs: dict[str, Any] | None = None,
 ) -> NTensor:
     """The node's output op; when ``like`` (a tensor, or a dtype) is computed in another
     dtype than the traced output (f32 norms of an f16 model), the op is an intermediate and

@@ -16,7 +16,8 @@ the digits a cancellation needs.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import torch
 

@@ -8,7 +8,8 @@ constant tensor is written and dynamic shapes work; the dtype comes from the tra
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, Union
 
 import torch
 
@@ -21,7 +22,7 @@ from fastnnef.op.registry import handler
 Number = Union[int, float, bool]
 
 
-def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Optional[NTensor] = None) -> NTensor:
+def _fill(ctx: OpContext, value: Number | Sym, shape: Sequence[Dim], x: NTensor | None = None) -> NTensor:
     """``value`` broadcast to ``shape`` as the node output, in the traced dtype. With ``x``
     given and dims of unknown expression, the shape is taken from ``x`` at run time.
     Strict NNEF (no broadcast op): a one-element constant tiled to the static shape."""
@@ -41,7 +42,7 @@ def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Op
     return ctx.emit("tract_core_broadcast", [scalar], {"shape": list(shape)}, shape=shape)
 
 
-def _number(ctx: OpContext, value: object) -> Union[Number, Sym]:
+def _number(ctx: OpContext, value: object) -> Number | Sym:
     if isinstance(value, (int, float, bool)):
         return value
     raise ctx.unsupported(f"fill value {value!r}", "use a Python number")
@@ -109,7 +110,7 @@ def _arange_bound(ctx: OpContext, v: Any) -> Bound:
     raise ctx.unsupported(f"arange with a bound {v!r}", "use numbers, x.size(i) or 0-d tensors")
 
 
-def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]], dtype: str) -> NTensor:
+def _arange_of_tensors(ctx: OpContext, bounds: list[Number | Sym | NTensor], dtype: str) -> NTensor:
     """arange whose bounds are read from tensors: tract computes the length when it runs
     (its range op takes three scalars of one type), so nothing of the traced values stays."""
     if any(isinstance(b, Sym) for b in bounds):
@@ -258,7 +259,7 @@ def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[N
 
 
 @handler("aten::meshgrid", args="L s?")
-def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: Optional[str]) -> list[NTensor]:
+def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: str | None) -> list[NTensor]:
     """aten::meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]  (also meshgrid(tensors): 'ij')"""
     lines, shape = _grid(ctx, tensors, indexing or "ij")
     out = []
@@ -312,7 +313,7 @@ def one_hot(ctx: OpContext, x: NTensor, num_classes: int) -> NTensor:
 
 
 @handler("aten::fill", args="t x")
-def fill(ctx: OpContext, x: NTensor, value: Union[NTensor, Number]) -> NTensor:
+def fill(ctx: OpContext, x: NTensor, value: NTensor | Number) -> NTensor:
     """aten::fill.Scalar(Tensor self, Scalar value) -> Tensor  (also fill.Tensor, and fill_ through the in-place fallback)"""
     if not isinstance(value, NTensor):
         return _fill(ctx, value, x.shape, x)

@@ -6,8 +6,6 @@ exactly the positions ``aten::slice``/``aten::select`` read (the same bound rule
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor
@@ -71,7 +69,7 @@ def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim)
 
 @handler("fastnnef::slice_scatter", args="t t i D? D? i")
 def slice_scatter(
-    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int,
+    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int,
 ) -> NTensor:
     """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
     axis = ctx.axis(dim, x.rank)

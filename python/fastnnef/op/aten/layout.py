@@ -5,7 +5,7 @@ block_diag, and torch's ``*_copy`` forms of view ops (same handlers as the views
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -125,7 +125,7 @@ def movedim(ctx: OpContext, x: NTensor, source: list[int], destination: list[int
     if len(source) != len(destination):
         raise ctx.unsupported("movedim with a different number of source and destination dims")
     src = [ctx.axis(s, x.rank) for s in source]
-    perm: list[Optional[int]] = [None] * x.rank
+    perm: list[int | None] = [None] * x.rank
     for s, d in zip(src, destination):
         perm[ctx.axis(d, x.rank)] = s
     rest = iter(a for a in range(x.rank) if a not in src)
@@ -250,7 +250,7 @@ def _interleave_indices(ctx: OpContext, repeats: NTensor, n: int, total: int) ->
 
 
 @handler("aten::repeat_interleave", args="x x? i? *")
-def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: Optional[int]) -> NTensor:
+def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: int | None) -> NTensor:
     """aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor  (also .self_Tensor, .Tensor)"""
     if ctx.n_inputs == 2:  # .Tensor(repeats): the indices themselves
         ctx.static(x, what="repeat_interleave(repeats)")

@@ -6,7 +6,7 @@ experts of mixture-of-experts layers, rows grouped by expert)."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -61,7 +61,7 @@ def matmul(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 
 @handler("aten::linear", args="t t t?")
-def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor]) -> NTensor:
+def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None) -> NTensor:
     """aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"""
     if bias is None:
         return torch_matmul(ctx, x, weight, transpose_b=True)
@@ -71,7 +71,7 @@ def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor])
 
 
 @handler("aten::addmm", "aten::baddbmm", "aten::addbmm", args="t t t f? f?")
-def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     if ctx.kind == "aten::addbmm":
         raise ctx.unsupported("addbmm (a sum over the batch) is not supported", "use bmm(...).sum(0) + bias")
@@ -85,7 +85,7 @@ def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[
 
 
 @handler("aten::einsum", args="s L I?")
-def einsum(ctx: OpContext, equation: str, tensors: list[NTensor], _path: Optional[list[int]]) -> NTensor:
+def einsum(ctx: OpContext, equation: str, tensors: list[NTensor], _path: list[int] | None) -> NTensor:
     """aten::einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor"""
     dtype = ctx.out_dtype()
     expr = equation.replace(" ", "")
@@ -206,7 +206,7 @@ def outer(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     return c.out("mul", c("unsqueeze", a, axes=[1]), c("unsqueeze", b, axes=[0]))
 
 
-def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """``beta * bias + alpha * product`` as the node output; ``beta == 0`` ignores ``bias``
     (NaN in it included), as torch does."""
     if alpha is not None and alpha != 1:
@@ -220,14 +220,14 @@ def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: Optional[float
 
 
 @handler("aten::addmv", args="t t t f? f?")
-def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """aten::addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     c = _product_calc(ctx)
     return _scaled_sum(c, bias, _tensordot(c, mat, vec, [1], [0]), beta, alpha)
 
 
 @handler("aten::addr", args="t t t f? f?")
-def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """aten::addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     if ctx.out_dtype() == "bool":
         raise ctx.unsupported("addr of bool tensors (torch's logical form)", "cast the vectors to an integer type")
@@ -267,7 +267,7 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 
 @handler("aten::cross", "aten::linalg_cross", args="t t i?")
-def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: Optional[int]) -> NTensor:
+def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: int | None) -> NTensor:
     """aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor  (and cross, whose dim=None is the first axis of size 3)"""
     out_shape = ctx.out_shape()
     if dim is None:
@@ -284,7 +284,7 @@ def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: Optional[int]) -> NTensor
     return c.out("concat", comps, axis=axis)
 
 
-def _vector_or_matrix(ctx: OpContext, x: NTensor, ord: object, dims: Optional[list[int]]) -> bool:
+def _vector_or_matrix(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None) -> bool:
     """linalg.norm's rule: a matrix norm for a string ord, two dims, or an ord with no dims
     on a 2-D input; a vector norm otherwise."""
     if isinstance(ord, str):
@@ -319,7 +319,7 @@ def _matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: Sequence[int], k
     return c.out("squeeze", r, axes=sorted((rows, cols)))
 
 
-def _vector_norm(ctx: OpContext, x: NTensor, ord: Optional[float], dims: Optional[list[int]], keepdim: bool) -> NTensor:
+def _vector_norm(ctx: OpContext, x: NTensor, ord: float | None, dims: list[int] | None, keepdim: bool) -> NTensor:
     c = m.Calc(ctx, m.float_compute(ctx))
     x = ctx.cast(x, c.dtype)
     axes = sorted({ctx.axis(d, x.rank) for d in dims}) if dims else list(range(x.rank))
@@ -330,7 +330,7 @@ def _vector_norm(ctx: OpContext, x: NTensor, ord: Optional[float], dims: Optiona
 
 
 @handler("aten::linalg_norm", args="t n I? b n?")
-def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: Optional[list[int]], keepdim: bool, _dtype: object) -> NTensor:
+def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None, keepdim: bool, _dtype: object) -> NTensor:
     """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""
     if _vector_or_matrix(ctx, x, ord, dims):
         return _matrix_norm(ctx, x, "fro" if ord is None else ord, dims or [-2, -1], keepdim)
@@ -362,18 +362,18 @@ def renorm(ctx: OpContext, x: NTensor, p: float, dim: int, maxnorm: float) -> NT
 
 
 @handler("aten::vander", args="t i? b")
-def vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> NTensor:
+def vander(ctx: OpContext, x: NTensor, n: int | None, increasing: bool) -> NTensor:
     """aten::vander(Tensor x, int? N=None, bool increasing=False) -> Tensor"""
     return _vander(ctx, x, n, increasing)
 
 
 @handler("aten::linalg_vander", args="t i?")
-def linalg_vander(ctx: OpContext, x: NTensor, n: Optional[int]) -> NTensor:
+def linalg_vander(ctx: OpContext, x: NTensor, n: int | None) -> NTensor:
     """aten::linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor  (increasing powers, batched)"""
     return _vander(ctx, x, n, True)
 
 
-def _vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> NTensor:
+def _vander(ctx: OpContext, x: NTensor, n: int | None, increasing: bool) -> NTensor:
     """The powers ``x^0 .. x^(N-1)`` on a new last axis, by repeated products (exact for
     integers, and for negative bases)."""
     c = m.Calc(ctx, ctx.out_dtype())
@@ -393,7 +393,7 @@ def _vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> N
 
 
 @handler("aten::bilinear", args="t t t t?")
-def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: Optional[NTensor]) -> NTensor:
+def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: NTensor | None) -> NTensor:
     """aten::bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor  (y_o = x1 W_o x2 + b_o)"""
     c = m.Calc(ctx, m.float_compute(ctx))
     rank = max(x1.rank, x2.rank)
@@ -409,7 +409,7 @@ def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: Op
 
 
 @handler("aten::_grouped_mm", args="t t t? t? *")
-def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: Optional[NTensor], bias: Optional[NTensor]) -> NTensor:
+def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: NTensor | None, bias: NTensor | None) -> NTensor:
     """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""
     # transformers' grouped experts: rows of x sorted by expert, offs the end of each
     # expert's rows (histc + cumsum). Every expert runs on every row and each row keeps

@@ -8,8 +8,6 @@ boundary, summed), which is exact for sorted boundaries and needs no loop.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import NTensor
@@ -40,7 +38,7 @@ def take(ctx: OpContext, x: NTensor, index: NTensor) -> NTensor:
 
 
 @handler("aten::take_along_dim", args="t t i?")
-def take_along_dim(ctx: OpContext, x: NTensor, indices: NTensor, dim: Optional[int]) -> NTensor:
+def take_along_dim(ctx: OpContext, x: NTensor, indices: NTensor, dim: int | None) -> NTensor:
     """aten::take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor"""
     if dim is None:  # both flattened
         flat = _flat(ctx, x, "flat")
@@ -69,8 +67,8 @@ _MODES = {0: "sum", 1: "mean", 2: "max"}
 @handler("aten::embedding_bag", "aten::_embedding_bag", args="t t t b i b t? b i?")
 def embedding_bag(
     ctx: OpContext, weight: NTensor, indices: NTensor, offsets: NTensor, _scale_grad: bool, mode: int,
-    _sparse: bool, per_sample_weights: Optional[NTensor], include_last_offset: bool, padding_idx: Optional[int],
-) -> list[Optional[NTensor]]:
+    _sparse: bool, per_sample_weights: NTensor | None, include_last_offset: bool, padding_idx: int | None,
+) -> list[NTensor | None]:
     """aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)"""
     if mode not in _MODES:
         raise ctx.unsupported(f"embedding_bag mode {mode}")
@@ -157,8 +155,8 @@ def bucketize(ctx: OpContext, x: Operand, boundaries: NTensor, _out_int32: bool,
 
 
 @handler("aten::searchsorted", args="t x b b s? t?")
-def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, right: bool, side: Optional[str],
-                 sorter: Optional[NTensor]) -> NTensor:
+def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, right: bool, side: str | None,
+                 sorter: NTensor | None) -> NTensor:
     """aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor  (also .Scalar)"""
     if sorter is not None:  # the sequence in sorted order
         seq = ctx.tmp("tract_core_gather_elements", [seq, _index(ctx, sorter)], {"axis": seq.rank - 1}, suffix="sorted")

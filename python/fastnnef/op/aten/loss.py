@@ -14,7 +14,6 @@ sample is handled as a batch of one.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten import _math as m
@@ -102,7 +101,7 @@ def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, fu
 
 
 # --- binary classification ------------------------------------------------------------------
-def _weighted(c: m.Calc, loss: NTensor, weight: Optional[NTensor]) -> NTensor:
+def _weighted(c: m.Calc, loss: NTensor, weight: NTensor | None) -> NTensor:
     if weight is None:
         return loss
     (w,) = c.inputs(weight, rank=loss.rank)
@@ -110,7 +109,7 @@ def _weighted(c: m.Calc, loss: NTensor, weight: Optional[NTensor]) -> NTensor:
 
 
 @handler("aten::binary_cross_entropy", args="t t t? i")
-def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: Optional[NTensor], reduction: int) -> NTensor:
+def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: NTensor | None, reduction: int) -> NTensor:
     """aten::binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor  (logs clamped at -100)"""
     c = _calc(ctx)
     x, y = _pair(c, x, y)
@@ -122,7 +121,7 @@ def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: Optiona
 
 @handler("aten::binary_cross_entropy_with_logits", args="t t t? t? i")
 def binary_cross_entropy_with_logits(
-    ctx: OpContext, x: NTensor, y: NTensor, weight: Optional[NTensor], pos_weight: Optional[NTensor], reduction: int,
+    ctx: OpContext, x: NTensor, y: NTensor, weight: NTensor | None, pos_weight: NTensor | None, reduction: int,
 ) -> NTensor:
     """aten::binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor? pos_weight=None, int reduction=Mean) -> Tensor
 
@@ -149,7 +148,7 @@ def _batched(c: m.Calc, x: NTensor, target: NTensor, same_rank: bool) -> tuple[N
             c("unsqueeze", target, axes=[0]) if unbatch_target else target, True)
 
 
-def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: Optional[NTensor], ignore_index: int,
+def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: NTensor | None, ignore_index: int,
             ) -> tuple[NTensor, NTensor]:
     """(-w[t] * logp[t] per sample, w[t] per sample), both 0 where t == ignore_index."""
     ctx = c.ctx
@@ -165,7 +164,7 @@ def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: Optional[NTensor]
 
 
 @handler("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d", args="t t t? i i")
-def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: Optional[NTensor], reduction: int, ignore_index: int) -> NTensor:
+def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: NTensor | None, reduction: int, ignore_index: int) -> NTensor:
     """aten::nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor  (also nll_loss, nll_loss2d)"""
     c = _calc(ctx)
     logp, target, unbatched = _batched(c, logp, target, same_rank=False)
@@ -175,7 +174,7 @@ def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: Optional[NT
 
 @handler("aten::cross_entropy_loss", args="t t t? i i f")
 def cross_entropy_loss(
-    ctx: OpContext, x: NTensor, target: NTensor, weight: Optional[NTensor], reduction: int, ignore_index: int,
+    ctx: OpContext, x: NTensor, target: NTensor, weight: NTensor | None, reduction: int, ignore_index: int,
     label_smoothing: float,
 ) -> NTensor:
     """aten::cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor
@@ -302,7 +301,7 @@ def _class_positions(c: m.Calc, n: object, rank: int, axis: int) -> NTensor:
 
 @handler("aten::multi_margin_loss", args="t t f f t? i")
 def multi_margin_loss(
-    ctx: OpContext, x: NTensor, target: NTensor, p: float, margin: float, weight: Optional[NTensor], reduction: int,
+    ctx: OpContext, x: NTensor, target: NTensor, p: float, margin: float, weight: NTensor | None, reduction: int,
 ) -> NTensor:
     """aten::multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) -> Tensor
 

@@ -11,7 +11,6 @@ Classification is written with plain NNEF comparisons against ``inf`` where it c
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
@@ -40,7 +39,7 @@ def _abs(c: m.Calc, v: Operand) -> Operand:
 
 # --- fused arithmetic ---------------------------------------------------------------------
 @handler("aten::addcmul", "aten::addcdiv", args="t t t f?")
-def addcmul(ctx: OpContext, x: NTensor, t1: NTensor, t2: NTensor, value: Optional[float]) -> NTensor:
+def addcmul(ctx: OpContext, x: NTensor, t1: NTensor, t2: NTensor, value: float | None) -> NTensor:
     """aten::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor  (and addcdiv)"""
     c = _compute(ctx)
     x, a, b = c.inputs(x, t1, t2)
@@ -294,7 +293,7 @@ def isclose(ctx: OpContext, a: NTensor, b: NTensor, rtol: float, atol: float, eq
 
 
 @handler("aten::nan_to_num", args="t f? f? f?")
-def nan_to_num(ctx: OpContext, x: NTensor, nan: Optional[float], posinf: Optional[float], neginf: Optional[float]) -> NTensor:
+def nan_to_num(ctx: OpContext, x: NTensor, nan: float | None, posinf: float | None, neginf: float | None) -> NTensor:
     """aten::nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor
 
     NaN -> ``nan`` (0), +inf -> ``posinf``, -inf -> ``neginf`` (the dtype's largest finite

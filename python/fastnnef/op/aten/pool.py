@@ -9,7 +9,7 @@ that the pool ignores (``border='ignore'``), so the window count matches the tra
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, unknown
@@ -152,7 +152,7 @@ def _dim_times(d: Dim, k: int) -> Dim:
     return d * k
 
 
-def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
+def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: float | None) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
         if not all(_static(a) and _static(b) for a, b in pairs):
@@ -192,14 +192,14 @@ def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value:
 
 @handler("aten::pad", args="t D s f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: Optional[float]) -> NTensor:
+def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: float | None) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     return pad_tensor(ctx, x, padding, mode, value)
 
 
 @handler("aten::constant_pad_nd", args="t D f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: Optional[float]) -> NTensor:
+def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: float | None) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
     return pad_tensor(ctx, x, padding, "constant", value)
 
@@ -305,7 +305,7 @@ def _max_pool_with_indices(ctx: OpContext, x: NTensor, attrs: dict) -> list[NTen
 def _max_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool, with_indices: bool,
-) -> Union[NTensor, list[NTensor]]:
+) -> NTensor | list[NTensor]:
     n = _n_spatial(ctx)
     kernel = _expand(ctx, kernel, n, "kernel_size", [])
     stride = _expand(ctx, stride, n, "stride", kernel)
@@ -355,7 +355,7 @@ def max_pool_with_indices(
 @torch_quantized("dequantize")
 def avg_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
-    ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int],
+    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
 ) -> NTensor:
     """aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
     n = _n_spatial(ctx)
@@ -393,7 +393,7 @@ def avg_pool(
 # adaptive pooling
 
 
-def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind: str) -> NTensor:
+def _adaptive(ctx: OpContext, x: NTensor, output_size: list[int | None], kind: str) -> NTensor:
     """Adaptive pooling axis by axis (max and mean over a rectangle are separable).
 
     Per axis: same size -> nothing; output 1 -> a reduce (dynamic sizes fine); an exact
@@ -446,7 +446,7 @@ def adaptive_avg_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> NTe
 
 
 @handler("aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d", args="t I")
-def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> list[Optional[NTensor]]:
+def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> list[NTensor | None]:
     """aten::adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)"""
     n = _n_spatial(ctx)
     axes = list(range(x.rank - n, x.rank))

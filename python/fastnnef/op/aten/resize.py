@@ -14,8 +14,6 @@ get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only); bicu
 
 from __future__ import annotations
 
-from typing import Optional
-
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import NTensor, Sym, Tuple
 from fastnnef.op.aten.quantized import torch_quantized
@@ -25,7 +23,7 @@ from fastnnef.op.registry import handler
 _SPATIAL = {"1d": 1, "2d": 2, "3d": 3}
 
 
-def _scale_factors(ctx: OpContext, first: int, n: int) -> Optional[list[float]]:
+def _scale_factors(ctx: OpContext, first: int, n: int) -> list[float] | None:
     """Traced scale factors, inputs ``first`` on: ``float[]? scale_factors`` (.vec
     overloads) or one ``float? scales_*`` per axis (older overloads); None when torch used
     the sizes."""
@@ -52,7 +50,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
     factors = _scale_factors(ctx, scales_from, n)
     axes = list(range(2, x.rank))
     # Integer ratio per axis when both sizes are known (None: not an integer or dynamic).
-    ratios: list[Optional[int]] = []
+    ratios: list[int | None] = []
     for i, a in enumerate(axes):
         if factors is not None:
             f = factors[i]

@@ -10,7 +10,7 @@ index along a new axis, reduced over the index axis (memory grows with index x a
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 
@@ -31,7 +31,7 @@ _REDUCTIONS = {
 }
 
 
-def _identity(reduce: str, dtype: str) -> Union[int, float]:
+def _identity(reduce: str, dtype: str) -> int | float:
     """The value a reduction starts from (what an untouched cell contributes)."""
     if reduce in ("sum", "mean"):
         return 0
@@ -49,7 +49,7 @@ def _reduction(ctx: OpContext, reduce: str) -> str:
     return reduce
 
 
-def _like(ctx: OpContext, value: Union[NTensor, int, float], like: NTensor, dtype: str, suffix: str) -> NTensor:
+def _like(ctx: OpContext, value: NTensor | int | float, like: NTensor, dtype: str, suffix: str) -> NTensor:
     """``value`` broadcast to ``like``'s shape (read at run time where it is dynamic)."""
     v = value if isinstance(value, NTensor) else typed_scalar(ctx, value, dtype)
     if isinstance(v, NTensor) and tuple(v.shape) == tuple(like.shape):
@@ -167,7 +167,7 @@ def _along(ctx: OpContext, index: NTensor, axis: int, rank: int) -> NTensor:
 
 
 def _scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
-                    include_self: Optional[bool], native: bool) -> NTensor:
+                    include_self: bool | None, native: bool) -> NTensor:
     axis = ctx.axis(dim, x.rank)
     return _scatter(ctx, x, axis, index, _src_as_index(ctx, src, index), _reduction(ctx, reduce),
                     True if include_self is None else include_self, native)
@@ -177,7 +177,7 @@ def _scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: N
 _LEGACY = {"add": "sum", "multiply": "prod"}
 
 
-def legacy_scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Union[NTensor, int, float, bool],
+def legacy_scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor | int | float | bool,
                    reduce: str) -> NTensor:
     """aten::scatter.reduce / .value_reduce: ``src`` (or the number) accumulated into self
     at ``index``, as scatter_reduce with include_self (the native reductions where the
@@ -198,7 +198,7 @@ def _index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: 
                     _reduction(ctx, reduce), include_self, native)
 
 
-def _scaled(ctx: OpContext, source: NTensor, alpha: Union[int, float]) -> NTensor:
+def _scaled(ctx: OpContext, source: NTensor, alpha: int | float) -> NTensor:
     if alpha == 1:
         return source
     dtype = ctx.out_dtype()
@@ -234,13 +234,13 @@ def scatter_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, 
 
 
 @handler("aten::index_add", args="t i t t x", since="scatter_reductions")
-def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: Union[int, float]) -> NTensor:
+def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: int | float) -> NTensor:
     """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor"""
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, True)
 
 
 @handler("aten::index_add", args="t i t t x")
-def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: Union[int, float]) -> NTensor:
+def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: int | float) -> NTensor:
     """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, False)
 
@@ -272,7 +272,7 @@ def index_copy(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTe
 
 
 # --- writes of a slice ------------------------------------------------------------------
-def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: str) -> Optional[NTensor]:
+def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: str) -> NTensor | None:
     """``x[begin:end]`` along ``axis``, or None when empty."""
     if begin == end:
         return None
@@ -290,7 +290,7 @@ def _splice(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, middle:
     return ctx.emit("concat", [parts], {"axis": axis}, shape=x.shape)
 
 
-def _position(ctx: OpContext, v: Optional[Dim], n: Dim, default: Dim, what: str) -> Dim:
+def _position(ctx: OpContext, v: Dim | None, n: Dim, default: Dim, what: str) -> Dim:
     """A begin/end/index made non-negative and clamped as torch does."""
     if v is None or (is_static(v) and int(v) >= 2**62):
         return default
@@ -320,8 +320,8 @@ def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: li
 
 
 @handler("aten::slice_scatter", args="t t i D? D? i")
-def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: Optional[list[Dim]],
-                  end: Optional[list[Dim]], step: int) -> NTensor:
+def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None,
+                  end: list[Dim] | None, step: int) -> NTensor:
     """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]

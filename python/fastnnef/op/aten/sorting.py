@@ -12,8 +12,6 @@ sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's defaul
 
 from __future__ import annotations
 
-from typing import Optional
-
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
@@ -60,7 +58,7 @@ def sort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> list[NTensor
 
 
 @handler("aten::sort", args="t b? i b", overload="stable")
-def sort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> list[NTensor]:
+def sort_stable(ctx: OpContext, x: NTensor, _stable: bool | None, dim: int, descending: bool) -> list[NTensor]:
     """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""
     return sort(ctx, x, dim, descending)
 
@@ -73,6 +71,6 @@ def argsort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> NTensor:
 
 
 @handler("aten::argsort", args="t b? i b", overload="stable")
-def argsort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> NTensor:
+def argsort_stable(ctx: OpContext, x: NTensor, _stable: bool | None, dim: int, descending: bool) -> NTensor:
     """aten::argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor"""
     return argsort(ctx, x, dim, descending)

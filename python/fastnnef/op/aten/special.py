@@ -9,7 +9,6 @@ op/aten/_math.py, computed in f32 for f16 and integer inputs (torch returns floa
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
@@ -133,7 +132,7 @@ def sinc(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::logit", "aten::special_logit", args="t f?")
-def logit(ctx: OpContext, x: NTensor, eps: Optional[float]) -> NTensor:
+def logit(ctx: OpContext, x: NTensor, eps: float | None) -> NTensor:
     """aten::logit(Tensor self, float? eps=None) -> Tensor  (log(z / (1 - z)), z = x clamped to [eps, 1 - eps])"""
     c, (x,) = _calc(ctx, x)
     if eps is not None:

@@ -17,7 +17,7 @@ the frame count may be dynamic.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -72,7 +72,7 @@ def _fft(ctx: OpContext, z: NTensor, axes: Sequence[int], inverse: bool) -> NTen
     return z
 
 
-def _norm_scale(ctx: OpContext, norm: Optional[str], n: Optional[int], inverse: bool) -> float:
+def _norm_scale(ctx: OpContext, norm: str | None, n: int | None, inverse: bool) -> float:
     """torch's ``norm``: "backward" scales the inverse transforms by 1/n, "forward" the
     forward ones, "ortho" both by 1/sqrt(n). ``n`` is None when a signal axis is dynamic."""
     mode = norm or "backward"
@@ -88,7 +88,7 @@ def _norm_scale(ctx: OpContext, norm: Optional[str], n: Optional[int], inverse: 
     return n ** -0.5 if mode == "ortho" else 1.0 / n
 
 
-def _volume(ctx: OpContext, t: NTensor, axes: Sequence[int]) -> Optional[int]:
+def _volume(ctx: OpContext, t: NTensor, axes: Sequence[int]) -> int | None:
     """The number of samples over ``axes`` (None when one is dynamic)."""
     n = 1
     for axis in axes:
@@ -123,7 +123,7 @@ def _complex_to_real(ctx: OpContext, z: NTensor, axis: int, n: int) -> NTensor:
     return part(ctx, _fft(ctx, z, [axis], True), 0)
 
 
-def _dims(ctx: OpContext, dims: Optional[list[int]], sizes: Optional[list[int]], rank: int) -> list[int]:
+def _dims(ctx: OpContext, dims: list[int] | None, sizes: list[int] | None, rank: int) -> list[int]:
     """Transformed axes: ``dim``, else the last len(s) axes, else all (torch's rule)."""
     if dims is None:
         dims = list(range(rank - len(sizes), rank)) if sizes is not None else list(range(rank))
@@ -135,12 +135,12 @@ def _dims(ctx: OpContext, dims: Optional[list[int]], sizes: Optional[list[int]],
     return axes
 
 
-def _sizes(ctx: OpContext, index: int) -> Optional[list[int]]:
+def _sizes(ctx: OpContext, index: int) -> list[int] | None:
     """``SymInt? n`` or ``SymInt[]? s`` as a list (None: the input's sizes)."""
     return ctx.arg(index, "I?")
 
 
-def _dim_list(ctx: OpContext, index: int) -> Optional[list[int]]:
+def _dim_list(ctx: OpContext, index: int) -> list[int] | None:
     return ctx.arg(index, "I?")
 
 
@@ -243,7 +243,7 @@ def fft_fftfreq(ctx: OpContext, n: int, d: float) -> NTensor:
     return ctx.constant(data, label=f"{kind}_{n}_{d}_{dtype}".replace(".", "_"))
 
 
-def _shift(ctx: OpContext, x: NTensor, dims: Optional[list[int]], inverse: bool) -> NTensor:
+def _shift(ctx: OpContext, x: NTensor, dims: list[int] | None, inverse: bool) -> NTensor:
     """Roll each axis by n//2 (fftshift) or -(n//2) (ifftshift)."""
     rank = logical_rank(ctx)
     axes = [ctx.axis(d, rank) for d in dims] if dims is not None else list(range(rank))
@@ -255,13 +255,13 @@ def _shift(ctx: OpContext, x: NTensor, dims: Optional[list[int]], inverse: bool)
 
 
 @handler("aten::fft_fftshift", args="t I?", complex=True)
-def fft_fftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def fft_fftshift(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor"""
     return _shift(ctx, x, dims, inverse=False)
 
 
 @handler("aten::fft_ifftshift", args="t I?", complex=True)
-def fft_ifftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def fft_ifftshift(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor"""
     return _shift(ctx, x, dims, inverse=True)
 
@@ -287,7 +287,7 @@ def _frames(n: Dim, frame: int, hop: int) -> Dim:
     return (n - frame) // hop + 1
 
 
-def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> Optional[NTensor]:
+def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> NTensor | None:
     """The analysis window (tract_core_stft takes it as a tensor argument); None for
     torch's default, a rectangular window of n_fft."""
     window = ctx.arg(index, "v")
@@ -302,8 +302,8 @@ def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype
 
 @handler("aten::stft", args="t i i? i? _ b b? b? b?", complex=True)
 def stft(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], normalized: bool,
-    onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, normalized: bool,
+    onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
     """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""
     # torch.stft pads the signal itself before this overload
@@ -312,16 +312,16 @@ def stft(
 
 @handler("aten::stft", args="t i i? i? _ b s b b? b? b?", complex=True, overload="center")
 def stft_center(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    pad_mode: str, normalized: bool, onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    pad_mode: str, normalized: bool, onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
     """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""
     return _stft(ctx, x, n_fft, hop, win_length, center, pad_mode, normalized, onesided, align)
 
 
 def _stft(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    pad_mode: str, normalized: bool, onesided: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    pad_mode: str, normalized: bool, onesided: bool | None, align: bool | None,
 ) -> NTensor:
     if align:
         raise ctx.unsupported("stft with align_to_window=True")
@@ -401,7 +401,7 @@ def _overlap_add(ctx: OpContext, frames: NTensor, hop: int, tag: str) -> NTensor
                          dtype=frames.dtype, shape=lead + (t, r * hop), suffix=f"{tag}_blocks_pad")
     blocks = ctx.tmp("reshape", [frames], {"shape": [r, hop], "axis_start": axis, "axis_count": 1},
                      dtype=frames.dtype, shape=lead + (t, r, hop), suffix=f"{tag}_blocks")
-    total: Optional[NTensor] = None
+    total: NTensor | None = None
     for k in range(r):
         block = ctx.tmp("slice", [blocks], {"axes": [axis], "begin": [k], "end": [k + 1]}, suffix=f"{tag}_block")
         pads = [Tuple((k, r - 1 - k) if a == axis - 1 else (0, 0)) for a in range(blocks.rank)]
@@ -416,8 +416,8 @@ def _overlap_add(ctx: OpContext, frames: NTensor, hop: int, tag: str) -> NTensor
 
 @handler("aten::istft", args="t i i? i? _ b b b? i? b", complex=True)
 def istft(
-    ctx: OpContext, z: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    normalized: bool, onesided: Optional[bool], length: Optional[int], return_complex: bool,
+    ctx: OpContext, z: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    normalized: bool, onesided: bool | None, length: int | None, return_complex: bool,
 ) -> NTensor:
     """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""
     if return_complex or not is_complex(ctx, 0):

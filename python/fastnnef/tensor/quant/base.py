@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
@@ -82,7 +83,7 @@ class QScalePerGroupF16(QScheme):
     def __repr__(self) -> str:
         return f"QScalePerGroupF16(group_size={self.group_size}, n_bits={self.n_bits}, groups={self.scale.shape[0]})"
 
-    def reshape_tensor_per_group(self, fp_tensor: torch.Tensor, group_size: Optional[int] = None) -> torch.Tensor:
+    def reshape_tensor_per_group(self, fp_tensor: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
         """``fp_tensor`` flattened to ``(groups, group_size)``."""
         size = group_size or self.group_size
         if fp_tensor.numel() % size:
@@ -92,7 +93,7 @@ class QScalePerGroupF16(QScheme):
             )
         return fp_tensor.reshape(-1, size)
 
-    def clone_with_scale_factor(self, factor: float) -> "QScalePerGroupF16":
+    def clone_with_scale_factor(self, factor: float) -> QScalePerGroupF16:
         """The same scheme with every scale multiplied by ``factor``."""
         return QScalePerGroupF16(self.group_size, self.scale * factor, self.n_bits)
 
@@ -161,7 +162,7 @@ class QTensor(torch.Tensor):
     qscheme: QScheme
     u8_compressors: list[U8Compressor]
     dequant_to_dtype: torch.dtype
-    nnef_name: Optional[str]
+    nnef_name: str | None
 
     @staticmethod
     def __new__(
@@ -169,8 +170,8 @@ class QTensor(torch.Tensor):
         fp_tensor: torch.Tensor,
         qscheme: QScheme,
         dequant_to_dtype: torch.dtype = torch.float32,
-        u8_compressors: Optional[Sequence[U8Compressor]] = None,
-    ) -> "QTensor":
+        u8_compressors: Sequence[U8Compressor] | None = None,
+    ) -> QTensor:
         if QTENSOR_UNSUPPORTED:
             raise T2NErrorNotImplemented(QTENSOR_UNSUPPORTED_MSG)
         if not isinstance(fp_tensor, torch.Tensor) or not fp_tensor.dtype.is_floating_point:
@@ -184,7 +185,7 @@ class QTensor(torch.Tensor):
         return self
 
     @classmethod
-    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> "QTensor":
+    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> QTensor:
         # A wrapper subclass: sizes and dtype only, no storage.
         self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=False)
         self.dequant_to_dtype = dtype
@@ -201,7 +202,7 @@ class QTensor(torch.Tensor):
         """Attributes that make the quantized value (shared by detach/alias)."""
         return {k: v for k, v in self.__dict__.items()}
 
-    def _shallow(self, copy_tensors: bool = False) -> "QTensor":
+    def _shallow(self, copy_tensors: bool = False) -> QTensor:
         new = type(self)._empty(tuple(self.shape), self.dtype, self.device)
         for key, value in self._state().items():
             setattr(new, key, value.clone() if copy_tensors and isinstance(value, torch.Tensor) else value)
@@ -219,7 +220,7 @@ class QTensor(torch.Tensor):
         """A plain tensor of ``dequant_to_dtype`` (new memory each call)."""
         return self.qscheme.dequantize(self.decompress_to_u8(), self.dequant_to_dtype)
 
-    def to_device(self, new_device: Any) -> "QTensor":
+    def to_device(self, new_device: Any) -> QTensor:
         """A copy whose quantized state lives on ``new_device``."""
         new = type(self)._empty(tuple(self.shape), self.dtype, new_device)
         for key, value in self._state().items():
