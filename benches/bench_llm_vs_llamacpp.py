@@ -198,7 +198,7 @@ def _write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], generat
     encoded += b" " * (-len(encoded) % 8)
     with open(path, "wb") as f:
         f.write(len(encoded).to_bytes(8, "little") + encoded)
-        for name, shape in tensors:
+        for _name, shape in tensors:
             remaining = _numel(shape)
             if len(shape) == 1:  # norms: ones, as transformers initialises them
                 f.write(torch.ones(remaining, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes())

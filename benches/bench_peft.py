@@ -132,8 +132,7 @@ def main() -> None:
     copy_s = time.perf_counter() - copy_start
     print(f"adapter: {adapter.name}, {mb:.1f} MB; `import torch` alone: {startup[0]:.2f} s, {startup[1]:.0f} MiB; "
           f"cp: {copy_s:.2f} s; load average {os.getloadavg()[0]:.1f}")
-    print("| command | wall s (median of %d) | min s | export s (its report) | peak RSS MiB | archive MB |"
-          % args.repeat)
+    print(f"| command | wall s (median of {args.repeat}) | min s | export s (its report) | peak RSS MiB | archive MB |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         walls = [w for w, _, _ in runs]

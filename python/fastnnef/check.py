@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from fastnnef.exceptions import (
 if TYPE_CHECKING:
     import torch
 
-    ArrayLike = Union[np.ndarray, torch.Tensor]
+    ArrayLike = np.ndarray | torch.Tensor
 else:
     ArrayLike = Any
 

@@ -93,7 +93,7 @@ class _Extremum:
         return min(values) if self.op == "min" else max(values)
 
 
-_Atom = Union[_Symbol, _Quotient, _Extremum]
+_Atom = _Symbol | _Quotient | _Extremum
 _Monomial = tuple[_Atom, ...]  # a product of atoms, sorted by text; () is the constant term
 _Poly = dict[_Monomial, int]
 

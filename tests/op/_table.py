@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import Fn, export_and_check
 
-Dyn = Optional[dict[int, dict[int, str]]]
+Dyn = dict[int, dict[int, str]] | None
 
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Union
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +17,7 @@ from fastnnef.dim import symbol
 from fastnnef.torch_graph import ir_sizes
 from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
 
-Number = Union[int, Fraction]
+Number = int | Fraction
 # One step: what it does to an IR value, and to the number it stands for.
 Step = tuple[Callable[[IRValue], IRValue], Callable[[Number], Number], str]
 

@@ -11,7 +11,6 @@ import logging
 import sys
 import warnings
 from collections.abc import Sequence
-from typing import Optional
 
 from fastnnef.cli_exit import run_command
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from fastnnef.dim import DimExpr
 from fastnnef.exceptions import (
@@ -25,7 +25,7 @@ Sym = DimExpr
 """A symbolic dimension (``S``, ``P+S``), written bare in the graph text: the one size
 type of ``fastnnef.dim``, under the name handlers use (``Sym("S+1")`` parses tract's text)."""
 
-Dim = Union[int, DimExpr]
+Dim = int | DimExpr
 
 NNEF_KEYWORDS = frozenset(
     "version extension fragment graph tensor integer scalar logical string true false "
@@ -101,7 +101,7 @@ class NAlias:
     source: NTensor
 
 
-Statement = Union[NOp, NExternal, NVariable, NAlias]
+Statement = NOp | NExternal | NVariable | NAlias
 
 @dataclass
 class NNEFGraph:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -279,7 +279,7 @@ class OffloadedPayload(_PayloadDefaults):
         artefact.add_tensor(label, self.tensor.written_values(), encoding=self.encoding)
 
 
-AnyPayload = Union[PlainPayload, PackedPayload, TorchQuantPayload, OffloadedPayload]
+AnyPayload = PlainPayload | PackedPayload | TorchQuantPayload | OffloadedPayload
 
 
 def payload_for(data: torch.Tensor, caps: Any, where: str = "", label: str = "") -> AnyPayload:

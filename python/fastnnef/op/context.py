@@ -10,7 +10,7 @@ fragments with ``fragment``. It asks the target what it can do through ``caps``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -31,7 +31,7 @@ from fastnnef.torch_graph.ir import (
     TensorValue,
 )
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 
 # torch dtype -> tract datum type (bf16 is computed in f32): one table, nnef/payload.py's.
 DTYPES = DATUM_TYPES

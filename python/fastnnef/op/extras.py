@@ -39,7 +39,6 @@ import importlib
 import importlib.metadata
 import inspect
 import os
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -117,10 +116,7 @@ def extra_module_names(
 
 def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     for group in ENTRY_POINT_GROUPS:
-        if sys.version_info >= (3, 10):
-            yield from importlib.metadata.entry_points(group=group)
-        else:  # Python 3.9: a dict of lists
-            yield from importlib.metadata.entry_points().get(group, [])
+        yield from importlib.metadata.entry_points(group=group)
 
 
 def import_extra_modules(

@@ -42,7 +42,7 @@ import dataclasses
 import enum
 import threading
 from collections.abc import Iterator
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -53,7 +53,7 @@ from fastnnef.tensor.offload import active_tensor_residency as active_tensor_res
 
 log = get_logger()
 
-Device = Union[int, str, torch.device]
+Device = int | str | torch.device
 
 _PAGE = 4096
 

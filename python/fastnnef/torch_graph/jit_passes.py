@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -50,7 +50,7 @@ __all__ = [
     "walk_nodes",
 ]
 
-Block = Union[torch._C.Graph, torch._C.Block]
+Block = torch._C.Graph | torch._C.Block
 
 
 # --- graph helpers (shared with jit_inline and jit_mutation) ------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -11,7 +11,7 @@ from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.context import DTYPES, FLOAT_DTYPES, OpContext
 
-Operand = Union[NTensor, int, float, bool]
+Operand = NTensor | int | float | bool
 _TORCH_OF = {tag: dtype for dtype, tag in DTYPES.items() if dtype != torch.bfloat16}
 
 

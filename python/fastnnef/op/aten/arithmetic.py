@@ -123,26 +123,26 @@ def pow_(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
 
 
 for _aten, _nnef in (("maximum", "max"), ("minimum", "min"), ("fmax", "max"), ("fmin", "min")):
-    def _make(kind: str) -> None:
-        @handler(f"aten::{_aten}", args="x x")
+    def _make(aten: str, kind: str) -> None:
+        @handler(f"aten::{aten}", args="x x")
         def _minmax(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::maximum/minimum(Tensor self, Tensor other) -> Tensor"""
             if ctx.out_dtype() == "bool":
                 return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b])
-    _make(_nnef)
+    _make(_aten, _nnef)
 
 for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("le", "le"), ("ge", "ge"),
                      ("greater", "gt"), ("less", "lt"), ("greater_equal", "ge"), ("less_equal", "le"),
                      ("not_equal", "ne")):
-    def _make_cmp(kind: str) -> None:
-        @handler(f"aten::{_aten}", args="x x")
+    def _make_cmp(aten: str, kind: str) -> None:
+        @handler(f"aten::{aten}", args="x x")
         def _compare(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::eq/ne/lt/gt/le/ge(Tensor self, Tensor other) -> Tensor (bool)"""
             if promote([a, b]) == "bool":
                 return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b], compute=promote([a, b]))
-    _make_cmp(_nnef)
+    _make_cmp(_aten, _nnef)
 
 
 def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:

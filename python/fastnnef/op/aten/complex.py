@@ -13,7 +13,6 @@ trailing axis.
 from __future__ import annotations
 
 import math
-from typing import Union
 
 import torch
 
@@ -25,7 +24,7 @@ from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
 # A real part or an imaginary part: a tensor, a Python number, or None for an exact zero.
-Part = Union[NTensor, float, None]
+Part = NTensor | float | None
 
 
 # --- reading complex inputs ---------------------------------------------------------------

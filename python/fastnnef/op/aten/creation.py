@@ -9,7 +9,7 @@ constant tensor is written and dynamic shapes work; the dtype comes from the tra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -19,7 +19,7 @@ from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-Number = Union[int, float, bool]
+Number = int | float | bool
 
 
 def _fill(ctx: OpContext, value: Number | Sym, shape: Sequence[Dim], x: NTensor | None = None) -> NTensor:
@@ -100,7 +100,7 @@ def tensor(ctx: OpContext, data: Any) -> NTensor:
 
 
 # --- arange -----------------------------------------------------------------------------
-Bound = Union[Number, Sym, NTensor]
+Bound = Number | Sym | NTensor
 
 
 def _arange_bound(ctx: OpContext, v: Any) -> Bound:

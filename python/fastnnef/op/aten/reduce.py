@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Union
 
 from fastnnef.nnef.graph import NTensor, Sym
 from fastnnef.op.aten._common import elementwise
@@ -17,7 +16,7 @@ from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-DimArg = Union[None, int, Sequence[int]]
+DimArg = None | int | Sequence[int]
 
 
 def _axes(ctx: OpContext, x: NTensor, dims: DimArg) -> list[int]:

@@ -147,7 +147,7 @@ class U8Compressor(abc.ABC):
     @abc.abstractmethod
     def decompress(self, u8_tensor: torch.Tensor) -> torch.Tensor: ...
 
-    def to_device(self, new_device: Any) -> None:
+    def to_device(self, new_device: Any) -> None:  # noqa: B027 (an optional hook: a no-op unless overridden)
         """Move tensor attributes, if any."""
 
 

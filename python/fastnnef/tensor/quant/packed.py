@@ -20,7 +20,8 @@ rust/python/codec.rs).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import AbstractSet, Any, ClassVar
+from collections.abc import Set as AbstractSet
+from typing import Any, ClassVar
 
 import torch
 
