@@ -129,7 +129,7 @@ class DimExpr:
     _text: str
     _hash: int
 
-    def __new__(cls, source: str | int | DimExpr) -> DimExpr:  # type: ignore[misc]
+    def __new__(cls, source: str | int | DimExpr) -> DimExpr:
         if isinstance(source, DimExpr):
             return source
         if isinstance(source, int) and not isinstance(source, bool):
@@ -235,6 +235,12 @@ class DimExpr:
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return (DimExpr, (self._text,))
+
+    def __int__(self) -> int:
+        # A DimExpr is never a constant (those normalize to int), so int() of one fails, as
+        # it did before this method existed (TypeError), naming the size: handlers call int()
+        # on sizes they checked static (ctx.static, is_static), and the type check sees it.
+        raise TypeError(f"the size {self._text} varies with a dynamic axis: it has no int value")
 
 
 def _render(terms: tuple[tuple[_Monomial, int], ...]) -> str:

@@ -44,6 +44,7 @@ class SemanticVersion:
     """
 
     __slots__ = ("_parts",)
+    _parts: tuple[int, int, int]
 
     def __init__(self, *, major: int, minor: int, patch: int) -> None:
         parts = (major, minor, patch)

@@ -43,9 +43,10 @@ def _members(path: Path) -> Iterator[tuple[str, bytes]]:
     with tarfile.open(path, "r:*") as tar:
         for member in tar:
             if member.isfile():
-                fh = tar.extractfile(member)
-                assert fh is not None
-                yield member.name, fh.read() if not member.name.endswith(".dat") else fh.read(128)
+                member_file = tar.extractfile(member)
+                assert member_file is not None
+                data = member_file.read() if not member.name.endswith(".dat") else member_file.read(128)
+                yield member.name, data
 
 
 def _dat_header(head: bytes) -> tuple[str, list[int], int]:
@@ -80,8 +81,8 @@ def describe_artefact(path: Path, list_tensors: bool = False) -> str:
     by_dtype = collections.Counter(t[1] for t in tensors)
     lines.append(f"tensors: {len(tensors)} ({_human(total)}), " + ", ".join(f"{k}×{v}" for k, v in sorted(by_dtype.items())))
     if list_tensors:
-        for label, dtype, dims, size in tensors:
-            lines.append(f"  {label}: {dtype}{dims} {_human(size)}")
+        for label, dtype, shape, size in tensors:
+            lines.append(f"  {label}: {dtype}{shape} {_human(size)}")
     props = art.properties
     if props:
         lines.append("properties:")

@@ -58,7 +58,7 @@ def _loaders_offloaded() -> list[Replacement]:
     if st_torch is not None:
         patched.append((st_torch, "load_file", _load_file))
     try:
-        import peft.utils.save_and_load as peft_io  # type: ignore[import-not-found]
+        import peft.utils.save_and_load as peft_io
     except ImportError:
         peft_io = None
     if peft_io is not None and hasattr(peft_io, "safe_load_file"):

@@ -190,7 +190,8 @@ class TractCli:
                     "assert_io got raise_exception twice: in the third place (torch_to_nnef 0.20's "
                     "assert_io(nnef_path, io_npz_path, raise_exception)) and by name"
                 )
-            output_bundle_path, raise_exception = None, output_bundle_path
+            raise_exception = output_bundle_path
+            output_bundle_path = None
         if output_bundle_path is None:
             output_bundle_path = input_bundle_path
         tolerance = _tolerance_value(check_tolerance)

@@ -77,5 +77,5 @@ def flat_from_cache(cache: DynamicCache, n_layers: int) -> list[torch.Tensor]:
         if isinstance(layer, LinearStates):
             flat += [layer.conv, layer.recurrent]
         else:
-            flat += [layer.keys, layer.values]  # type: ignore[union-attr, list-item]
+            flat += [layer.keys, layer.values]
     return flat

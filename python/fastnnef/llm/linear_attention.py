@@ -199,7 +199,7 @@ def gated_delta_net_forward(modules: Mapping[int, nn.Module], ops: Mapping[int, 
     """Within the block, each module of ``modules`` computes ``_exported_forward`` with the
     ops of its layer (an instance attribute shadows the class's ``forward``; removed on exit)."""
     for layer, module in modules.items():
-        module.forward = functools.partial(_exported_forward, module, ops=ops[layer])  # type: ignore[method-assign]
+        module.forward = functools.partial(_exported_forward, module, ops=ops[layer])
     try:
         yield
     finally:

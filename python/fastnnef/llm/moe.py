@@ -161,7 +161,7 @@ def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
     """``modules`` compute the dense form within the block; yields how many."""
     switched = list(modules)
     for module in switched:
-        module.forward = types.MethodType(_dense_forward(module), module)  # type: ignore[method-assign]
+        module.forward = types.MethodType(_dense_forward(module), module)
     try:
         yield len(switched)
     finally:

@@ -47,5 +47,5 @@ def to_enum(enum_cls: type[E], value: Any, option: str) -> E:
     try:
         return enum_cls(value)
     except ValueError:
-        allowed = ", ".join(repr(m.value) for m in enum_cls)  # type: ignore[attr-defined]
+        allowed = ", ".join(repr(m.value) for m in enum_cls)
         raise T2NErrorInvalidArgument(f"{option}: {value!r} is not one of {allowed}") from None

@@ -134,6 +134,7 @@ class Converter:
     def finish_outputs(self, ir: IRGraph, names: Sequence[str]) -> None:
         """Bind graph outputs by name; alias where the producing tensor has another name."""
         for value, name in zip(ir.outputs, names):
+            tensor: NTensor | None
             if isinstance(value, Const):
                 tensor = self._constant_output(value, name)
             else:

@@ -56,7 +56,7 @@ class NamedTensor(torch.Tensor):
     # results'. (The reference clones the whole tensor on every op to get there.)
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    def detach(self) -> NamedTensor:  # type: ignore[override]
+    def detach(self) -> NamedTensor:
         # nn.Parameter(t) keeps t's type only if t.detach() does.
         return NamedTensor(torch.Tensor.detach(self), self.nnef_name)
 

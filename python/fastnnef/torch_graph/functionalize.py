@@ -301,12 +301,14 @@ def permutation(kind: str, args: Sequence[ir_data.IRValue], rank: int) -> list[i
 def is_whole_slice(args: Sequence[ir_data.IRValue], x: ir_data.TensorValue) -> bool:
     """``x[:]`` along an axis (as ``y[:, i]`` records first): the same tensor, no view."""
     dim, start, end, step = args
-    if not all(isinstance(v, ir_data.Const) for v in args) or not isinstance(dim.value, int):  # type: ignore[union-attr]
+    Const = ir_data.Const
+    if not (isinstance(dim, Const) and isinstance(start, Const) and isinstance(end, Const)
+            and isinstance(step, Const)) or not isinstance(dim.value, int):
         return False
-    axis = dim.value % x.rank  # type: ignore[union-attr]
-    stop = end.value  # type: ignore[union-attr]
+    axis = dim.value % x.rank
+    stop = end.value
     to_end = stop is None or stop >= _TO_END or (x.dyn[axis] is None and stop >= x.shape[axis])
-    return start.value in (None, 0) and step.value == 1 and to_end  # type: ignore[union-attr]
+    return start.value in (None, 0) and step.value == 1 and to_end
 
 
 def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue], site: Site) -> list[ViewStep]:

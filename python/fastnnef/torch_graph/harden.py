@@ -81,7 +81,8 @@ def _own_copy(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
     alone), holding the user's weights and buffers: the same storage, detached (an export
     records them as constants, which must not require grad)."""
     # torch's only binding that clones a module together with its classes.
-    clone = wrap_cpp_module(torch._C._hack_do_not_use_clone_module_with_class(model._c, [], []))
+    # torch's stubs lack this private torch._C API
+    clone = wrap_cpp_module(torch._C._hack_do_not_use_clone_module_with_class(model._c, [], []))  # type: ignore[attr-defined]
     for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
         *path, attr = name.split(".")
         owner = functools.reduce(getattr, path, clone)

@@ -64,7 +64,8 @@ def inline_unresolvable_submodules(graph: torch._C.Graph, model: torch.nn.Module
             (
                 (n, module) for n in walk_nodes(graph)
                 if n.kind() == "prim::CallMethod"
-                and not class_is_importable(n.inputsAt(0).type().qualified_name())
+                # JitType.qualified_name is missing from torch's stubs
+                and not class_is_importable(n.inputsAt(0).type().qualified_name())  # type: ignore[attr-defined]
                 # a module picked from a list or passed around has no path: the call stays
                 and (module := _module_of(n.inputsAt(0), model)) is not None
             ),

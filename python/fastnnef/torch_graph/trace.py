@@ -38,7 +38,7 @@ class TracedModel:
     """The result of tracing: the inlined graph and what is needed to read it."""
 
     graph: torch._C.Graph
-    wrapper: nn.Module
+    wrapper: _FlatIO
     flat_inputs: list[torch.Tensor]
     flat_outputs: list[torch.Tensor]
     input_names: list[str]
@@ -53,6 +53,8 @@ class TracedModel:
 class _FlatIO(nn.Module):
     """Calls the user's model with structured args rebuilt from flat tensors, and returns
     its outputs flattened. Holds the model by reference: the user's model is untouched."""
+
+    model: nn.Module
 
     def __init__(self, model: nn.Module, leaves: list[Any], spec: Any, tensor_slots: list[int]):
         super().__init__()
@@ -94,7 +96,8 @@ class _ScriptCall(_FlatIO):
 
     def call_model(self, *args: Any) -> Any:
         script = self.model
-        return torch._C._jit_interpret_graph(script.graph, (script._c, *args))
+        # torch's stubs lack the private torch._C._jit_interpret_graph
+        return torch._C._jit_interpret_graph(script.graph, (script._c, *args))  # type: ignore[attr-defined]
 
 
 def normalize_args(args: Any) -> tuple[Any, ...]:
@@ -220,7 +223,7 @@ def trace_model(
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
             if conversions is not None:  # every conversion the tracer warns about, even one shown before
                 warnings.simplefilter("always", torch.jit.TracerWarning)
-                wrapper.conversions = warnings.showwarning = conversions  # type: ignore[assignment]
+                wrapper.conversions = warnings.showwarning = conversions
             # The model may write into its inputs: trace on copies, keep the user's tensors.
             trace_inputs = tuple(t.clone() for t in flat_inputs)
             try:

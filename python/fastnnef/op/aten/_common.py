@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -43,9 +43,14 @@ def literal(value: int | float | bool, dtype: str) -> int | float | bool:
     return int(value)
 
 
-def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Operand]:
+@overload
+def operands(ctx: OpContext, values: Sequence[NTensor], dtype: str, rank: int) -> list[NTensor]: ...
+@overload
+def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Operand]: ...
+def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Any]:
     """Cast tensors to ``dtype`` and align ranks (tract broadcasts trailing, torch leading);
-    scalars become literals of ``dtype`` (typed explicitly where tract would read a TDim)."""
+    scalars become literals of ``dtype`` (typed explicitly where tract would read a TDim).
+    Tensors in, tensors out (the overloads say so to the type check)."""
     out: list[Operand] = []
     for v in values:
         if isinstance(v, NTensor):
@@ -62,7 +67,7 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     compute = compute or ctx.out_dtype()
     args = operands(ctx, values, compute, len(ctx.out_shape()))
     square = kind == "sqr" or kind == "mul" and len(args) == 2 and args[0] is args[1]
-    if square and compute not in FLOAT_DTYPES and compute != "bool":
+    if square and isinstance(args[0], NTensor) and compute not in FLOAT_DTYPES and compute != "bool":
         # tract has no integer square kernel (and turns x * x into one): square in f64,
         # exact below 2**53, and cast back.
         wide = ctx.cast(args[0], "f64")

@@ -147,7 +147,7 @@ for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("l
 
 def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
     rank = len(ctx.out_shape())
-    out = []
+    out: list[Operand] = []
     for v in (a, b):
         if isinstance(v, NTensor) and v.dtype != "bool":
             v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], suffix="nz")

@@ -140,7 +140,7 @@ def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
     if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
         # Static float range (or any static range in strict NNEF, which has no range op):
         # torch's exact values, stored as a constant.
-        return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))  # type: ignore[arg-type]
+        return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))
     if any(isinstance(v, float) for v in (start, end, step)):
         raise ctx.unsupported("arange with float bounds and a dynamic end", "use integer bounds and scale the result")
     if isinstance(step, Sym) or step == 0:
@@ -194,7 +194,7 @@ def _numbers(ctx: OpContext, count: int, what: str) -> list[Number]:
     values = [ctx.arg(i, "n") for i in range(count)]
     if not all(isinstance(v, (int, float)) for v in values):
         raise ctx.unsupported(f"{what} with tensor bounds", "use Python numbers")
-    return values  # type: ignore[return-value]
+    return values
 
 
 @handler("aten::eye", args="*")

@@ -439,7 +439,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
         ctx.static(x, [x.rank - 2, x.rank - 1], "tril/triu in strict NNEF")
         rows, cols = int(x.shape[-2]), int(x.shape[-1])
         ones = torch.ones(rows, cols, dtype=torch.bool)
-        mask = ctx.constant(ones.triu(diagonal) if upper else ones.tril(diagonal),
+        mask = ctx.constant(ones.triu(int(diagonal)) if upper else ones.tril(int(diagonal)),
                             f"{'triu' if upper else 'tril'}_mask_{rows}x{cols}_{diagonal}")
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
         return ctx.emit("select", [ctx.to_rank(mask, x.rank), x, typed_scalar(ctx, zero, x.dtype)])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -39,6 +40,8 @@ def torch_matmul(ctx: OpContext, a: NTensor, b: NTensor, transpose_b: bool = Fal
         squeeze.append(-1)
     rank = max(a.rank, b.rank)
     a, b = ctx.to_rank(a, rank), ctx.to_rank(b, rank)
+    args: list[Any]
+    attrs: dict[str, Any]
     if acc != dtype:
         batch = "abcdefgh"[: rank - 2]
         expr = f"{batch}mk,{batch}{'nk' if transpose_b else 'kn'}->{batch}mn"
@@ -306,9 +309,9 @@ def _matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: Sequence[int], k
         r = m.norm(c, x, 2, sorted((rows, cols)))
     elif ord in (1, -1, math.inf, -math.inf):
         # ord 1: the largest column sum of |x| (summed along the rows), inf: the largest row sum.
-        summed, over = (rows, cols) if abs(ord) == 1 else (cols, rows)  # type: ignore[arg-type]
+        summed, over = (rows, cols) if abs(ord) == 1 else (cols, rows)
         sums = c("sum_reduce", c("abs", x), axes=[summed])
-        r = c("max_reduce" if ord > 0 else "min_reduce", sums, axes=[over])  # type: ignore[operator]
+        r = c("max_reduce" if ord > 0 else "min_reduce", sums, axes=[over])
     else:
         raise ctx.unsupported(
             f"matrix norm ord={ord!r}",

@@ -130,6 +130,7 @@ def _search(ctx: OpContext, seq: NTensor, values: Operand, right: bool) -> NTens
     ``seq`` is [..., K] sorted on its last axis, ``values`` [..., M] (or a number)."""
     dtype = promote([seq, values])
     seq = ctx.cast(seq, dtype)
+    v: Operand
     if isinstance(values, NTensor):
         v = ctx.tmp("unsqueeze", [ctx.cast(values, dtype)], {"axes": [values.rank]}, suffix="vals")  # [..., M, 1]
         if seq.rank > 1:  # one sorted row per leading index: [..., 1, K]

@@ -11,6 +11,7 @@ Classification is written with plain NNEF comparisons against ``inf`` where it c
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -21,7 +22,7 @@ from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
 
-def _float(ctx: OpContext, *values: Operand) -> tuple[m.Calc, list[Operand]]:
+def _float(ctx: OpContext, *values: Operand) -> tuple[m.Calc, list[Any]]:
     """A float ``Calc`` for the node and its inputs cast to its compute dtype."""
     c = m.Calc(ctx, m.float_compute(ctx))
     return c, c.inputs(*values)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, unknown
@@ -32,8 +33,8 @@ def _pairs(ctx: OpContext, pad: Sequence[Dim], rank: int) -> list[tuple[Dim, Dim
     return pairs
 
 
-def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[int, int]]) -> tuple[Dim, ...]:
-    return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))  # type: ignore[operator]
+def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[Dim, Dim]]) -> tuple[Dim, ...]:
+    return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))
 
 
 def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: str) -> NTensor:
@@ -171,7 +172,7 @@ def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value:
         if border != "constant":
             return _pad_by_gather(ctx, x, grow, mode)
         return _pad_by_concat(ctx, x, grow, float(value or 0.0))
-    attrs = {"padding": [Tuple(p) for p in grow], "border": border}
+    attrs: dict[str, Any] = {"padding": [Tuple(p) for p in grow], "border": border}
     if border == "constant":
         attrs["value"] = float(value or 0.0)
     if not any(a or b for a, b in crop):
@@ -393,7 +394,7 @@ def avg_pool(
 # adaptive pooling
 
 
-def _adaptive(ctx: OpContext, x: NTensor, output_size: list[int | None], kind: str) -> NTensor:
+def _adaptive(ctx: OpContext, x: NTensor, output_size: list[int], kind: str) -> NTensor:
     """Adaptive pooling axis by axis (max and mean over a rectangle are separable).
 
     Per axis: same size -> nothing; output 1 -> a reduce (dynamic sizes fine); an exact
@@ -446,7 +447,7 @@ def adaptive_avg_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> NTe
 
 
 @handler("aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d", args="t I")
-def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> list[NTensor | None]:
+def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> Sequence[NTensor | None]:
     """aten::adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)"""
     n = _n_spatial(ctx)
     axes = list(range(x.rank - n, x.rank))

@@ -18,10 +18,11 @@ Gate layouts are torch's: LSTM (i, f, g, o), ``c' = f*c + i*g``, ``h' = o*tanh(c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastnnef.nnef.graph import NTensor, Tuple
+from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
@@ -132,7 +133,7 @@ def _direction(
     chunk = -1 if reverse else 1  # negative: tract scans back to front, and writes back in place
     names = step.params()
     results = step.results()
-    specs = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
+    specs: list[tuple[str, str, Sequence[Dim]]] = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
     specs += [(f"{tag}_{r[0]}", dtype, s.shape) for r, s in zip(results[1:], states)]
     return list(ctx.tmp_multi("tract_core_scan", [], {
         "body": body,
@@ -174,7 +175,7 @@ def recurrent(
         raise ctx.unsupported(f"{len(params)} weight tensors for {count} layer directions")
     per += proj
 
-    step = _Step(kind, params[1].shape[0] // _GATES[kind], proj, has_biases and kind == "gru")
+    step = _Step(kind, int(params[1].shape[0]) // _GATES[kind], proj, has_biases and kind == "gru")
     body = _declare(ctx, step)
     layer_in = x
     finals: list[list[NTensor]] = [[] for _ in initial]  # h_n (and c_n) of every layer direction

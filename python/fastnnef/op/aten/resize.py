@@ -14,6 +14,8 @@ get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only); bicu
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import NTensor, Sym, Tuple
 from fastnnef.op.aten.quantized import torch_quantized
@@ -72,7 +74,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
             "linear": "align_corners" if align_corners else "half_pixel",
             "cubic": "align_corners" if align_corners else "half_pixel",  # no clamp: torch clamps each cubic tap
         }[mode]
-        attrs = {
+        attrs: dict[str, Any] = {
             "coord_transformer": coord,
             "interpolator": "nearest" if mode.startswith("nearest") else mode,
             "nearest_mode": "floor",
