@@ -356,8 +356,9 @@ def _check_with_cli(
 
     with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
         inputs, outputs = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")
-        np.savez(inputs, **ins)
-        np.savez(outputs, **outs)
+        # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
+        np.savez(inputs, **ins)  # type: ignore[arg-type]
+        np.savez(outputs, **outs)  # type: ignore[arg-type]
         cmd = TractCli(tract).assert_io_cmd_str(artefact, inputs, outputs, tolerance)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode == 0:
@@ -424,10 +425,11 @@ def _write_debug_bundle(
             shutil.copytree(artefact, copied)
         else:
             shutil.copy2(artefact, copied)
-        np.savez(work / "inputs.npz", **ins)
-        np.savez(work / "expected.npz", **outs)
+        # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
+        np.savez(work / "inputs.npz", **ins)  # type: ignore[arg-type]
+        np.savez(work / "expected.npz", **outs)  # type: ignore[arg-type]
         if obtained is not None:
-            np.savez(work / "obtained.npz", **obtained)
+            np.savez(work / "obtained.npz", **obtained)  # type: ignore[arg-type]
         (work / "report.txt").write_text(report + "\n")
         (work / "versions.txt").write_text(_versions())
         rerun = (

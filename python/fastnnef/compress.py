@@ -81,6 +81,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
                 "not quantizing %s: it is shared with %s, outside the classes to quantize", label, ", ".join(others)
             )
             continue
+        qweight: torch.Tensor
         try:
             if isinstance(weight, OffloadedTensor) and percentile == 1.0:
                 # Min-max Q4_0 is what the Rust writer computes as it streams the weight
@@ -96,6 +97,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
         except T2NErrorImpossibleQuantization as err:
             log.info("not quantizing %s: %s", label, err)
             continue
+        assert isinstance(qweight, (QTensor, OffloadedTensor))  # Q4_0 blocks, in memory or on disk
         qweight.nnef_name = label
         param = nn.Parameter(qweight, requires_grad=False)
         for _, module in targets:

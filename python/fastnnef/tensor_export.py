@@ -15,8 +15,9 @@ Differences from the reference, all on inputs it could not export anyway:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -56,7 +57,9 @@ def export_tensors_to_nnef(
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise T2NErrorNotFoundFile(f"output_dir {str(output_dir)!r} does not exist or is not a directory; create it first")
-    planned = []
+    # (name, what is written: a tensor that writes itself, an offloaded tensor or an array,
+    # its .dat encoding (None: it writes itself), bf16)
+    planned: list[tuple[str, Any, str | None, bool]] = []
     quant_lines = []
     for name, tensor in name_to_torch_tensors.items():
         if not isinstance(name, str):
@@ -76,15 +79,15 @@ def export_tensors_to_nnef(
         if encoding in ("qu8", "qi8", "qi32"):
             quant_lines.append(quant_line(name, tensor))
         planned.append((name, array, encoding, bf16))
-    for name, array, encoding, bf16 in planned:
+    for name, payload, dat_encoding, bf16 in planned:
         path = output_dir / f"{name}.dat"
         path.parent.mkdir(parents=True, exist_ok=True)
-        if encoding is None:
-            array.write_in_file(output_dir, name)
-        elif isinstance(array, OffloadedTensor):
-            _native.checkpoint_dat_write(str(path), array.checkpoint, array.key, encoding, label=name)
+        if dat_encoding is None:
+            payload.write_in_file(output_dir, name)
+        elif isinstance(payload, OffloadedTensor):
+            _native.checkpoint_dat_write(str(path), payload.checkpoint, payload.key, dat_encoding, label=name)
         else:
-            _native.dat_write(str(path), array, encoding, bf16, label=name)
+            _native.dat_write(str(path), payload, dat_encoding, bf16, label=name)
     if quant_lines:
         with open(output_dir / "graph.quant", "a", encoding="utf-8") as f:
             f.writelines(quant_lines)
@@ -158,6 +161,7 @@ def iter_torch_tensors_from_disk(
     if not path.is_file():
         raise T2NErrorNotFoundFile(f"checkpoint {str(path)!r} does not exist")
     loaded = _load_pickled(path, map_location, weights_only)
+    items: Iterable[tuple[Any, Any]]
     if isinstance(loaded, torch.nn.Module):
         items = loaded.named_parameters()
     elif isinstance(loaded, dict):

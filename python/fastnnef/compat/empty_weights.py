@@ -27,6 +27,7 @@ def _parameters_on_meta() -> list[Replacement]:
         original(module, name, param)
         if param is not None and not param.is_meta:
             registered = module._parameters[name]
+            assert registered is not None  # just registered, not None
             module._parameters[name] = type(registered)(
                 registered.to("meta"), requires_grad=registered.requires_grad
             )
@@ -40,7 +41,9 @@ def _buffers_on_meta() -> list[Replacement]:
     def register_buffer(module: nn.Module, name: str, tensor, persistent: bool = True) -> None:
         original(module, name, tensor, persistent=persistent)
         if tensor is not None and not tensor.is_meta:
-            module._buffers[name] = module._buffers[name].to("meta")
+            registered = module._buffers[name]
+            assert registered is not None  # just registered, not None
+            module._buffers[name] = registered.to("meta")
 
     return [(nn.Module, "register_buffer", register_buffer)]
 

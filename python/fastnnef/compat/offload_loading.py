@@ -14,10 +14,12 @@ the directory of the newest use still inside.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -32,6 +34,13 @@ def _load_file(filename: PathLike, device: Any = "cpu") -> dict[str, torch.Tenso
     """safetensors' ``load_file``, as tensors referencing the file (nothing is read)."""
     ckpt = open_checkpoint(filename)
     return {key: OffloadedTensor(ckpt, key) for key in ckpt.keys()}
+
+
+def _optional_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _loaders_offloaded() -> list[Replacement]:
@@ -51,16 +60,10 @@ def _loaders_offloaded() -> list[Replacement]:
         return loaded
 
     patched: list[Replacement] = [(torch, "load", torch_load)]
-    try:
-        import safetensors.torch as st_torch
-    except ImportError:  # safetensors not installed: nothing to patch there
-        st_torch = None
+    st_torch = _optional_module("safetensors.torch")  # not installed: nothing to patch there
     if st_torch is not None:
         patched.append((st_torch, "load_file", _load_file))
-    try:
-        import peft.utils.save_and_load as peft_io
-    except ImportError:
-        peft_io = None
+    peft_io = _optional_module("peft.utils.save_and_load")
     if peft_io is not None and hasattr(peft_io, "safe_load_file"):
         patched.append((peft_io, "safe_load_file", _load_file))
     return patched

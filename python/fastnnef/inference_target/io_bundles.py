@@ -71,7 +71,9 @@ def build_io(
         (io_npz_path, input_names + output_names, inputs + flat_out),
     ):
         if path is not None:
-            np.savez(path, **{n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)})
+            arrays = {n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)}
+            # numpy's stubs: a **dict could name savez's allow_pickle.
+            np.savez(path, **arrays)  # type: ignore[arg-type]
     return input_names, output_names
 
 

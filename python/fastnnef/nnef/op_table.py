@@ -198,11 +198,12 @@ declare("slice", rule=shapes.slice_, axes=req(INTEGERS), begin=req(SIZES), end=r
 declare("tile", rule=shapes.tile, repeats=req(SIZES))
 declare("pad", padding=req(PADDING), border=opt(STRING, "constant"), value=opt(SCALAR, 0.0))
 declare("matmul", rule=shapes.matmul, transposeA=opt(LOGICAL, False), transposeB=opt(LOGICAL, False))
-_CONV = dict(border=opt(STRING, "constant"), padding=opt(PADDING, []), stride=opt(INTEGERS, []),
+# Any: mypy cannot rule out that a splatted dict names declare()'s registry or rule.
+_CONV: dict[str, Any] = dict(border=opt(STRING, "constant"), padding=opt(PADDING, []), stride=opt(INTEGERS, []),
              dilation=opt(INTEGERS, []), groups=opt(INTEGER, 1))
 declare("conv", rule=shapes.conv, **_CONV)
 declare("deconv", **_CONV, output_shape=opt(INTEGERS, []))
-_POOL = dict(size=req(INTEGERS), border=opt(STRING, "constant"), padding=opt(PADDING, []),
+_POOL: dict[str, Any] = dict(size=req(INTEGERS), border=opt(STRING, "constant"), padding=opt(PADDING, []),
              stride=opt(INTEGERS, []), dilation=opt(INTEGERS, []))
 for _name in ("max_pool", "avg_pool", "max_pool_with_index"):
     declare(_name, **_POOL)

@@ -54,7 +54,8 @@ class NamedTensor(torch.Tensor):
 
     # Ops see a plain tensor and return plain tensors: the name is the weight's, not its
     # results'. (The reference clones the whole tensor on every op to get there.)
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    # (torch's documented idiom; its stubs type the attribute as a method.)
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
     def detach(self) -> NamedTensor:
         # nn.Parameter(t) keeps t's type only if t.detach() does.
@@ -72,7 +73,8 @@ class NamedTensor(torch.Tensor):
         memo[id(self)] = new
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"{torch.Tensor.__repr__(self)[:-1]}, nnef_name={self.nnef_name!r})"
 
 

@@ -47,7 +47,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, Union
+from typing import Any, Protocol, Self, Union
 
 import torch
 from torch import nn
@@ -186,9 +186,11 @@ class OffloadedTensor(torch.Tensor):
     def _wrap(
         cls, shape: tuple[int, ...], dtype: torch.dtype, checkpoint: _native.Checkpoint, key: str,
         stored_dtype: torch.dtype, *, q4_0: bool, packed: bool,
-    ) -> OffloadedTensor:
+    ) -> Self:
         """A ``shape``/``dtype`` tensor standing for ``key`` of ``checkpoint`` (nothing read)."""
-        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=dtype, device=torch.device("cpu"), requires_grad=False
+        )
         self.checkpoint, self.key, self.stored_dtype = checkpoint, key, stored_dtype
         self.q4_0, self.packed = q4_0, packed
         self.nnef_name, self._owned_file = None, None
@@ -281,8 +283,8 @@ class OffloadedTensor(torch.Tensor):
         if self.q4_0:
             # Rust quantizes and dequantizes block by block from the file's map straight
             # into the values in ``dtype``: memory for those values only, as a plain cast.
-            values = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
-            return _from_float_array(values, self.dtype).reshape(self.shape)
+            floats = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
+            return _from_float_array(floats, self.dtype).reshape(self.shape)
         raw = torch.from_numpy(self.checkpoint.raw(self.key))
         values = raw.view(self.stored_dtype).reshape(self.shape)
         return values if values.dtype == self.dtype else values.to(self.dtype)
@@ -338,7 +340,8 @@ class OffloadedTensor(torch.Tensor):
             _FILE_USERS[new._owned_file] = _FILE_USERS.get(new._owned_file, 1) + 1
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         stored = "q4_0 blocks" if self.packed else self.stored_dtype
         return (
             f"OffloadedTensor(key={self.key!r}, shape={tuple(self.shape)}, dtype={self.dtype}, "
@@ -350,8 +353,12 @@ class OffloadedTensor(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor)
 
+    # torch's stubs type Tensor.__torch_dispatch__ as the disabled impl, not as the
+    # classmethod torch calls (this signature, from torch's docs).
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in _SHARING_OPS:
             return args[0]._shallow()
@@ -485,7 +492,8 @@ class ComposedOffloadedTensor(OffloadedTensor):
         new.nnef_name = self.nnef_name
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"ComposedOffloadedTensor({self.key}, shape={tuple(self.shape)}, dtype={self.dtype}, q4_0={self.q4_0})"
 
 
@@ -557,7 +565,8 @@ def write_safetensors(path: PathLike, tensors: dict[str, torch.Tensor]) -> None:
             f.write(text)
             for tensor in plain.values():
                 if tensor.numel():
-                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))
+                    # An ndarray is a buffer; numpy's stubs say so for Python 3.12+ only.
+                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -10,7 +10,7 @@ value is read from the source when an op or the writer needs it, and dropped aft
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -43,8 +43,7 @@ class OffloadedSlice(OffloadedTensor):
         index = (slice(None),) * axis + (slice(start, stop, step),)
         shape = tuple(torch.empty(source.shape, device="meta")[index].shape)
         key = f"{source.key}[{':,' * axis}{start}:{stop}:{step}]"
-        self = cast(OffloadedSlice, cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype,
-                                              q4_0=source.q4_0, packed=False))
+        self = cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype, q4_0=source.q4_0, packed=False)
         self.source, self.axis, self.start, self.stop, self.step = source, axis, start, stop, step
         self.nnef_name = None
         return self
@@ -70,5 +69,6 @@ class OffloadedSlice(OffloadedTensor):
         new.nnef_name = self.nnef_name
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"OffloadedSlice({self.key}, shape={tuple(self.shape)}, dtype={self.dtype}, q4_0={self.q4_0})"

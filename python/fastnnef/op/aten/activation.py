@@ -81,7 +81,8 @@ def _clamp(ctx: OpContext, x: NTensor, lo: Operand | None, hi: Operand | None) -
         return ctx.emit("max" if lo is not None else "min", [x, limits[0]])
     dtype = ctx.out_dtype()
     rank = len(ctx.out_shape())
-    x, *bounds = operands(ctx, [x] + [b for b in (lo, hi) if b is not None], dtype, rank)
+    (x,) = operands(ctx, [x], dtype, rank)
+    bounds = operands(ctx, [b for b in (lo, hi) if b is not None], dtype, rank)
     lo_op = bounds.pop(0) if lo is not None else None
     hi_op = bounds.pop(0) if hi is not None else None
     if lo_op is not None and hi_op is not None:

@@ -463,7 +463,7 @@ def istft(
     else:
         end = plus(expected, -(n_fft // 2)) if center else expected
     static_end = is_static(end) and is_static(expected)
-    stop = min(int(end), int(expected)) if static_end else end  # type: ignore[call-overload]
+    stop = min(int(end), int(expected)) if static_end else end
     cut = {"axes": [freq], "begin": [start], "end": [stop]}
     y = ctx.tmp("div", [ctx.tmp("slice", [signal], cut, suffix="trimmed"),
                         ctx.to_rank(ctx.tmp("slice", [envelope], {**cut, "axes": [0]}, suffix="envelope_trimmed"), freq + 1)],
