@@ -14,7 +14,6 @@ the directory of the newest use still inside.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -36,13 +35,6 @@ def _load_file(filename: PathLike, device: Any = "cpu") -> dict[str, torch.Tenso
     return {key: OffloadedTensor(ckpt, key) for key in ckpt.keys()}
 
 
-def _optional_module(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
 def _loaders_offloaded() -> list[Replacement]:
     original_torch_load = torch.load
 
@@ -60,10 +52,18 @@ def _loaders_offloaded() -> list[Replacement]:
         return loaded
 
     patched: list[Replacement] = [(torch, "load", torch_load)]
-    st_torch = _optional_module("safetensors.torch")  # not installed: nothing to patch there
+    st_torch: ModuleType | None
+    try:
+        import safetensors.torch as st_torch
+    except ImportError:  # safetensors not installed: nothing to patch there
+        st_torch = None
     if st_torch is not None:
         patched.append((st_torch, "load_file", _load_file))
-    peft_io = _optional_module("peft.utils.save_and_load")
+    peft_io: ModuleType | None
+    try:
+        import peft.utils.save_and_load as peft_io
+    except ImportError:
+        peft_io = None
     if peft_io is not None and hasattr(peft_io, "safe_load_file"):
         patched.append((peft_io, "safe_load_file", _load_file))
     return patched
