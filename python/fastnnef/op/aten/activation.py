@@ -375,14 +375,14 @@ def quantized_sigmoid(ctx: OpContext, x: NTensor, scale: float, zero_point: int)
 @handler("quantized::leaky_relu", args="t f b f i")
 def quantized_leaky_relu(ctx: OpContext, x: NTensor, slope: float, inplace: bool, scale: float,
                          zero_point: int) -> NTensor:
-    """quantized::leaky_relu(Tensor qx, Scalar negative_slope, bool inplace, float output_scale, int output_zero_point) -> Tensor"""
+    """quantized::leaky_relu(Tensor qx, Scalar negative_slope, bool inplace, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
     return dequantized(ctx, leaky_relu, x, slope, out_type=quantized_output_type(ctx, scale, zero_point))
 
 
 @handler("quantized::elu", args="t f i f? f? f?")
 def quantized_elu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: float | None,
                   scale: float | None, input_scale: float | None) -> NTensor:
-    """quantized::elu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
+    """quantized::elu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""  # noqa: E501
     return dequantized(ctx, elu, x, alpha, scale, input_scale,
                        out_type=quantized_output_type(ctx, out_scale, zero_point))
 

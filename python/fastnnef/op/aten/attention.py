@@ -49,7 +49,7 @@ def scaled_dot_product_attention(
     ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: NTensor | None, dropout_p: float,
     is_causal: bool, scale: float | None, enable_gqa: bool | None,
 ) -> NTensor:
-    """aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""
+    """aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""  # noqa: E501
     if dropout_p != 0.0:
         raise ctx.unsupported(
             f"dropout_p={dropout_p} (attention dropout is random, even in eval mode)",

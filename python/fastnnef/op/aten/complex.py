@@ -347,7 +347,7 @@ def _reduce(ctx: OpContext, kind: str, z: NTensor, dims: list[int] | None, keepd
 
 @handler("aten::sum", args="t I? b? n?", complex=True)
 def sum_(ctx: OpContext, z: NTensor, dims: list[int] | None, keepdim: bool | None, _dtype: object) -> NTensor:
-    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (complex)"""
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (complex)"""  # noqa: E501
     return _reduce(ctx, "sum_reduce", z, dims, keepdim)
 
 
@@ -447,7 +447,7 @@ def unbind(ctx: OpContext, z: NTensor, dim: int) -> list[NTensor]:
 @handler("aten::slice", args="t i D? D? i", complex=True)
 def slice_(ctx: OpContext, z: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None,
            step: int) -> NTensor:
-    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)  (complex)"""
+    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)  (complex)"""  # noqa: E501
     return indexing.slice_(ctx, z, ctx.axis(dim, logical_rank(ctx)), start, end, step)
 
 

@@ -151,7 +151,7 @@ def convolution(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: list[int], dilation: list[int], transposed: bool, output_padding: list[int], groups: int,
 ) -> NTensor:
-    """aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor"""
+    """aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor"""  # noqa: E501
     if transposed:
         return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
     return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
@@ -162,7 +162,7 @@ def conv_nd(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: str | list[int], dilation: list[int], groups: int,
 ) -> NTensor:
-    """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""
+    """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""  # noqa: E501
     return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
@@ -172,7 +172,7 @@ def conv_nd_padding(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: str, dilation: list[int], groups: int,
 ) -> NTensor:
-    """aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""
+    """aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""  # noqa: E501
     return conv_nd(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
@@ -181,7 +181,7 @@ def conv_transpose_nd(
     ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: list[int], output_padding: list[int], groups: int, dilation: list[int],
 ) -> NTensor:
-    """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
+    """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""  # noqa: E501
     return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
 
 

@@ -68,7 +68,7 @@ def dist(ctx: OpContext, a: NTensor, b: NTensor, p: float) -> NTensor:
 
 @handler("aten::cdist", args="t t f i?")
 def cdist(ctx: OpContext, x1: NTensor, x2: NTensor, p: float, _compute_mode: int | None) -> NTensor:
-    """aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor  ([*, P, M] x [*, R, M] -> [*, P, R])"""
+    """aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor  ([*, P, M] x [*, R, M] -> [*, P, R])"""  # noqa: E501
     c = m.Calc(ctx, m.float_compute(ctx))
     rank = max(x1.rank, x2.rank)
     x1, x2 = c.inputs(x1, x2, rank=rank)

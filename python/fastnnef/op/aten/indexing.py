@@ -67,7 +67,7 @@ def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -
 
 @handler("aten::slice", args="t i D? D? i")
 def slice_(ctx: OpContext, x: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int) -> NTensor:
-    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""
+    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     traced = ctx.traced_shape(0)[axis]
@@ -127,7 +127,7 @@ def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTenso
 
 @handler("aten::embedding", args="t t *")
 def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
-    """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""  # noqa: E501
     indices = _indices(ctx, indices)
     if ctx.strict:
         return _one_hot_gather(ctx, weight, 0, indices)
@@ -313,7 +313,7 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
 
 @handler("aten::scatter", args="t i t x s?")
 def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: str | None) -> NTensor:
-    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""
+    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""  # noqa: E501
     if reduce is not None:
         return legacy_scatter(ctx, x, dim, _indices(ctx, index), src, reduce)
     axis = ctx.axis(dim, x.rank)

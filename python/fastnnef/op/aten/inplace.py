@@ -42,7 +42,7 @@ def _assign(ctx: OpContext, dst: NTensor, src: Operand) -> NTensor:
 
 @handler("aten::copy_", "aten::fill_", args="t x *")
 def copy_(ctx: OpContext, dst: NTensor, src: Operand) -> NTensor:
-    """aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)  (and fill_.Scalar/.Tensor): the value left in self"""
+    """aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)  (and fill_.Scalar/.Tensor): the value left in self"""  # noqa: E501
     return _assign(ctx, dst, src)
 
 
@@ -71,7 +71,7 @@ def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim)
 def slice_scatter(
     ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int,
 ) -> NTensor:
-    """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
+    """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     traced = ctx.traced_shape(0)[axis]

@@ -251,7 +251,7 @@ def _interleave_indices(ctx: OpContext, repeats: NTensor, n: int, total: int) ->
 
 @handler("aten::repeat_interleave", args="x x? i? *")
 def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: int | None) -> NTensor:
-    """aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor  (also .self_Tensor, .Tensor)"""
+    """aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor  (also .self_Tensor, .Tensor)"""  # noqa: E501
     if ctx.n_inputs == 2:  # .Tensor(repeats): the indices themselves
         ctx.static(x, what="repeat_interleave(repeats)")
         idx = _interleave_indices(ctx, x, int(x.shape[0]) if x.rank else 1, int(ctx.out_shape()[0]))

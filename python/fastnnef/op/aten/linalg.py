@@ -240,7 +240,7 @@ def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: float | No
 
 @handler("aten::chain_matmul", "aten::linalg_multi_dot", args="L")
 def multi_dot(ctx: OpContext, tensors: list[NTensor]) -> NTensor:
-    """aten::linalg_multi_dot(Tensor[] tensors) -> Tensor  (and chain_matmul; a 1-D first or last operand is a row or column vector)"""
+    """aten::linalg_multi_dot(Tensor[] tensors) -> Tensor  (and chain_matmul; a 1-D first or last operand is a row or column vector)"""  # noqa: E501
     if not tensors:
         raise ctx.unsupported("a product of no matrices")
     c = _product_calc(ctx)
@@ -271,7 +271,7 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 @handler("aten::cross", "aten::linalg_cross", args="t t i?")
 def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: int | None) -> NTensor:
-    """aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor  (and cross, whose dim=None is the first axis of size 3)"""
+    """aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor  (and cross, whose dim=None is the first axis of size 3)"""  # noqa: E501
     out_shape = ctx.out_shape()
     if dim is None:
         dim = next((i for i, d in enumerate(out_shape) if d == 3), -1)
@@ -334,7 +334,7 @@ def _vector_norm(ctx: OpContext, x: NTensor, ord: float | None, dims: list[int] 
 
 @handler("aten::linalg_norm", args="t n I? b n?")
 def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None, keepdim: bool, _dtype: object) -> NTensor:
-    """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""
+    """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""  # noqa: E501
     if _vector_or_matrix(ctx, x, ord, dims):
         return _matrix_norm(ctx, x, "fro" if ord is None else ord, dims or [-2, -1], keepdim)
     return _vector_norm(ctx, x, ord, dims, keepdim)  # type: ignore[arg-type]
@@ -342,7 +342,7 @@ def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None,
 
 @handler("aten::linalg_matrix_norm", args="t n I b n?")
 def linalg_matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int], keepdim: bool, _dtype: object) -> NTensor:
-    """aten::linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .str_ord)"""
+    """aten::linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .str_ord)"""  # noqa: E501
     return _matrix_norm(ctx, x, ord, dims, keepdim)
 
 
@@ -397,7 +397,7 @@ def _vander(ctx: OpContext, x: NTensor, n: int | None, increasing: bool) -> NTen
 
 @handler("aten::bilinear", args="t t t t?")
 def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: NTensor | None) -> NTensor:
-    """aten::bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor  (y_o = x1 W_o x2 + b_o)"""
+    """aten::bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor  (y_o = x1 W_o x2 + b_o)"""  # noqa: E501
     c = m.Calc(ctx, m.float_compute(ctx))
     rank = max(x1.rank, x2.rank)
     x1, x2 = (ctx.to_rank(ctx.cast(t, c.dtype), rank) for t in (x1, x2))
@@ -413,7 +413,7 @@ def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: NT
 
 @handler("aten::_grouped_mm", args="t t t? t? *")
 def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: NTensor | None, bias: NTensor | None) -> NTensor:
-    """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""
+    """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""  # noqa: E501
     # transformers' grouped experts: rows of x sorted by expert, offs the end of each
     # expert's rows (histc + cumsum). Every expert runs on every row and each row keeps
     # its own expert's result: E times the arithmetic of the routed rows, with no

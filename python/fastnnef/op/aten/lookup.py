@@ -69,7 +69,7 @@ def embedding_bag(
     ctx: OpContext, weight: NTensor, indices: NTensor, offsets: NTensor, _scale_grad: bool, mode: int,
     _sparse: bool, per_sample_weights: NTensor | None, include_last_offset: bool, padding_idx: int | None,
 ) -> list[NTensor | None]:
-    """aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)"""
+    """aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)"""  # noqa: E501
     if mode not in _MODES:
         raise ctx.unsupported(f"embedding_bag mode {mode}")
     if indices.rank != 1 or offsets.rank != 1:
@@ -149,7 +149,7 @@ def _search(ctx: OpContext, seq: NTensor, values: Operand, right: bool) -> NTens
 
 @handler("aten::bucketize", args="x t b b")
 def bucketize(ctx: OpContext, x: Operand, boundaries: NTensor, _out_int32: bool, right: bool) -> NTensor:
-    """aten::bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor  (also .Scalar)"""
+    """aten::bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor  (also .Scalar)"""  # noqa: E501
     if boundaries.rank != 1:
         raise ctx.unsupported("bucketize with boundaries that are not 1-D", "torch needs 1-D boundaries")
     return _search(ctx, boundaries, x, right)
@@ -158,7 +158,7 @@ def bucketize(ctx: OpContext, x: Operand, boundaries: NTensor, _out_int32: bool,
 @handler("aten::searchsorted", args="t x b b s? t?")
 def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, right: bool, side: str | None,
                  sorter: NTensor | None) -> NTensor:
-    """aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor  (also .Scalar)"""
+    """aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor  (also .Scalar)"""  # noqa: E501
     if sorter is not None:  # the sequence in sorted order
         seq = ctx.tmp("tract_core_gather_elements", [seq, _index(ctx, sorter)], {"axis": seq.rank - 1}, suffix="sorted")
     if isinstance(x, NTensor) and seq.rank > 1 and x.rank != seq.rank:
@@ -210,7 +210,7 @@ _INSTEAD = {
 
 @handler(*_INSTEAD, args="*")
 def data_dependent(ctx: OpContext) -> NTensor:
-    """aten::nonzero(Tensor self) -> Tensor  (refused, as masked_select, argwhere, unique*: output sizes that depend on the data)"""
+    """aten::nonzero(Tensor self) -> Tensor  (refused, as masked_select, argwhere, unique*: output sizes that depend on the data)"""  # noqa: E501
     raise ctx.unsupported(
         "its output size depends on the values of its input, which an exported graph cannot express",
         _INSTEAD[ctx.kind],

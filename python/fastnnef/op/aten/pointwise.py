@@ -186,7 +186,7 @@ def logaddexp(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 @handler("aten::float_power", args="x x")
 def float_power(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor  (computed in f64; also the Scalar overloads)"""
+    """aten::float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor  (computed in f64; also the Scalar overloads)"""  # noqa: E501
     c = m.Calc(ctx, ctx.out_dtype())
     return c.out("pow", *c.inputs(a, b))
 

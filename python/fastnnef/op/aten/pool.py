@@ -334,7 +334,7 @@ def max_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool,
 ) -> NTensor:
-    """aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor"""
+    """aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor"""  # noqa: E501
     out = _max_pool(ctx, x, kernel, stride, padding, dilation, ceil_mode, False)
     assert isinstance(out, NTensor)
     return out
@@ -346,7 +346,7 @@ def max_pool_with_indices(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool,
 ) -> list[NTensor]:
-    """aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)"""
+    """aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)"""  # noqa: E501
     out = _max_pool(ctx, x, kernel, stride, padding, dilation, ceil_mode, True)
     assert isinstance(out, list)
     return out
@@ -358,7 +358,7 @@ def avg_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
 ) -> NTensor:
-    """aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
+    """aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""  # noqa: E501
     n = _n_spatial(ctx)
     kernel = _expand(ctx, kernel, n, "kernel_size", [])
     stride = _expand(ctx, stride, n, "stride", kernel)

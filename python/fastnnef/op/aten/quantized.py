@@ -267,7 +267,7 @@ def linear(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: in
 
 @handler("quantized::linear_relu", args="t n f i")
 def linear_relu(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-    """quantized::linear_relu(Tensor X, LinearPackedParamsBase W_prepack, float Y_scale_i, int Y_zero_point_i) -> Tensor Y"""
+    """quantized::linear_relu(Tensor X, LinearPackedParamsBase W_prepack, float Y_scale_i, int Y_zero_point_i) -> Tensor Y"""  # noqa: E501
     return _linear(ctx, x, packed, scale, zero_point, relu=True)
 
 
@@ -310,12 +310,12 @@ for _n in (1, 2):
     def _register(n: int) -> None:
         @handler(f"quantized::conv{n}d", args="t n f i")
         def conv(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-            """quantized::conv2d(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""
+            """quantized::conv2d(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
             return _conv(ctx, x, packed, scale, zero_point, n, relu=False)
 
         @handler(f"quantized::conv{n}d_relu", args="t n f i")
         def conv_relu(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-            """quantized::conv2d_relu(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""
+            """quantized::conv2d_relu(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
             return _conv(ctx, x, packed, scale, zero_point, n, relu=True)
 
     _register(_n)
@@ -409,7 +409,7 @@ def mul_scalar(ctx: OpContext, x: NTensor, scalar: float) -> NTensor:
 @handler("quantized::batch_norm1d", "quantized::batch_norm2d", "quantized::batch_norm3d", args="t t? t? t t f f i")
 def batch_norm(ctx: OpContext, x: NTensor, weight: NTensor | None, bias: NTensor | None, mean: NTensor,
                var: NTensor, eps: float, scale: float, zero_point: int) -> NTensor:
-    """quantized::batch_norm2d(Tensor qx, Tensor? weight, Tensor? bias, Tensor mean, Tensor var, float eps, float output_scale, int output_zero_point) -> Tensor"""
+    """quantized::batch_norm2d(Tensor qx, Tensor? weight, Tensor? bias, Tensor mean, Tensor var, float eps, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
     _input_params(ctx, x)
     xf = ctx.cast(x, "f32")
     lead = [0] + list(range(2, xf.rank))  # [C] -> [1, C, 1, ...]

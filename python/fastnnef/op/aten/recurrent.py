@@ -149,7 +149,7 @@ def recurrent(
     ctx: OpContext, x: NTensor, hx: Any, params: list[NTensor], has_biases: bool, num_layers: int, dropout: float,
     train: bool, bidirectional: bool, batch_first: bool,
 ) -> list[NTensor]:
-    """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""
+    """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""  # noqa: E501
     kind = ctx.kind.split("::")[-1]
     if train and dropout:
         raise ctx.unsupported("dropout between layers in training mode", "export the model in eval()")
@@ -204,7 +204,7 @@ def recurrent(
 
 @handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="t t v L b i f b b", overload="data")
 def recurrent_packed(ctx: OpContext, *_: Any) -> list[NTensor]:
-    """aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)"""
+    """aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)"""  # noqa: E501
     raise ctx.unsupported(
         "packed sequences (the batch_sizes overload)",
         "pass a padded tensor to the recurrent layer instead of a PackedSequence",

@@ -63,20 +63,20 @@ def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: bool |
 
 @handler("aten::sum", args="t I? b? n?")
 def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool | None, _dtype) -> NTensor:
-    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "sum_reduce", x, dims, keepdim)
 
 
 @handler("aten::mean", args="t I? b? n?")
 @torch_quantized("dequantize")
 def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool | None, _dtype) -> NTensor:
-    """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""
+    """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "mean_reduce", x, dims, keepdim)
 
 
 @handler("aten::prod", args="t I? b? n?")
 def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: bool | None, _dtype) -> NTensor:
-    """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""
+    """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "tract_core_product_reduce", x, dim, keepdim)
 
 
@@ -109,7 +109,7 @@ def amax(ctx: OpContext, x: NTensor, dims: list[int] | None, keepdim: bool | Non
 
 @handler("aten::max", "aten::min", args="t x? b?")
 def max_(ctx: OpContext, x: NTensor, dim: None | int | NTensor, keepdim: bool | None) -> NTensor | list[NTensor]:
-    """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""
+    """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""  # noqa: E501
     is_max = ctx.kind == "aten::max"
     if isinstance(dim, NTensor):  # max.other: elementwise
         if ctx.out_dtype() == "bool":
@@ -194,7 +194,7 @@ def _var_args(ctx: OpContext, third: object) -> tuple[list[int] | None, float, b
 
 @handler("aten::var", "aten::std", args="t _ n? *")
 def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
-    """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""
+    """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""  # noqa: E501
     dims, corr, keep = _var_args(ctx, third)
     v, _, axes = _moments(ctx, x, dims, corr)
     if ctx.kind == "aten::std":
@@ -204,7 +204,7 @@ def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
 
 @handler("aten::var_mean", "aten::std_mean", args="t _ n? *")
 def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
-    """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""  # noqa: E501
     dims, corr, keep = _var_args(ctx, third)
     v, m, axes = _moments(ctx, x, dims, corr)
     if ctx.kind == "aten::std_mean":
@@ -249,7 +249,7 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
 
 @handler("aten::linalg_vector_norm", args="t f I? b n?")
 def linalg_vector_norm(ctx: OpContext, x: NTensor, p: float, dims: list[int] | None, keepdim: bool, _dtype) -> NTensor:
-    """aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+    """aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""  # noqa: E501
     if ctx.out_dtype() not in FLOAT_DTYPES:
         raise ctx.unsupported("vector norm of a non-float tensor")
     return _vector_norm(ctx, x, p, dims, keepdim)
@@ -297,7 +297,7 @@ def _not_nan(ctx: OpContext, x: NTensor) -> NTensor:
 
 @handler("aten::nansum", "aten::nanmean", args="t I? b n?")
 def nansum(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool, _dtype: object) -> NTensor:
-    """aten::nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (and nanmean: NaNs count as absent)"""
+    """aten::nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (and nanmean: NaNs count as absent)"""  # noqa: E501
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)

@@ -125,7 +125,7 @@ def upsample_nearest_exact(ctx: OpContext, x: NTensor) -> NTensor:
 @handler("aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_trilinear3d", args="t _ b *")
 @torch_quantized("dequantize")
 def upsample_linear(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
-    """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
+    """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""  # noqa: E501
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased interpolation")
     return _resize(ctx, x, "linear", align_corners, 3)
@@ -176,7 +176,7 @@ def pixel_unshuffle(ctx: OpContext, x: NTensor, r: int) -> NTensor:
 @handler("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa", args="t _ b *",
          since="resize_grid_sample")
 def upsample_bicubic(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
-    """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""
+    """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""  # noqa: E501
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased bicubic interpolation", "interpolate with antialias=False")
     return _resize(ctx, x, "cubic", align_corners, 3)

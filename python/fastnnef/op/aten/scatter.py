@@ -222,14 +222,14 @@ def scatter_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src
 @handler("aten::scatter_reduce", args="t i t t s b", since="scatter_reductions")
 def scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
                    include_self: bool) -> NTensor:
-    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
+    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""  # noqa: E501
     return _scatter_reduce(ctx, x, dim, index, src, reduce, include_self, True)
 
 
 @handler("aten::scatter_reduce", args="t i t t s b")
 def scatter_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
                           include_self: bool) -> NTensor:
-    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""
+    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _scatter_reduce(ctx, x, dim, index, src, reduce, include_self, False)
 
 
@@ -241,21 +241,21 @@ def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTen
 
 @handler("aten::index_add", args="t i t t x")
 def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: int | float) -> NTensor:
-    """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""
+    """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, False)
 
 
 @handler("aten::index_reduce", args="t i t t s b", since="scatter_reductions")
 def index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,
                  include_self: bool) -> NTensor:
-    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor"""
+    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, source, reduce, include_self, True)
 
 
 @handler("aten::index_reduce", args="t i t t s b")
 def index_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,
                         include_self: bool) -> NTensor:
-    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""
+    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, source, reduce, include_self, False)
 
 
@@ -322,7 +322,7 @@ def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: li
 @handler("aten::slice_scatter", args="t t i D? D? i")
 def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None,
                   end: list[Dim] | None, step: int) -> NTensor:
-    """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
+    """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     b = _position(ctx, start[0] if start else None, n, 0, "start")

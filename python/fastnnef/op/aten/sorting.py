@@ -42,7 +42,7 @@ def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: 
 
 @handler("aten::topk", args="t D i b b")
 def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: bool) -> list[NTensor]:
-    """aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
+    """aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""  # noqa: E501
     # sorted=False lets torch return the k elements in any order: sorted is one of them.
     return _topk(ctx, x, k[0], dim, largest, (0, 1))
 
@@ -53,13 +53,13 @@ def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
 
 @handler("aten::sort", args="t i b")
 def sort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> list[NTensor]:
-    """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""
+    """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""  # noqa: E501
     return _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (0, 1))
 
 
 @handler("aten::sort", args="t b? i b", overload="stable")
 def sort_stable(ctx: OpContext, x: NTensor, _stable: bool | None, dim: int, descending: bool) -> list[NTensor]:
-    """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""
+    """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""  # noqa: E501
     return sort(ctx, x, dim, descending)
 
 

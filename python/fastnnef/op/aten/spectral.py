@@ -200,7 +200,7 @@ _FFT_ARGS = "t _ _ _"
 
 @handler("aten::fft_fft", "aten::fft_fft2", "aten::fft_fftn", args=_FFT_ARGS, complex=True)
 def fft_fft(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor  (also fft2/fftn: SymInt[1]? s, int[1]? dim)"""
+    """aten::fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor  (also fft2/fftn: SymInt[1]? s, int[1]? dim)"""  # noqa: E501
     return _c2c(ctx, x, inverse=False)
 
 
@@ -236,7 +236,7 @@ def fft_hfft(ctx: OpContext, z: NTensor) -> NTensor:
 
 @handler("aten::fft_fftfreq", "aten::fft_rfftfreq", args="i f *")
 def fft_fftfreq(ctx: OpContext, n: int, d: float) -> NTensor:
-    """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""
+    """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""  # noqa: E501
     kind = ctx.kind.split("::")[1]
     dtype = ctx.out_torch_dtype()
     data = getattr(torch.fft, kind[len("fft_"):])(n, d, dtype=dtype)
@@ -270,7 +270,7 @@ def fft_ifftshift(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor
 @handler("aten::hann_window", "aten::hamming_window", "aten::blackman_window", "aten::bartlett_window",
          "aten::kaiser_window", args="i *")
 def window(ctx: OpContext, n: int) -> NTensor:
-    """aten::hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (every window; hamming's alpha/beta, kaiser's beta)"""
+    """aten::hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (every window; hamming's alpha/beta, kaiser's beta)"""  # noqa: E501
     kind = ctx.kind.split("::")[1]
     # The overloads differ by what comes between the length and the 4 trailing options:
     # periodic, then hamming's alpha and beta or kaiser's beta.
@@ -305,7 +305,7 @@ def stft(
     ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, normalized: bool,
     onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
-    """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""
+    """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""  # noqa: E501
     # torch.stft pads the signal itself before this overload
     return _stft(ctx, x, n_fft, hop, win_length, False, "", normalized, onesided, align)
 
@@ -315,7 +315,7 @@ def stft_center(
     ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
     pad_mode: str, normalized: bool, onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
-    """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""
+    """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""  # noqa: E501
     return _stft(ctx, x, n_fft, hop, win_length, center, pad_mode, normalized, onesided, align)
 
 
@@ -419,7 +419,7 @@ def istft(
     ctx: OpContext, z: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
     normalized: bool, onesided: bool | None, length: int | None, return_complex: bool,
 ) -> NTensor:
-    """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""
+    """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""  # noqa: E501
     if return_complex or not is_complex(ctx, 0):
         raise ctx.unsupported("istft to a complex signal or of a real spectrum", "pass a complex spectrum, return_complex=False")
     hop = hop or n_fft // 4

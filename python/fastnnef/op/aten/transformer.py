@@ -141,7 +141,7 @@ def native_multi_head_attention(
     qkv_w: NTensor, qkv_b: NTensor, out_w: NTensor, out_b: NTensor, mask: NTensor | None,
     need_weights: bool, average: bool, mask_type: int | None,
 ) -> list[NTensor | None]:
-    """aten::_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)"""
+    """aten::_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)"""  # noqa: E501
     if query.rank != 3 or embed_dim % heads:
         raise ctx.unsupported(f"a rank-{query.rank} query with {embed_dim} channels in {heads} heads")
     ctx.static(query, [2], "multi-head attention (the head split)")
@@ -163,7 +163,7 @@ def transformer_encoder_layer(
     norm2_b: NTensor, ffn1_w: NTensor, ffn1_b: NTensor, ffn2_w: NTensor, ffn2_b: NTensor,
     mask: NTensor | None, mask_type: int | None,
 ) -> NTensor:
-    """aten::_transformer_encoder_layer_fwd(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor norm_weight_1, Tensor norm_bias_1, Tensor norm_weight_2, Tensor norm_bias_2, Tensor ffn_weight_1, Tensor ffn_bias_1, Tensor ffn_weight_2, Tensor ffn_bias_2, Tensor? mask=None, int? mask_type=None) -> Tensor"""
+    """aten::_transformer_encoder_layer_fwd(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor norm_weight_1, Tensor norm_bias_1, Tensor norm_weight_2, Tensor norm_bias_2, Tensor ffn_weight_1, Tensor ffn_bias_1, Tensor ffn_weight_2, Tensor ffn_bias_2, Tensor? mask=None, int? mask_type=None) -> Tensor"""  # noqa: E501
     nested = _nested(ctx, 0)
     valid: NTensor | None = None
     if nested is not None:
