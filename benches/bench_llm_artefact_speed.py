@@ -231,7 +231,8 @@ def measure(paths: dict[str, Path], prompt: np.ndarray, steps: int, repeats: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, help="where torch_to_nnef_llm is installed (default: this environment)")
+    parser.add_argument("--reference", type=Path,
+                        help="where torch_to_nnef_llm is installed (default: this environment)")
     parser.add_argument("--reference-python", default=sys.executable, help="the interpreter that runs the reference")
     parser.add_argument("--skip-reference", "--no-reference", action="store_true", help="time our artefacts only")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fastnnef-artefact-speed"))

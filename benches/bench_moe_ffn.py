@@ -115,7 +115,8 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32, help="decode steps")
     parser.add_argument("--repeats", type=int, default=3, help="best of")
     parser.add_argument("--cleanup", action="store_true", help="delete the checkpoint and artefacts afterwards")
-    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 8-token prompt, 4 steps, once, in a temp dir")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a 1-layer model, 8-token prompt, 4 steps, once, in a temp dir")
     args = parser.parse_args()
     if args.smoke:
         MIXTRAL.update(SMOKE)

@@ -116,7 +116,8 @@ def main() -> None:
                                    str(args.level)], env)}
     if args.reference is not None:
         commands["t2n_export_peft_to_nnef"] = (
-            [sys.executable, "-m", "torch_to_nnef_llm.peft.cli", *flags], dict(os.environ, PYTHONPATH=str(args.reference))
+            [sys.executable, "-m", "torch_to_nnef_llm.peft.cli", *flags],
+            dict(os.environ, PYTHONPATH=str(args.reference))
         )
     startup = measure([sys.executable, "-c", "import torch"], env)[:2]
     results: dict[str, list[tuple[float, float, str]]] = {name: [] for name in commands}

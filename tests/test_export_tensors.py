@@ -167,7 +167,8 @@ def test_export_from_disk(tmp_path):
         raise ValueError("missing tensors")
 
     with pytest.raises(ValueError, match="missing tensors"):
-        export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", tmp_path / "nowhere", fn_check_found_tensors=refuse)
+        export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", tmp_path / "nowhere",
+                                         fn_check_found_tensors=refuse)
 
 
 def test_truncated_checkpoints_name_the_file_and_the_tensor(tmp_path):

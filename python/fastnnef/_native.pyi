@@ -61,12 +61,14 @@ def dat_encode(array: npt.NDArray, encoding: str, bf16: bool = False, percentile
     T2NErrorTensorTooLarge, T2NErrorDtypeOverflow, T2NErrorImpossibleQuantization.
     """
 
-def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0, label: str | None = None) -> int:
+def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0,
+              label: str | None = None) -> int:
     """Write one ``.dat`` file at ``path`` straight from ``array`` (no bytes in Python):
     temporary name beside it, then an atomic rename. Returns the bytes written. ``label``
     names the tensor in error messages. Raises as ``dat_encode``, plus T2NErrorArtefactIO."""
 
-def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0, label: str | None = None) -> int:
+def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0,
+                         label: str | None = None) -> int:
     """Write tensor ``key`` of ``checkpoint`` as one ``.dat`` file at ``path``, streamed from
     the mapped file (64 MiB at a time) and converted / quantized on the way; atomic like
     ``dat_write``. Returns the bytes written. Raises as ``Checkpoint.check``."""
@@ -152,15 +154,18 @@ class ArtefactWriter:
         (tgz only; 0 = stored deflate blocks)."""
     def add_file(self, name: str, data: bytes) -> None:
         """Add a member with the given bytes (``graph.nnef``, ``graph.quant``)."""
-    def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0) -> int:
+    def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False,
+                   percentile: float = 1.0) -> int:
         """Encode ``array`` and add it as ``<label>.dat``; returns the bytes written.
         The GIL is released while encoding and writing. Labels are validated (no empty
         component, no ``..``, no leading ``/`` or ``.`` component)."""
-    def add_checkpoint_tensor(self, label: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0) -> int:
+    def add_checkpoint_tensor(self, label: str, checkpoint: Checkpoint, key: str, encoding: str,
+                              percentile: float = 1.0) -> int:
         """Stream tensor ``key`` of ``checkpoint`` into ``<label>.dat`` as ``encoding``,
         converted (bf16/f16/f32) or quantized (Q4_0) on the way, 64 MiB of the file mapped
         at a time; returns the bytes written. The GIL is released."""
-    def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> int:
+    def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int],
+                        encoding: str = "q4_0") -> int:
         """Add already-packed GGML-order Q4_0 ``blocks`` of a tensor of logical ``shape`` as
         ``<label>.dat`` (no re-quantization; ``q4_0_legacy`` repacks the nibbles); returns
         the bytes written. Raises as ``q4_0_blocks_dat_encode``."""

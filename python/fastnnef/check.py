@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 else:
     ArrayLike = Any
 
-__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io", "to_numpy"]
+__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io",
+           "to_numpy"]
 
 class TractCheckTolerance(str, Enum):
     """How close tract's outputs must be to PyTorch's (tract's ``--approx`` levels, tract.md §5;

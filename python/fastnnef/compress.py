@@ -105,7 +105,8 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
     return model
 
 
-def offloaded_tensor_qtensor(q_fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor, suffix_name: str) -> torch.Tensor:
+def offloaded_tensor_qtensor(q_fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor,
+                             suffix_name: str) -> torch.Tensor:
     """``q_fn(tensor)``, kept on disk when ``tensor`` is an :class:`OffloadedTensor`.
 
     An offloaded ``tensor`` is materialized for ``q_fn`` (one tensor in memory at a time)

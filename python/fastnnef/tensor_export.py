@@ -202,7 +202,8 @@ def export_tensors_from_disk_to_nnef(
     path = Path(store_filepath)
     if not _is_safetensors(path):
         found = dict(
-            iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location, weights_only=weights_only)
+            iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location,
+                                         weights_only=weights_only)
         )
         if fn_check_found_tensors is not None:
             fn_check_found_tensors(found)

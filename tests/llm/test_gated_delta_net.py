@@ -80,7 +80,8 @@ class ConvThenRule(torch.nn.Module):
         y, conv_state = self.conv(x.transpose(1, 2), conv_state, self.weight)
         y = y.transpose(1, 2)
         new = x.shape[1]
-        q, k, v = y[..., :8].reshape(1, new, 1, 8), y[..., 8:16].reshape(1, new, 1, 8), y[..., 16:32].reshape(1, new, 2, 8)
+        q, k, v = y[..., :8].reshape(1, new, 1, 8), y[..., 8:16].reshape(1, new, 1, 8), y[..., 16:32].reshape(1, new, 2,
+                                                                                                              8)
         g = -torch.nn.functional.softplus(y[..., 32:34])
         out, state = self.rule(q, k, v, g, y[..., 34:36].sigmoid(), state)
         return out, conv_state, state
@@ -92,7 +93,8 @@ def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
     model = ConvThenRule().eval()
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = export_and_check(model, (torch.randn(1, 5, 40), torch.randn(1, 40, 4), torch.randn(1, 2, 8, 8)), tmp_path,
-                            target=target, input_names=["x", "conv", "state"], output_names=["y", "conv_out", "state_out"],
+                            target=target, input_names=["x", "conv", "state"], output_names=["y", "conv_out",
+                                                                                             "state_out"],
                             no_redraw="the runs below draw S = 1 and S = 9")
     with tarfile.open(path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]

@@ -31,7 +31,8 @@ def written(*writes: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], 
     return fn
 
 
-def copy_from(write: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def copy_from(write: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[torch.Tensor, torch.Tensor],
+                                                                              torch.Tensor]:
     def fn(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         y = x * 1
         write(y, z)

@@ -81,7 +81,8 @@ CASES = [
 
 
 def _case(c):
-    return pytest.param(*c.values[1:], marks=c.marks, id=c.values[0]) if hasattr(c, "marks") else pytest.param(*c[1:], id=c[0])
+    return pytest.param(*c.values[1:], marks=c.marks, id=c.values[0]) if hasattr(c, "marks") else pytest.param(*c[1:],
+                                                                                                               id=c[0])
 
 
 @pytest.mark.parametrize("factory,shape,dyn", [_case(c) for c in CASES])
@@ -203,7 +204,8 @@ NATIVE_NORM_CASES = [
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
 @pytest.mark.parametrize("fn, shape, param_shape", [pytest.param(*c[1:], id=c[0]) for c in NATIVE_NORM_CASES])
-def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: list | None, dtype: torch.dtype, tmp_path) -> None:
+def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: list | None, dtype: torch.dtype,
+                             tmp_path) -> None:
     """All three outputs (normalized, mean, rstd) match torch's, with the batch dynamic."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(param_shape, generator=gen).to(dtype) if param_shape else None

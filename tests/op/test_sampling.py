@@ -84,7 +84,8 @@ PATCHES = [
 
 
 @pytest.mark.parametrize("fn, make, dyn", GRID_SAMPLE + AFFINE + PATCHES)
-def test_sampling(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_sampling(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                  tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-4, rtol=1e-4)
 

@@ -76,7 +76,8 @@ def test_apply_name_names_every_tensor_in_place_sharing_storage(tmp_path):
     # Named by their paths, the weights keep the labels an unnamed export gives them; the
     # plain attribute, a nameless constant (c0) before, now has its path too.
     named_path = export_and_check(model, IDS, tmp_path, name="named.nnef", compression_level=None)
-    plain_path = export_model_to_nnef(Net().eval(), IDS, tmp_path / "plain.nnef", TractNNEF.latest(), compression_level=None)
+    plain_path = export_model_to_nnef(Net().eval(), IDS, tmp_path / "plain.nnef", TractNNEF.latest(),
+                                      compression_level=None)
     renamed = {"c0.dat": "offset.dat"}
     assert sorted(renamed.get(p.name, p.name) for p in plain_path.glob("*.dat")) == sorted(
         p.name for p in named_path.glob("*.dat")
@@ -163,7 +164,8 @@ def test_tied_named_tensor_is_written_once(tmp_path):
     model.embed._parameters["weight"] = nn.Parameter(NamedTensor(model.embed.weight.detach(), "vocab"))
     model.head._parameters["weight"] = model.embed.weight
     path = export_and_check(model, IDS, tmp_path, compression_level=None)
-    assert sorted(p.name for p in path.glob("*.dat")) == ["c0.dat", "scale.dat", "up.bias.dat", "up.weight.dat", "vocab.dat"]
+    assert sorted(p.name for p in path.glob("*.dat")) == ["c0.dat", "scale.dat", "up.bias.dat", "up.weight.dat",
+                                                          "vocab.dat"]
 
 
 def test_a_user_label_equal_to_a_generated_one_gets_its_own_file(tmp_path):

@@ -25,8 +25,10 @@ Step = tuple[Callable[[IRValue], IRValue], Callable[[Number], Number], str]
 def _steps() -> st.SearchStrategy[Step]:
     k = st.integers(1, 6)
     return st.one_of(
-        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::add", [v, Const("k", k)], "r"), lambda n: n + k, f"+{k}")),
-        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::mul", [v, Const("k", k)], "r"), lambda n: n * k, f"*{k}")),
+        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::add", [v, Const("k", k)], "r"), lambda n: n + k,
+                         f"+{k}")),
+        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::mul", [v, Const("k", k)], "r"), lambda n: n * k,
+                         f"*{k}")),
         k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::rsub", [v, Const("k", 0)], "r"), lambda n: -n, "neg")),
         k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::div", [v, Const("k", k)], "r"),
                          lambda n: Fraction(n) / k, f"/{k}")),

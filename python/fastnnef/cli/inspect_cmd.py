@@ -79,7 +79,8 @@ def describe_artefact(path: Path, list_tensors: bool = False) -> str:
     lines.append("ops: " + ", ".join(f"{k}×{v}" for k, v in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))))
     total = sum(t[3] for t in tensors)
     by_dtype = collections.Counter(t[1] for t in tensors)
-    lines.append(f"tensors: {len(tensors)} ({_human(total)}), " + ", ".join(f"{k}×{v}" for k, v in sorted(by_dtype.items())))
+    lines.append(f"tensors: {len(tensors)} ({_human(total)}), "
+                 + ", ".join(f"{k}×{v}" for k, v in sorted(by_dtype.items())))
     if list_tensors:
         for label, dtype, shape, size in tensors:
             lines.append(f"  {label}: {dtype}{shape} {_human(size)}")

@@ -62,9 +62,11 @@ def _expressible(chain: list[_View], root: torch._C.Value) -> bool:
     if root.node().kind() in _OTHER_VIEWS:
         return False
     for view in chain:  # slice(self, dim, start, end, step): only step 1
+        if view.kind != "aten::slice":
+            continue
         step = view.args[3]
         # toIValue() gives the Python value; torch's stubs say an opaque IValue.
-        if view.kind == "aten::slice" and not (is_constant(step) and step.toIValue() == 1):  # type: ignore[comparison-overlap]
+        if not (is_constant(step) and step.toIValue() == 1):  # type: ignore[comparison-overlap]
             return False
     return True
 

@@ -62,7 +62,8 @@ class TractBinaryDownloader:
         )
 
 
-def apply_dynamic_shape_in_nnef(dynamic_axes: dict[str, dict[int, str]], nnef_graph: Any, tract_version: Any) -> list[str]:
+def apply_dynamic_shape_in_nnef(dynamic_axes: dict[str, dict[int, str]], nnef_graph: Any,
+                                tract_version: Any) -> list[str]:
     """Raises ``T2NErrorNotImplemented``: torch_to_nnef rewrites the inputs of a built graph
     here, but fastnnef derives every shape in the graph from the dynamic axes while building
     it, so marking inputs afterwards would leave the other shapes static."""

@@ -62,7 +62,8 @@ STRING = AttrType("string", lambda v: isinstance(v, str) and not isinstance(v, S
 #: A tract datum type (``f32``, ``i64``, ``QU8(Z:128 S:0.05)``...).
 DATUM_TYPE = AttrType(
     "datum type",
-    lambda v: isinstance(v, str) and not isinstance(v, Sym) and (v in _PLAIN_DATUM_TYPES or quantized_params(v) is not None),
+    lambda v: isinstance(v, str) and not isinstance(v, Sym)
+    and (v in _PLAIN_DATUM_TYPES or quantized_params(v) is not None),
 )
 TENSOR = AttrType("tensor", lambda v: isinstance(v, NTensor))
 

@@ -61,7 +61,9 @@ ENTRY_POINT_GROUPS = ("torch_to_nnef.extras", "fastnnef.extras")
 _REFERENCE_PARAMETERS = frozenset({"g", "name_to_tensor", "null_ref", "torch_graph", "op_helper"})
 
 
-def register(op_name: str, args: str = "*", since: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register(
+    op_name: str, args: str = "*", since: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register the handler of ``t2n_extra::<op_name>``.
 
     ``args`` declares how the node's inputs are read (op/registry.py's argument kinds),

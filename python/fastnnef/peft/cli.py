@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="base weight the file must also hold, per {name} ('' for an adapter-only file)")
     parser.add_argument("-m", "--map-name", default=MAP_TENSOR_NAME,
                         help="name of the adapted weight in the base model (and its artefact), per {name}")
-    parser.add_argument("-o", "--output-archive", required=True, help=f"the archive to create, ending in {ARCHIVE_SUFFIX}")
+    parser.add_argument("-o", "--output-archive", required=True,
+                        help=f"the archive to create, ending in {ARCHIVE_SUFFIX}")
     parser.add_argument("--compression-level", type=int, default=0, choices=range(10), metavar="0..9",
                         help="gzip level of the archive (0: stored blocks, fastest)")
     parser.add_argument("--allow-pickle", action="store_true",

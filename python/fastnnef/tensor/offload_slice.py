@@ -43,7 +43,8 @@ class OffloadedSlice(OffloadedTensor):
         index = (slice(None),) * axis + (slice(start, stop, step),)
         shape = tuple(torch.empty(source.shape, device="meta")[index].shape)
         key = f"{source.key}[{':,' * axis}{start}:{stop}:{step}]"
-        self = cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype, q4_0=source.q4_0, packed=False)
+        self = cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype, q4_0=source.q4_0,
+                         packed=False)
         self.source, self.axis, self.start, self.stop, self.step = source, axis, start, stop, step
         self.nnef_name = None
         return self

@@ -37,7 +37,9 @@ class OpaqueTensorRef(torch.Tensor):
             raise T2NErrorInvalidArgument(
                 f"OpaqueTensorRef stands for a QTensor or an OffloadedTensor, got {type(opaque_tensor).__name__}"
             )
-        if meta_tensor is not None and (meta_tensor.shape, meta_tensor.dtype) != (opaque_tensor.shape, opaque_tensor.dtype):
+        if meta_tensor is not None and (
+            (meta_tensor.shape, meta_tensor.dtype) != (opaque_tensor.shape, opaque_tensor.dtype)
+        ):
             raise T2NErrorInvalidArgument(
                 f"meta_tensor is {tuple(meta_tensor.shape)} {meta_tensor.dtype} but the opaque tensor is "
                 f"{tuple(opaque_tensor.shape)} {opaque_tensor.dtype}; pass torch.empty(t.shape, dtype=t.dtype, "

@@ -186,7 +186,8 @@ class TensorResidencyPool:
             self._evict_to_budget()
         return value
 
-    def acquire(self, source: OffloadedTensor, device: Device | None = None, mode: str = "read") -> TensorResidencyLease:
+    def acquire(self, source: OffloadedTensor, device: Device | None = None,
+                mode: str = "read") -> TensorResidencyLease:
         """A lease: ``with pool.acquire(t) as value:`` keeps ``value`` resident in the block.
         Only ``mode="read"``: offloaded tensors are read-only in fastnnef."""
         if mode == "read_write":

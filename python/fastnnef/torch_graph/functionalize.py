@@ -311,7 +311,8 @@ def is_whole_slice(args: Sequence[ir_data.IRValue], x: ir_data.TensorValue) -> b
     return start.value in (None, 0) and step.value == 1 and to_end
 
 
-def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue], site: Site) -> list[ViewStep]:
+def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue],
+                    site: Site) -> list[ViewStep]:
     """The view step of each item of split/chunk/unbind: a slice (or a select) of ``x``."""
     axis = dim % x.rank
     steps = []
@@ -323,7 +324,8 @@ def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence
             steps.append(ViewStep("aten::select", args, item, "select", site, aten_thunk("aten::select")))
             continue
         end = begin + item.shape[axis]
-        args = [ir_data.Const("dim", axis), ir_data.Const("start", begin), ir_data.Const("end", end), ir_data.Const("step", 1)]
+        args = [ir_data.Const("dim", axis), ir_data.Const("start", begin), ir_data.Const("end", end),
+                ir_data.Const("step", 1)]
         steps.append(ViewStep("aten::slice", args, item, "slice", site, aten_thunk("aten::slice")))
         begin = end
     return steps

@@ -194,7 +194,8 @@ def silu(ctx: OpContext, x: NTensor) -> NTensor:
 
 def _softplus(ctx: OpContext, x: NTensor, suffix: str) -> NTensor:
     """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
-    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix=f"{suffix}_abs")], suffix=f"{suffix}_nabs")], suffix=f"{suffix}_exp")
+    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix=f"{suffix}_abs")], suffix=f"{suffix}_nabs")],
+                suffix=f"{suffix}_exp")
     tail = ctx.tmp("log", [ctx.tmp("add", [e, 1.0], suffix=f"{suffix}_1p")], suffix=f"{suffix}_log")
     return ctx.tmp("add", [ctx.tmp("max", [x, literal(0, x.dtype)], suffix=f"{suffix}_pos"), tail], suffix=suffix)
 
@@ -352,7 +353,8 @@ def log_softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     return ctx.emit("sub", [shifted, ctx.tmp("log", [total], suffix="log")])
 
 
-@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="native_log_softmax")
+@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?",
+         since="native_log_softmax")
 def log_softmax_native(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x, axes = _softmax_input(ctx, x, dim)

@@ -255,7 +255,8 @@ def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: int | No
     if ctx.n_inputs == 2:  # .Tensor(repeats): the indices themselves
         ctx.static(x, what="repeat_interleave(repeats)")
         idx = _interleave_indices(ctx, x, int(x.shape[0]) if x.rank else 1, int(ctx.out_shape()[0]))
-        return ctx.emit("copy", [idx]) if ctx.out_dtype() == "i64" else ctx.emit("tract_core_cast", [idx], {"to": ctx.out_dtype()})
+        return (ctx.emit("copy", [idx]) if ctx.out_dtype() == "i64"
+                else ctx.emit("tract_core_cast", [idx], {"to": ctx.out_dtype()}))
     if dim is None:
         x, axis = _flat(ctx, x), 0
     else:

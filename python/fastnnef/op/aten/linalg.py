@@ -223,7 +223,8 @@ def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: float | None, 
 
 
 @handler("aten::addmv", args="t t t f? f?")
-def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: float | None, alpha: float | None) -> NTensor:
+def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: float | None,
+          alpha: float | None) -> NTensor:
     """aten::addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     c = _product_calc(ctx)
     return _scaled_sum(c, bias, _tensordot(c, mat, vec, [1], [0]), beta, alpha)
@@ -257,7 +258,8 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     rank = max(a.rank, b.rank)
     a, b = c.inputs(a, b, rank=rank)
     # Interleave: a as [a0, 1, a1, 1, ...], b as [1, b0, 1, b1, ...]; the product's axis pairs merge.
-    wide = c("mul", c("unsqueeze", a, axes=list(range(1, 2 * rank, 2))), c("unsqueeze", b, axes=list(range(0, 2 * rank, 2))))
+    wide = c("mul", c("unsqueeze", a, axes=list(range(1, 2 * rank, 2))),
+             c("unsqueeze", b, axes=list(range(0, 2 * rank, 2))))
     sizes: list[Dim] = []
     for da, db in zip(a.shape, b.shape):
         if is_static(da) and is_static(db):
@@ -333,7 +335,8 @@ def _vector_norm(ctx: OpContext, x: NTensor, ord: float | None, dims: list[int] 
 
 
 @handler("aten::linalg_norm", args="t n I? b n?")
-def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None, keepdim: bool, _dtype: object) -> NTensor:
+def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None, keepdim: bool,
+                _dtype: object) -> NTensor:
     """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""  # noqa: E501
     if _vector_or_matrix(ctx, x, ord, dims):
         return _matrix_norm(ctx, x, "fro" if ord is None else ord, dims or [-2, -1], keepdim)
@@ -341,7 +344,8 @@ def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None,
 
 
 @handler("aten::linalg_matrix_norm", args="t n I b n?")
-def linalg_matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int], keepdim: bool, _dtype: object) -> NTensor:
+def linalg_matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int], keepdim: bool,
+                       _dtype: object) -> NTensor:
     """aten::linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .str_ord)"""  # noqa: E501
     return _matrix_norm(ctx, x, ord, dims, keepdim)
 
@@ -404,7 +408,8 @@ def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: NT
     batch = "abcdefgh"[:rank - 1]
     if len(batch) != rank - 1:
         raise ctx.unsupported(f"bilinear on rank-{rank} inputs")
-    y = c("tract_core_einsum", [x1, ctx.cast(weight, c.dtype), x2], expr=f"{batch}i,oij,{batch}j->{batch}o", acc=c.dtype)
+    y = c("tract_core_einsum", [x1, ctx.cast(weight, c.dtype), x2], expr=f"{batch}i,oij,{batch}j->{batch}o",
+          acc=c.dtype)
     if bias is None:
         return c.result(y)
     (b,) = c.inputs(bias, rank=y.rank)
@@ -446,4 +451,5 @@ def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: NTensor | Non
     kept = ctx.tmp("mul", [every, ctx.tmp("tract_core_cast", [own], {"to": dtype}, suffix="ownf")], suffix="kept")
     total = ctx.tmp("sum_reduce", [kept], {"axes": [0]}, suffix="total")
     out = ctx.tmp("squeeze", [total], {"axes": [0]}, suffix="rows")
-    return ctx.emit("copy", [out]) if ctx.out_dtype() == dtype else ctx.emit("tract_core_cast", [out], {"to": ctx.out_dtype()})
+    return (ctx.emit("copy", [out]) if ctx.out_dtype() == dtype
+            else ctx.emit("tract_core_cast", [out], {"to": ctx.out_dtype()}))

@@ -101,7 +101,8 @@ def embedding_bag(
     how = _MODES[mode]
     if per_sample_weights is not None:
         if how != "sum":
-            raise ctx.unsupported(f"embedding_bag per_sample_weights with mode {how!r}", "torch allows them in sum mode only")
+            raise ctx.unsupported(f"embedding_bag per_sample_weights with mode {how!r}",
+                                  "torch allows them in sum mode only")
         psw = ctx.tmp("unsqueeze", [ctx.cast(per_sample_weights, dtype)], {"axes": [1]}, suffix="psw")
         rows = ctx.tmp("mul", [rows, psw], suffix="weighted")
     zero = typed_scalar(ctx, 0, dtype)

@@ -86,7 +86,8 @@ def smooth_l1_loss(ctx: OpContext, x: NTensor, y: NTensor, reduction: int, beta:
 
 
 @handler("aten::poisson_nll_loss", args="t t b b f i")
-def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, full: bool, eps: float, reduction: int) -> NTensor:
+def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, full: bool, eps: float,
+                     reduction: int) -> NTensor:
     """aten::poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor"""  # noqa: E501
     c = _calc(ctx)
     x, y = _pair(c, x, y)
@@ -164,7 +165,8 @@ def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: NTensor | None, i
 
 
 @handler("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d", args="t t t? i i")
-def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: NTensor | None, reduction: int, ignore_index: int) -> NTensor:
+def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: NTensor | None, reduction: int,
+             ignore_index: int) -> NTensor:
     """aten::nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor  (also nll_loss, nll_loss2d)"""  # noqa: E501
     c = _calc(ctx)
     logp, target, unbatched = _batched(c, logp, target, same_rank=False)

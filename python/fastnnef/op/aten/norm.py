@@ -80,7 +80,8 @@ def batch_norm(
     if training or mean is None or var is None:
         # torch normalizes with the batch statistics here (the output does not depend on momentum).
         centered, inv = normalize(ctx, xc, [0] + list(range(2, x.rank)), eps)
-        return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
+        return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank),
+                            _channel(ctx, bias, dtype, x.rank))
     # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
     # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
     var_c, mean_c = _param(ctx, var, dtype), _param(ctx, mean, dtype)

@@ -239,7 +239,8 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
         r = ctx.tmp("min_reduce", [a], {"axes": axes}, suffix="norm")
     elif p == 0:
         nz = ctx.tmp("ne", [x, 0.0], suffix="nz")
-        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, suffix="cnt")], {"axes": axes}, suffix="norm")
+        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, suffix="cnt")], {"axes": axes},
+                    suffix="norm")
     else:
         powed = ctx.tmp("pow", [a, float(p)], suffix="pow")
         s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, suffix="sum")
@@ -279,7 +280,8 @@ def logsumexp(ctx: OpContext, x: NTensor, dims: list[int], keepdim: bool) -> NTe
 def aminmax(ctx: OpContext, x: NTensor, dim: int | None, keepdim: bool) -> list[NTensor]:
     """aten::aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)"""
     axes = _axes(ctx, x, dim)
-    return [_extreme(ctx, kind, x, axes, keepdim, x.dtype, out=k) for k, kind in enumerate(("min_reduce", "max_reduce"))]
+    return [_extreme(ctx, kind, x, axes, keepdim, x.dtype, out=k)
+            for k, kind in enumerate(("min_reduce", "max_reduce"))]
 
 
 @handler("aten::count_nonzero", args="t I?")

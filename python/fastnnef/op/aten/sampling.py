@@ -28,7 +28,8 @@ _PADDING = {0: "zeros", 1: "border", 2: "reflection"}
 
 
 # --- grid sampling ------------------------------------------------------------------------
-@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b", since="resize_grid_sample")
+@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b",
+         since="resize_grid_sample")
 def grid_sampler(ctx: OpContext, x: NTensor, grid: NTensor, mode: int, padding: int, align_corners: bool) -> NTensor:
     """aten::grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor"""  # noqa: E501
     if mode not in _INTERPOLATION or padding not in _PADDING:

@@ -68,7 +68,8 @@ def _floor_div(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     return ctx.tmp("tract_core_cast", [ctx.tmp("floor", [q], suffix="floor")], {"to": a.dtype}, suffix="mean")
 
 
-def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str, include_self: bool) -> NTensor:
+def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str,
+            include_self: bool) -> NTensor:
     """tract_core_scatter_elements with reductions (tract >= 0.23.0); ``idx`` has ``src``'s shape."""
     dtype = x.dtype
     op, _ = _REDUCTIONS[reduce]
@@ -91,7 +92,8 @@ def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, r
     return _floor_div(ctx, out, counts)
 
 
-def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str, include_self: bool) -> NTensor:
+def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str,
+             include_self: bool) -> NTensor:
     """The same scatter as a one-hot mask of ``idx`` along a new axis after ``axis``,
     reduced over ``axis`` (any tract version; ``idx`` broadcasts to ``src``)."""
     for d in range(x.rank):
@@ -108,7 +110,8 @@ def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, 
         positions = ctx.constant(torch.arange(int(n)).view(view), label=f"positions_{n}_{axis + 1}_{x.rank + 1}")
     else:
         rng = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="pos")
-        positions = ctx.tmp("unsqueeze", [rng], {"axes": [a for a in range(x.rank + 1) if a != axis + 1]}, suffix="posv")
+        positions = ctx.tmp("unsqueeze", [rng], {"axes": [a for a in range(x.rank + 1) if a != axis + 1]},
+                            suffix="posv")
     hits = ctx.tmp("eq", [ctx.tmp("unsqueeze", [ctx.cast(idx, "i64")], {"axes": [axis + 1]}, suffix="idxv"), positions],
                    suffix="hits")  # [..., k, n, ...]
     _, nnef_reduce = _REDUCTIONS[reduce]
@@ -240,7 +243,8 @@ def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTen
 
 
 @handler("aten::index_add", args="t i t t x")
-def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: int | float) -> NTensor:
+def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor,
+                     alpha: int | float) -> NTensor:
     """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, False)
 

@@ -294,7 +294,8 @@ def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype
     if window is None:
         if win_length == n_fft:
             return None
-        return ctx.constant(torch.ones(win_length, dtype=torch_dtype(dtype)), label=f"stft_rect_window_{win_length}_{dtype}")
+        return ctx.constant(torch.ones(win_length, dtype=torch_dtype(dtype)),
+                            label=f"stft_rect_window_{win_length}_{dtype}")
     if not ctx.is_tensor(index) or ctx.traced_shape(index) != (win_length,):
         raise ctx.unsupported(f"an STFT window that is not a 1-D tensor of win_length={win_length}")
     return window
@@ -421,7 +422,8 @@ def istft(
 ) -> NTensor:
     """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""  # noqa: E501
     if return_complex or not is_complex(ctx, 0):
-        raise ctx.unsupported("istft to a complex signal or of a real spectrum", "pass a complex spectrum, return_complex=False")
+        raise ctx.unsupported("istft to a complex signal or of a real spectrum",
+                              "pass a complex spectrum, return_complex=False")
     hop = hop or n_fft // 4
     win_length = win_length or n_fft
     rank = logical_rank(ctx)
@@ -440,14 +442,16 @@ def istft(
     # the normalization's sqrt(n_fft) folded in.
     window = _window_input(ctx, 4, n_fft, win_length, frames.dtype)
     if window is None:
-        window = ctx.constant(torch.ones(n_fft, dtype=torch_dtype(frames.dtype)), label=f"istft_rect_window_{n_fft}_{frames.dtype}")
+        window = ctx.constant(torch.ones(n_fft, dtype=torch_dtype(frames.dtype)),
+                              label=f"istft_rect_window_{n_fft}_{frames.dtype}")
     window = ctx.cast(window, frames.dtype)
     if win_length < n_fft:
         left = (n_fft - win_length) // 2
         window = ctx.tmp("pad", [window], {"padding": [Tuple((left, n_fft - win_length - left))], "border": "constant",
                                            "value": 0.0}, dtype=window.dtype, shape=(n_fft,), suffix="window_pad")
     gain = (n_fft ** 0.5 if normalized else 1.0) / n_fft
-    weights = ctx.tmp("unsqueeze", [ctx.tmp("mul", [window, gain], suffix="window_gain")], {"axes": [1]}, suffix="window_col")
+    weights = ctx.tmp("unsqueeze", [ctx.tmp("mul", [window, gain], suffix="window_gain")], {"axes": [1]},
+                      suffix="window_col")
     frames = ctx.tmp("mul", [frames, ctx.to_rank(weights, frames.rank)], suffix="windowed")
     by_time = list(range(freq)) + [time, freq]
     signal = _overlap_add(ctx, ctx.tmp("transpose", [frames], {"axes": by_time}, suffix="by_time"), hop, "ola")
