@@ -139,9 +139,10 @@ class ArtefactWriter:
     ``finish`` (a killed process leaves nothing); a directory (or an archive where the
     filesystem lacks ``O_TMPFILE``) goes to a temporary name beside ``path``. ``finish``
     renames it into place atomically, ``abort`` (or dropping the writer unfinished)
-    removes it. Temporaries left by killed exports to the same target are removed. An existing ``path`` is never touched before ``finish``; ``finish``
-    replaces an existing archive file, and refuses (FileExistsError-like
-    T2NErrorArtefactIO) to replace an existing non-empty directory.
+    removes it. Temporaries left by killed exports to the same target are removed. An
+    existing ``path`` is never touched before ``finish``; ``finish`` replaces an existing
+    archive file, and refuses (FileExistsError-like T2NErrorArtefactIO) to replace an
+    existing non-empty directory.
 
     Members are written in the order given; callers pass ``graph.nnef``, ``graph.quant``
     and then labels in byte order for reproducible output. Archives use fixed metadata

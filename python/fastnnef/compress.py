@@ -155,7 +155,9 @@ def dynamic_load_registry(compression_registry_full_path: str) -> dict[str, Call
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise T2NErrorImport(f"cannot import {module_name!r} for registry {compression_registry_full_path!r}: {err}") from err
+        raise T2NErrorImport(
+            f"cannot import {module_name!r} for registry {compression_registry_full_path!r}: {err}"
+        ) from err
     registry = getattr(module, attr, None)
     if not isinstance(registry, dict):
         raise T2NErrorInvalidArgument(

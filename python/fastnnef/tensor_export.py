@@ -56,7 +56,9 @@ def export_tensors_to_nnef(
     """
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
-        raise T2NErrorNotFoundFile(f"output_dir {str(output_dir)!r} does not exist or is not a directory; create it first")
+        raise T2NErrorNotFoundFile(
+            f"output_dir {str(output_dir)!r} does not exist or is not a directory; create it first"
+        )
     # (name, what is written: a tensor that writes itself, an offloaded tensor or an array,
     # its .dat encoding (None: it writes itself), bf16)
     planned: list[tuple[str, Any, str | None, bool]] = []

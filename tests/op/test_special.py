@@ -26,17 +26,19 @@ def values(*v: float) -> torch.Tensor:
 
 
 GAMMA_ARGS = lambda: (torch.cat([  # noqa: E731 - table shorthand
-    grid(-30.3, 30.7), values(0.0, -0.0, -1.0, -7.0, 1.0, 2.0, 1e-30, 1e-5, 0.5, 1e3, 1e5, 1e10, 1e30, -1e-5,
-                              -1e5 - 0.5),
+    grid(-30.3, 30.7),
+    values(0.0, -0.0, -1.0, -7.0, 1.0, 2.0, 1e-30, 1e-5, 0.5, 1e3, 1e5, 1e10, 1e30, -1e-5, -1e5 - 0.5),
 ]),)
 DIGAMMA_ARGS = lambda: (torch.cat([  # noqa: E731
     grid(-20.2, 25.1), values(0.0, -0.0, -3.0, 1.4616321, 1e-6, 1e4, 1e20, -1e4 - 0.25),
 ]),)
-WIDE = lambda: (torch.cat([grid(-12.0, 12.0), values(0.0, -0.0, 3.75, -3.75, 50.0, 88.0, 89.5, -90.0, 200.0, INF,
-                                                     -INF)]),)  # noqa: E731
+WIDE = lambda: (torch.cat([  # noqa: E731
+    grid(-12.0, 12.0), values(0.0, -0.0, 3.75, -3.75, 50.0, 88.0, 89.5, -90.0, 200.0, INF, -INF),
+]),)
 UNIT_OPEN = lambda: (torch.cat([grid(-0.999, 0.999), values(0.0, 1e-7, -1e-7, 0.9999999, 1.0, -1.0, 1.5)]),)  # noqa: E731
-PROBS = lambda: (torch.cat([grid(0.001, 0.999), values(1e-38, 1e-30, 1e-20, 1e-10, 3e-8, 1e-5, 0.5, 1 - 1e-7, 0.0,
-                                                       1.0)]),)  # noqa: E731
+PROBS = lambda: (torch.cat([  # noqa: E731
+    grid(0.001, 0.999), values(1e-38, 1e-30, 1e-20, 1e-10, 3e-8, 1e-5, 0.5, 1 - 1e-7, 0.0, 1.0),
+]),)
 NORMAL = lambda: (torch.cat([grid(-40.0, 12.0), values(0.0, -0.0, 1e-8, INF, -INF)]),)  # noqa: E731
 X = lambda: (torch.randn(3, 5),)  # noqa: E731
 XY = lambda: (torch.randn(3, 5), torch.randn(5).abs())  # noqa: E731

@@ -46,8 +46,9 @@ VERSION_GATES: dict[str, VersionGate] = {
     "gated_delta_net": VersionGate(_v("0.23.5"), "tract_transformers_gdn_recurrent"),
     "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
     "native_cumsum": VersionGate(_v("0.23.9"), "cumsum as tract_core_cumsum, not a tract_core_scan"),
-    "cli_input_from_bundle": VersionGate(_v("0.18.0"),
-                                         "the CLI's `run --input-from-bundle` (before: `--input-bundle`, ahead of `run`)"),
+    "cli_input_from_bundle": VersionGate(
+        _v("0.18.0"), "the CLI's `run --input-from-bundle` (before: `--input-bundle`, ahead of `run`)"
+    ),
 }
 
 # The tract extension registries and the gate that opens each (None: always there).

@@ -95,7 +95,8 @@ class Converter:
         if spec.since is not None and (self.caps.tract_version is None or spec.since > self.caps.tract_version):
             target = (
                 f"tract {self.caps.tract_version.to_str()}: raise the TractNNEF version"
-                if self.caps.tract_version is not None else "strict NNEF, which has no such operator: export with TractNNEF"
+                if self.caps.tract_version is not None
+                else "strict NNEF, which has no such operator: export with TractNNEF"
             )
             raise T2NErrorNotImplemented(
                 f"{node.where()}: {node.kind} needs tract >= {spec.since.to_str()} but the target is {target}"

@@ -291,7 +291,9 @@ class TensorResidencyPool:
                 entry = self._entries[key] = _Entry(source, device, concurrent.futures.Future())
                 self._stats["loads"] += 1
             elif entry.device != device:
-                raise T2NErrorMisuse(f"{source.key!r} is resident on {entry.device}; evict it before asking for {device}")
+                raise T2NErrorMisuse(
+                    f"{source.key!r} is resident on {entry.device}; evict it before asking for {device}"
+                )
             else:
                 self._stats["hits"] += 1
             entry.pinned |= pin

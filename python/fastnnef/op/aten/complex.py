@@ -135,8 +135,10 @@ def _finish_parts(ctx: OpContext, re: Part, im: Part) -> NTensor:
     target = broadcast_shapes([re_t.shape, im_t.shape])
     if any(unknown(d) for d in target) and re_t.shape != im_t.shape:
         raise ctx.unsupported("a complex result whose parts broadcast along a dynamic axis of unknown size")
-    re_t, im_t = (t if t.shape == target else ctx.tmp("tract_core_broadcast", [t], {"shape": list(target)}, suffix="bcast")
-                  for t in (re_t, im_t))
+    re_t, im_t = (
+        t if t.shape == target else ctx.tmp("tract_core_broadcast", [t], {"shape": list(target)}, suffix="bcast")
+        for t in (re_t, im_t)
+    )
     return ctx.emit("stack", [[re_t, im_t]], {"axis": rank})
 
 
@@ -185,8 +187,8 @@ def sgn(ctx: OpContext, z: NTensor) -> NTensor:
     axis = z.rank - 1
     power = ctx.tmp("sum_reduce", [ctx.tmp("sqr", [z], suffix="sq")], {"axes": [axis]}, suffix="power")
     magnitude = ctx.tmp("sqrt", [power], suffix="magnitude")
-    safe = ctx.tmp("select", [ctx.tmp("eq", [magnitude, 0.0], suffix="zero"), typed_scalar(ctx, 1.0, z.dtype), magnitude],
-                   suffix="divisor")
+    is_zero = ctx.tmp("eq", [magnitude, 0.0], suffix="zero")
+    safe = ctx.tmp("select", [is_zero, typed_scalar(ctx, 1.0, z.dtype), magnitude], suffix="divisor")
     return ctx.emit("div", [z, safe])
 
 

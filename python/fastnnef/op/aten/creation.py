@@ -294,8 +294,8 @@ def combinations(ctx: OpContext, x: NTensor, r: int, with_replacement: bool) -> 
     table = torch.combinations(torch.arange(int(x.shape[0])), r, with_replacement)
     if table.numel() == 0 or table.dim() != 2:
         raise ctx.unsupported(f"combinations of {x.shape[0]} elements taken {r} at a time, which is empty")
-    return ctx.emit("tract_core_gather", [x, ctx.constant(table, label=f"combinations_{x.shape[0]}_{r}_{with_replacement}")],
-                    {"axis": 0})
+    indices = ctx.constant(table, label=f"combinations_{x.shape[0]}_{r}_{with_replacement}")
+    return ctx.emit("tract_core_gather", [x, indices], {"axis": 0})
 
 
 @handler("aten::one_hot", args="t i")

@@ -90,8 +90,8 @@ def embedding_bag(
                         {"axes": [0]}, suffix="posr")
     started = ctx.tmp("le", [ctx.tmp("unsqueeze", [ctx.cast(offsets, "i64")], {"axes": [1]}, suffix="offc"), positions],
                       suffix="started")
-    count = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [started], {"to": "i64"}, suffix="startn")], {"axes": [0]},
-                    suffix="count")
+    started_n = ctx.tmp("tract_core_cast", [started], {"to": "i64"}, suffix="startn")
+    count = ctx.tmp("sum_reduce", [started_n], {"axes": [0]}, suffix="count")
     bag = ctx.tmp("sub", [count, typed_scalar(ctx, 1, "i64")], suffix="bag")  # [1, N]
     members = ctx.tmp("eq", [bag, ctx.constant(torch.arange(bags).unsqueeze(1), label=f"bag_ids_{bags}")],
                       suffix="members")  # [B, N]

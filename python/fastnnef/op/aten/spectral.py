@@ -458,8 +458,8 @@ def istft(
     # The squared window summed the same way, to undo the overlap's gain.
     square = ctx.tmp("unsqueeze", [ctx.tmp("sqr", [window], suffix="window_sq")], {"axes": [0]}, suffix="window_row")
     n_frames = z.shape[time]
-    envelope = _overlap_add(ctx, ctx.tmp("tract_core_broadcast", [square], {"shape": [n_frames, n_fft]}, suffix="window_frames"),
-                            hop, "envelope")
+    window_frames = ctx.tmp("tract_core_broadcast", [square], {"shape": [n_frames, n_fft]}, suffix="window_frames")
+    envelope = _overlap_add(ctx, window_frames, hop, "envelope")
     expected = plus(times(plus(n_frames, -1), hop), n_fft)
     start = n_fft // 2 if center else 0
     if length is not None:
@@ -469,9 +469,9 @@ def istft(
     static_end = is_static(end) and is_static(expected)
     stop = min(int(end), int(expected)) if static_end else end
     cut = {"axes": [freq], "begin": [start], "end": [stop]}
-    y = ctx.tmp("div", [ctx.tmp("slice", [signal], cut, suffix="trimmed"),
-                        ctx.to_rank(ctx.tmp("slice", [envelope], {**cut, "axes": [0]}, suffix="envelope_trimmed"), freq + 1)],
-                suffix="normalized")
+    trimmed = ctx.tmp("slice", [signal], cut, suffix="trimmed")
+    envelope_trimmed = ctx.tmp("slice", [envelope], {**cut, "axes": [0]}, suffix="envelope_trimmed")
+    y = ctx.tmp("div", [trimmed, ctx.to_rank(envelope_trimmed, freq + 1)], suffix="normalized")
     if static_end and int(end) > int(expected):  # a requested length past the frames: zeros
         pads = [Tuple((0, int(end) - int(expected)) if a == freq else (0, 0)) for a in range(y.rank)]
         return ctx.emit("pad", [y], {"padding": pads, "border": "constant", "value": 0.0})

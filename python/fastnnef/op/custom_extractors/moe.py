@@ -99,7 +99,8 @@ def _deepseek_v3(router: Any) -> tuple[str, float] | str:
         return (f"routing within the best {router.topk_group} of {router.num_group} expert groups is not "
                 "expressed by tract_moe_ffn's gate modes")
     if bool(torch.any(router.e_score_correction_bias != 0)):
-        return "e_score_correction_bias changes which experts are chosen but not their weights (tract_moe_ffn has no such bias)"
+        return ("e_score_correction_bias changes which experts are chosen but not their weights "
+                "(tract_moe_ffn has no such bias)")
     return "sigmoid", float(router.routed_scaling_factor)
 
 

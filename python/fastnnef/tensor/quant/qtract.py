@@ -70,7 +70,9 @@ class QTensorTractScaleOnly(QTensorTract):
                 f"got {scheme!r}"
             )
         if self.u8_compressors:
-            raise T2NErrorInvalidArgument("QTensorTractScaleOnly stores packed Q4_0 blocks; u8_compressors do not apply")
+            raise T2NErrorInvalidArgument(
+                "QTensorTractScaleOnly stores packed Q4_0 blocks; u8_compressors do not apply"
+            )
         check_q4_0_shape(tuple(fp_tensor.shape))
         codes = scheme.quantize_as_u8(fp_tensor).reshape(-1, Q4_0_GROUP)
         packed = codes[:, :16] | (codes[:, 16:] << 4)  # GGML order: byte j = q[j] | q[j+16] << 4
