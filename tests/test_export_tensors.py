@@ -64,9 +64,11 @@ def test_per_tensor_quantized_tensors_get_codes_and_graph_quant(tmp_path):
         assert (d.item_type, d.bits) == (code, bits)
         np.testing.assert_array_equal(d.array(), t.int_repr().numpy())
     assert (tmp_path / "graph.quant").read_text() == (
-        '"qu": zero_point_linear_quantize(scale = 0.0123, zero_point = 128, bits = 8, signed = false, symmetric = false);\n'
+        '"qu": zero_point_linear_quantize(scale = 0.0123, zero_point = 128, bits = 8, signed = false, '
+        'symmetric = false);\n'
         '"qi": zero_point_linear_quantize(scale = 0.5, zero_point = 0, bits = 8, signed = true, symmetric = true);\n'
-        '"bias": zero_point_linear_quantize(scale = 0.25, zero_point = 0, bits = 32, signed = true, symmetric = true);\n'
+        '"bias": zero_point_linear_quantize(scale = 0.25, zero_point = 0, bits = 32, signed = true, '
+        'symmetric = true);\n'
     )
 
 

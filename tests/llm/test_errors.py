@@ -75,7 +75,8 @@ def test_weight_of_the_wrong_shape(checkpoint: Callable[..., Path], tmp_path: Pa
     directory = _copy(checkpoint("llama"), tmp_path)
     _rewrite_weights(directory, lambda w: w.update({"model.layers.0.self_attn.k_proj.weight": torch.zeros(8, 32)}))
     _fails(tmp_path, T2NErrorInvalidArgument, r"weights of .*ckpt do not fit its config\.json: "
-           r"model\.layers\.0\.self_attn\.k_proj\.weight is \[8, 32\] in model\.safetensors, the config needs \[16, 32\]",
+           r"model\.layers\.0\.self_attn\.k_proj\.weight is \[8, 32\] in model\.safetensors, "
+           r"the config needs \[16, 32\]",
            local_dir=directory)
 
 
@@ -120,7 +121,8 @@ REFUSALS = {
                   r"tract_transformers_gdn_recurrent needs them equal",
     "mpt": r"its ALiBi attention biases are sliced from a table by the sequence length",
     "lfm2": r"layer 0 is a 'conv' layer: short-convolution layers keep a convolution state",
-    "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 with a Python branch on the sequence length",
+    "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 "
+              r"with a Python branch on the sequence length",
 }
 
 

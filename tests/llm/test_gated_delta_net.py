@@ -25,8 +25,9 @@ BEFORE_GDN = "0.23.4"  # the last tract without tract_transformers_gdn_recurrent
 
 
 def _rule_inputs(new: int, k_heads: int = 2, v_heads: int = 4, width: int = 8) -> tuple[torch.Tensor, ...]:
-    return (torch.randn(1, new, k_heads, width), torch.randn(1, new, k_heads, width), torch.randn(1, new, v_heads, width),
-            -torch.rand(1, new, v_heads), torch.rand(1, new, v_heads), torch.randn(1, v_heads, width, width))
+    return (torch.randn(1, new, k_heads, width), torch.randn(1, new, k_heads, width),
+            torch.randn(1, new, v_heads, width), -torch.rand(1, new, v_heads), torch.rand(1, new, v_heads),
+            torch.randn(1, v_heads, width, width))
 
 
 @pytest.mark.parametrize("new", [1, 6])
@@ -123,7 +124,8 @@ def test_llm_artefact_states(checkpoint: Callable[..., Path], tmp_path: Path) ->
     assert text.count("tract_transformers_causal_conv1d_update(") == 2
     assert text.count("tract_transformers_gdn_recurrent(") == 2
     assert text.count("tract_moe_ffn(") == 3  # Qwen3-Next's router is one of the op's gate modes
-    states = "in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, in_cache_recurrent_2"
+    states = ("in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, "
+              "in_cache_recurrent_2")
     assert f"graph network(input_ids, {states})" in text
     declared = {line.split("=")[0].strip(): line for line in text.splitlines() if "tract_core_external(" in line}
     assert "[1, 64, 4]" in declared["in_cache_conv_0"] and "[1, 4, 8, 8]" in declared["in_cache_recurrent_2"]

@@ -86,8 +86,8 @@ def test_cumsum_scan_before_native_op(fn: Callable[..., Any], x: torch.Tensor, t
     path = export_and_check(Fn(fn), (x,), tmp_path, target=target, input_names=["x"], compression_level=None)
     text = (path / "graph.nnef").read_text()
     assert "tract_core_scan" in text and "tract_core_cumsum" not in text
-    longer = torch.randn(x.shape[0], x.shape[1] + 4) if x.is_floating_point() else torch.randint(-4, 5,
-                                                                                                 (x.shape[0], x.shape[1] + 4))
+    longer = (torch.randn(x.shape[0], x.shape[1] + 4) if x.is_floating_point()
+              else torch.randint(-4, 5, (x.shape[0], x.shape[1] + 4)))
     export_and_check(Fn(fn), (x,), tmp_path, target=target, input_names=["x"], name="grown.nnef", run_inputs=[longer])
 
 

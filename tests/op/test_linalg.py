@@ -52,8 +52,8 @@ def rope_angles(x: torch.Tensor) -> torch.Tensor:
 CASES = [
     ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), lambda: (randn(2, 3, 4), randn(2, 4, 5)), None),
     ("einsum_implicit_output", lambda a, b: torch.einsum("ij,kj", a, b), lambda: (randn(3, 4), randn(5, 4)), None),
-    ("einsum_ellipsis_broadcast", lambda a, b: torch.einsum("...ij,...jk", a, b), lambda: (randn(2, 3, 4), randn(1, 4, 5)),
-     None),
+    ("einsum_ellipsis_broadcast", lambda a, b: torch.einsum("...ij,...jk", a, b),
+     lambda: (randn(2, 3, 4), randn(1, 4, 5)), None),
     ("einsum_ellipsis_middle", lambda a: torch.einsum("i...j->j...i", a), lambda: (randn(2, 3, 4, 5),), None),
     ("einsum_ellipsis_f16_dyn", lambda a, b: torch.einsum("b...d,d->b...", a.half(), b.half()),
      lambda: (randn(2, 3, 4), randn(4)), {0: {1: "S"}}),

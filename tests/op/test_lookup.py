@@ -49,8 +49,8 @@ CASES = [
      lambda: (randn(4, 1, 3), torch.randint(0, 4, (2, 5, 1))), None),
     ("take_along_dim_flat", lambda x, i: torch.take_along_dim(x, i),
      lambda: (randn(2, 3), torch.tensor([[0, 5], [4, 2]])), None),
-    ("take_along_dim_dyn", lambda x, i: torch.take_along_dim(x, i, 1), lambda: (randn(2, 5), torch.randint(0, 5, (2, 3))),
-     {0: {0: "B"}, 1: {0: "B"}}),
+    ("take_along_dim_dyn", lambda x, i: torch.take_along_dim(x, i, 1),
+     lambda: (randn(2, 5), torch.randint(0, 5, (2, 3))), {0: {0: "B"}, 1: {0: "B"}}),
     ("take_along_dim_f16", lambda x, i: torch.take_along_dim(x.half(), i, 0),
      lambda: (randn(3, 2), idx(2, 0).view(2, 1)), None),
     ("embedding_bag_sum", lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"),
@@ -149,8 +149,8 @@ def test_embedding_bag_2d_input(tmp_path: Any) -> None:
     pytest.param(lambda x: torch.unique(x, dim=0), "unique_dim.*depends on the values", id="unique_dim"),
     pytest.param(lambda x: torch.unique_consecutive(x), "unique_consecutive.*depends on the values",
                  id="unique_consecutive"),
-    pytest.param(lambda x: torch.ops.aten.unique_dim_consecutive(x, 0)[0], "unique_dim_consecutive.*depends on the values",
-                 id="unique_dim_consecutive"),
+    pytest.param(lambda x: torch.ops.aten.unique_dim_consecutive(x, 0)[0],
+                 "unique_dim_consecutive.*depends on the values", id="unique_dim_consecutive"),
     pytest.param(lambda x: torch.ops.aten._unique(x)[0], "_unique.*depends on the values", id="_unique"),
 ])
 def test_data_dependent_sizes_refused(fn: Callable[..., Any], message: str, tmp_path: Any) -> None:

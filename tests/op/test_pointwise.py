@@ -43,14 +43,16 @@ CASES = [
     ("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c, value=2.0),
      lambda: (randn(3, 5), randn(3, 5), torch.rand(5) + 0.5), None),
     ("addcdiv_f16_dyn", lambda a, b, c: torch.addcdiv(a, b, c),
-     lambda: (randn(3, 5).half(), randn(3, 5).half(), (torch.rand(3, 5) + 0.5).half()), {0: {0: "B"}, 1: {0: "B"}, 2: {0: "B"}}),
+     lambda: (randn(3, 5).half(), randn(3, 5).half(), (torch.rand(3, 5) + 0.5).half()),
+     {0: {0: "B"}, 1: {0: "B"}, 2: {0: "B"}}),
     ("lerp_scalar_low", lambda a, b: torch.lerp(a, b, 0.25), XB, None),
     ("lerp_scalar_high", lambda a, b: torch.lerp(a, b, 0.9), XY, None),
     ("lerp_tensor", lambda a, b, w: torch.lerp(a, b, w), lambda: (randn(3, 5), randn(3, 5), torch.rand(5) * 2 - 0.5),
      None),
     ("atan2", torch.atan2, XB, None),
-    ("atan2_signed_zeros", torch.atan2, lambda: (values(0.0, -0.0, 0.0, -0.0, 1.0, -1.0, 2.0, -3.0), values(0.0, 0.0,
-                                                                                                            -0.0, -0.0, 0.0, -0.0, -1.0, -1.0)), None),
+    ("atan2_signed_zeros", torch.atan2,
+     lambda: (values(0.0, -0.0, 0.0, -0.0, 1.0, -1.0, 2.0, -3.0), values(0.0, 0.0, -0.0, -0.0, 0.0, -0.0, -1.0, -1.0)),
+     None),
     ("arctan2_ints", torch.arctan2, lambda: (ints(3, 5), ints(3, 5)), None),
     ("hypot", torch.hypot, XB, None),
     ("hypot_extremes", torch.hypot, lambda: (values(3e30, 1e-30, INF, 0.0, 4.0), values(4e30, 0.0, INF, 0.0, -3.0)),
@@ -124,7 +126,8 @@ def test_pointwise(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor
     check(fn, inputs, tmp_path, dyn, atol=1e-2 if f16 else 1e-4, rtol=5e-3 if f16 else 5e-4)
 
 
-@pytest.mark.parametrize("fn", [torch.atan2, torch.hypot, torch.copysign, torch.isclose, lambda a, b: torch.isnan(a / b) | torch.isinf(a / b)],
+@pytest.mark.parametrize("fn", [torch.atan2, torch.hypot, torch.copysign, torch.isclose,
+                                lambda a, b: torch.isnan(a / b) | torch.isinf(a / b)],
                          ids=["atan2", "hypot", "copysign", "isclose", "isnan_isinf"])
 def test_strict_nnef(fn: Callable[..., Any], tmp_path: Any) -> None:
     """Plain NNEF operators only: the strict (Khronos) export needs no tract extension."""

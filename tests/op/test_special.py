@@ -92,7 +92,8 @@ def test_special(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, 
     check(fn, inputs, tmp_path, dyn, atol=1e-2 if f16 else 1e-4, rtol=5e-3 if f16 else 5e-4)
 
 
-@pytest.mark.parametrize("fn", [torch.lgamma, torch.digamma, torch.erfc, torch.special.i0e, torch.special.log_ndtr, torch.sinc],
+@pytest.mark.parametrize("fn", [torch.lgamma, torch.digamma, torch.erfc, torch.special.i0e, torch.special.log_ndtr,
+                                torch.sinc],
                          ids=["lgamma", "digamma", "erfc", "i0e", "log_ndtr", "sinc"])
 def test_strict_nnef(fn: Callable[..., Any], tmp_path: Any) -> None:
     """Plain NNEF operators only: the strict (Khronos) export needs no tract extension."""

@@ -51,7 +51,8 @@ def test_named_parameter_is_exported_under_its_nnef_name(tmp_path):
     files = sorted(str(p.relative_to(path)) for p in path.rglob("*.dat"))
     # c0: the plain tensor attribute, a constant of the trace.
     assert files == ["c0.dat", "embed.weight.dat", "scale.dat", "shared/up_proj.w.dat", "up.bias.dat"]
-    assert "shared_up_proj_w = variable<scalar>(label = 'shared/up_proj.w', shape = [64, 32]);" in (path / "graph.nnef").read_text()
+    assert ("shared_up_proj_w = variable<scalar>(label = 'shared/up_proj.w', shape = [64, 32]);"
+            in (path / "graph.nnef").read_text())
 
 
 def test_apply_name_names_every_tensor_in_place_sharing_storage(tmp_path):
