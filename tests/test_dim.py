@@ -130,6 +130,14 @@ def test_division_by_a_size_is_refused() -> None:
         symbol("S") // symbol("P")
 
 
+def test_a_symbolic_size_has_no_int_value() -> None:
+    # Handlers call int() on sizes they checked static; a symbolic one fails as an int()
+    # of a non-number does (TypeError), naming the size.
+    with pytest.raises(TypeError, match=r"the size S\+1 varies with a dynamic axis"):
+        int(symbol("S") + 1)
+    assert int(DimExpr("S-S+4")) == 4  # a constant is an int already
+
+
 def test_negative_bounds() -> None:
     assert dim.is_negative(parse("0-S")) and dim.is_negative(parse("0-S-1"))
     assert not dim.is_negative(parse("S-1")) and not dim.is_negative(parse("P-S"))
