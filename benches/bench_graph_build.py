@@ -14,7 +14,7 @@ import argparse
 import cProfile
 import pstats
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -108,7 +108,7 @@ def main() -> None:
     print(f"{'layers':>6} {'ops':>6} {'total s':>8} {'trace':>7} {'ir':>7} {'convert':>8} {'text':>7} {'ms/layer':>9}")
     for n in args.sizes:
         model, x = make_model(args.kind, n)
-        total, stages, text = best_of(args.repeat, lambda st: build_graph(model, x, st))
+        total, stages, text = best_of(args.repeat, lambda st, model=model, x=x: build_graph(model, x, st))
         ops = sum(1 for line in text.splitlines() if " = " in line and "(" in line)
         print(
             f"{n:>6} {ops:>6} {total:>8.3f} {stages['trace']:>7.3f} {stages['ir']:>7.3f} "

@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from bench_llm_vs_torch_to_nnef import FASTNNEF_PYTHON, reference_missing, run, stub_tract
@@ -230,7 +231,8 @@ def measure(paths: dict[str, Path], prompt: np.ndarray, steps: int, repeats: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, help="where torch_to_nnef_llm is installed (default: this environment)")
+    parser.add_argument("--reference", type=Path,
+                        help="where torch_to_nnef_llm is installed (default: this environment)")
     parser.add_argument("--reference-python", default=sys.executable, help="the interpreter that runs the reference")
     parser.add_argument("--skip-reference", "--no-reference", action="store_true", help="time our artefacts only")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fastnnef-artefact-speed"))
@@ -249,7 +251,7 @@ def main() -> None:
         return
     if args.smoke:
         args.families, args.prompt, args.decode, args.repeats = [f for f, _ in SMOKE_ROWS], 8, 4, 1
-    reference: Optional[Exporter] = None
+    reference: Exporter | None = None
     if not args.skip_reference:
         if args.reference is None and args.reference_python == sys.executable and (missing := reference_missing()):
             print(f"(reference skipped: no --reference, and torch_to_nnef_llm cannot be imported here: {missing})")
@@ -264,7 +266,7 @@ def main() -> None:
             shutil.rmtree(args.workdir)
 
 
-def compare(args: argparse.Namespace, workdir: Path, reference: Optional[Exporter]) -> None:
+def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     build_checkpoints(workdir / "checkpoints", args.families, args.smoke)
     from fastnnef._native import TRACT_VERSION

@@ -59,7 +59,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 FASTNNEF_PYTHON = ROOT / "python"
@@ -199,7 +198,7 @@ def _write_shard(path: Path, tensors: list[tuple[str, tuple[int, ...]]], generat
     encoded += b" " * (-len(encoded) % 8)
     with open(path, "wb") as f:
         f.write(len(encoded).to_bytes(8, "little") + encoded)
-        for name, shape in tensors:
+        for _name, shape in tensors:
             remaining = _numel(shape)
             if len(shape) == 1:  # norms: ones, as transformers initialises them
                 f.write(torch.ones(remaining, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes())
@@ -271,7 +270,7 @@ def run_sampled(command: list[str], env: dict[str, str], log: Path) -> tuple[flo
     return wall, hwm / 1024, anon / 1024, text
 
 
-def export(run: str, checkpoint: Path, output: Path, converter: Optional[Path], converter_deps: list[Path]) -> Measure:
+def export(run: str, checkpoint: Path, output: Path, converter: Path | None, converter_deps: list[Path]) -> Measure:
     tool, flags, _ = RUNS[run]
     if tool == "fastnnef":
         command = [sys.executable, "-c", FASTNNEF_CHILD, "-d", str(checkpoint), "-e", str(output), *flags]
@@ -307,7 +306,7 @@ def dd_bandwidth(workdir: Path, mib: int) -> float:
     return mib * 2**20 / seconds / 1e6
 
 
-def cp_seconds(checkpoint: Path, workdir: Path, size: int, margin: float) -> Optional[float]:
+def cp_seconds(checkpoint: Path, workdir: Path, size: int, margin: float) -> float | None:
     """Seconds of ``cp -r`` of the checkpoint (None, with a note, when the copy would not fit)."""
     if (free := shutil.disk_usage(workdir).free) < size + margin:
         print(f"cp -r skipped: needs {(size + margin) / 1e9:.1f} GB free with the margin, {free / 1e9:.1f} GB free")
@@ -323,7 +322,7 @@ def cp_seconds(checkpoint: Path, workdir: Path, size: int, margin: float) -> Opt
 
 # --- the bench ----------------------------------------------------------------------------
 
-def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter: tuple[Optional[Path], list[Path]],
+def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter: tuple[Path | None, list[Path]],
                 dd_mib: int, cleanup: bool, margin: float) -> list[str]:
     """Builds the shape's checkpoint, times dd, cp and the runs; returns its table rows."""
     dims = SHAPES[shape]

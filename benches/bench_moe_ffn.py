@@ -115,7 +115,8 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32, help="decode steps")
     parser.add_argument("--repeats", type=int, default=3, help="best of")
     parser.add_argument("--cleanup", action="store_true", help="delete the checkpoint and artefacts afterwards")
-    parser.add_argument("--smoke", action="store_true", help="a 1-layer model, 8-token prompt, 4 steps, once, in a temp dir")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a 1-layer model, 8-token prompt, 4 steps, once, in a temp dir")
     args = parser.parse_args()
     if args.smoke:
         MIXTRAL.update(SMOKE)
@@ -127,7 +128,8 @@ def main() -> None:
     paths = {form: export(checkpoint, args.dir / form, form) for form in ("dense", "tract_moe_ffn", Q4_0_FORM)}
     prompt = np.random.default_rng(0).integers(3, MIXTRAL["vocab_size"], (1, args.prompt))
     rows = {form: measure(path, prompt, args.decode, args.repeats) for form, path in paths.items()}
-    print(f"Q4_0 greedy tokens equal to f32's: {np.mean(np.equal(rows[Q4_0_FORM].pop('tokens'), rows['dense']['tokens'])):.0%}")
+    agreement = np.mean(np.equal(rows[Q4_0_FORM].pop("tokens"), rows["dense"]["tokens"]))
+    print(f"Q4_0 greedy tokens equal to f32's: {agreement:.0%}")
     if rows["dense"]["tokens"] != rows["tract_moe_ffn"]["tokens"]:
         raise SystemExit(f"the artefacts disagree: {rows['dense']['tokens']} vs {rows['tract_moe_ffn']['tokens']}")
     print(f"Mixtral-like, {MIXTRAL['num_local_experts']} experts top-{MIXTRAL['num_experts_per_tok']}, "

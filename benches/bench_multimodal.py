@@ -97,7 +97,8 @@ def readable_by_transformers4(checkpoint: Path) -> None:
     processors = json.loads((checkpoint / "processor_config.json").read_text())
     for key, name in (("image_processor", "preprocessor_config.json"),
                       ("video_processor", "video_preprocessor_config.json")):
-        (checkpoint / name).write_text(json.dumps({**processors[key], "processor_class": processors["processor_class"]}))
+        (checkpoint / name).write_text(json.dumps({**processors[key],
+                                                   "processor_class": processors["processor_class"]}))
     config = json.loads((checkpoint / "config.json").read_text())
     rope = config["text_config"]["rope_parameters"]
     for section in (config, config["text_config"]):
@@ -209,7 +210,8 @@ def compare(args: argparse.Namespace, workdir: Path, scale: float) -> None:
     runs = commands(args, checkpoint, workdir)
     results: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
     results["startup (imports only)"] = [measure(
-        [sys.executable, "-c", "import torch, transformers; from transformers import Qwen2_5_VLForConditionalGeneration"],
+        [sys.executable, "-c",
+         "import torch, transformers; from transformers import Qwen2_5_VLForConditionalGeneration"],
         runs["fastnnef-multimodal -nv"][1])]
     for _ in range(args.repeat):
         for name, (command, env, out) in runs.items():

@@ -116,7 +116,8 @@ def main() -> None:
                                    str(args.level)], env)}
     if args.reference is not None:
         commands["t2n_export_peft_to_nnef"] = (
-            [sys.executable, "-m", "torch_to_nnef_llm.peft.cli", *flags], dict(os.environ, PYTHONPATH=str(args.reference))
+            [sys.executable, "-m", "torch_to_nnef_llm.peft.cli", *flags],
+            dict(os.environ, PYTHONPATH=str(args.reference))
         )
     startup = measure([sys.executable, "-c", "import torch"], env)[:2]
     results: dict[str, list[tuple[float, float, str]]] = {name: [] for name in commands}
@@ -132,8 +133,7 @@ def main() -> None:
     copy_s = time.perf_counter() - copy_start
     print(f"adapter: {adapter.name}, {mb:.1f} MB; `import torch` alone: {startup[0]:.2f} s, {startup[1]:.0f} MiB; "
           f"cp: {copy_s:.2f} s; load average {os.getloadavg()[0]:.1f}")
-    print("| command | wall s (median of %d) | min s | export s (its report) | peak RSS MiB | archive MB |"
-          % args.repeat)
+    print(f"| command | wall s (median of {args.repeat}) | min s | export s (its report) | peak RSS MiB | archive MB |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         walls = [w for w, _, _ in runs]

@@ -276,16 +276,18 @@ def main() -> None:
                 out = work / f"stream{size}.nnef"
                 r = run_worker(["ours", "stream", fmt, str(ckpt), str(out), str(size), str(stub)])
                 got = size_of(Path(r["path"]))
-                print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {'fastnnef stream':14s} {r['wall']:8.2f} {r['peak'] / 1e6:12.0f} "
-                      f"{(r['peak'] - r['baseline']) / 1e6:14.0f} {got / 1e6:9.1f} {got / nbytes:7.3f}", flush=True)
+                print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {'fastnnef stream':14s} {r['wall']:8.2f} "
+                      f"{r['peak'] / 1e6:12.0f} {(r['peak'] - r['baseline']) / 1e6:14.0f} {got / 1e6:9.1f} "
+                      f"{got / nbytes:7.3f}", flush=True)
                 if fmt == "dir":
                     start = time.perf_counter()
                     subprocess.run(["cp", str(ckpt), str(work / "copy.safetensors")], check=True)
                     cp = time.perf_counter() - start
                     (work / "copy.safetensors").unlink()
                     print(f"{'':8s} {'dir':6s} {'vs cp':14s} cp {nbytes / cp / 1e6:.0f} MB/s ({cp:.2f} s); writing the "
-                          f"weights {nbytes / r['write'] / 1e6:.0f} MB/s ({r['write']:.2f} s, {cp / r['write'] * 100:.0f}% "
-                          f"of cp); whole export call {nbytes / r['wall'] / 1e6:.0f} MB/s ({cp / r['wall'] * 100:.0f}% of cp)",
+                          f"weights {nbytes / r['write'] / 1e6:.0f} MB/s ({r['write']:.2f} s, "
+                          f"{cp / r['write'] * 100:.0f}% of cp); whole export call "
+                          f"{nbytes / r['wall'] / 1e6:.0f} MB/s ({cp / r['wall'] * 100:.0f}% of cp)",
                           flush=True)
                 p = Path(r["path"])
                 shutil.rmtree(p) if p.is_dir() else p.unlink()

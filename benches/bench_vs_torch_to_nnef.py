@@ -23,8 +23,9 @@ import stat
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -128,12 +129,12 @@ def compare(args: argparse.Namespace, work: Path) -> None:
         t_ref = None
         if reference is not None:
             ref_path = work / f"ref_{name.split()[1]}{sfx}"
-            t_ref = timed(lambda: reference.export_model_to_nnef(
+            t_ref = timed(lambda model=model, x=x, level=level: reference.export_model_to_nnef(
                 model, x, work / "ref.nnef", ref_target, input_names=["x"], output_names=["y"],
                 compression_level=level))
             (work / f"ref.nnef{sfx}").rename(ref_path)
         ours_path = work / f"ours_{name.split()[1]}{sfx}"
-        t_ours = timed(lambda: fastnnef.export_model_to_nnef(
+        t_ours = timed(lambda model=model, x=x, level=level: fastnnef.export_model_to_nnef(
             model, x, work / "ours.nnef", ours_target, input_names=["x"], output_names=["y"],
             compression_level=level))
         (work / f"ours.nnef{sfx}").rename(ours_path)

@@ -15,8 +15,8 @@ import io
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -90,10 +90,10 @@ def main() -> None:
         x = ((np.arange(batch * width) % 101 - 50.0) * 1e-2).astype(np.float32).reshape(batch, width)
         (y,) = TractArtefact.load(path).run([x])
         print(f"mlp {layers}x{width}, batch {batch}, {repeat} calls each")
-        print("check_io median/min s: %.4f %.4f" % median_and_min(
-            lambda: check_io(path, [x], [y], ["x"], ["y"]), repeat))
-        print("TractArtefact.load+run median/min s: %.4f %.4f" % median_and_min(
-            lambda: TractArtefact.load(path).run([x]), repeat))
+        med, low = median_and_min(lambda: check_io(path, [x], [y], ["x"], ["y"]), repeat)
+        print(f"check_io median/min s: {med:.4f} {low:.4f}")
+        med, low = median_and_min(lambda: TractArtefact.load(path).run([x]), repeat)
+        print(f"TractArtefact.load+run median/min s: {med:.4f} {low:.4f}")
 
 
 if __name__ == "__main__":

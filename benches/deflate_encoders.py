@@ -16,7 +16,8 @@ import argparse
 import importlib
 import time
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), check the contracts (lint, dead code, clippy: seconds), then
+# Set up (scripts/setup.sh), check the contracts (lint, types, dead code, clippy: seconds), then
 # run every test: the Rust core's cargo tests (the criterion benches built and run once in
 # test mode too), the Python benches' smoke runs, and the Python suite, which loads every
 # exported artefact in the linked tract (and checks the import stages: tests/test_import_layers.py).
@@ -22,10 +22,12 @@ esac
 venv=${FASTNNEF_VENV:-.venv}
 bash scripts/setup.sh
 # The contracts, first because they are cheap (configured in pyproject.toml): ruff's rules
-# (logging.getLogger only in log.py), no dead code (vulture, scripts/vulture_whitelist.py
-# names what only the drop-in API or strings use), clippy on every target, the extension's
-# PyO3 code included (release profile: the build scripts of cargo test's build are reused).
+# (logging.getLogger only in log.py), mypy over python/fastnnef, no dead code (vulture;
+# scripts/vulture_whitelist.py names what only the drop-in API or strings use), clippy on
+# every target, the extension's PyO3 code included (release profile: the build scripts of
+# cargo test's build are reused).
 "$venv/bin/ruff" check
+"$venv/bin/mypy"
 "$venv/bin/python" -m vulture
 PYO3_PYTHON="$(cd "$venv/bin" && pwd)/python" cargo clippy --release --locked --all-targets --features python -- -D warnings
 cargo test --release --locked

@@ -59,6 +59,7 @@ REGISTERED  # ModuleInfoExtractor subclasses: read by the registering metaclass
 # --- tests and benches -------------------------------------------------------------------
 Unregistered  # ModuleInfoExtractor subclasses: defining one registers it
 GateExtractor
+Emitting
 Partial
 Undeclared
 _factory  # tests/test_cli.py: named on the command line ("module:_factory")

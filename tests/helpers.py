@@ -5,8 +5,9 @@ matches torch on the traced inputs only)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,14 +103,14 @@ def export_and_check(
     args: Any,
     tmp_path: Path,
     *,
-    target: Optional[Any] = None,
+    target: Any | None = None,
     name: str = "model.nnef",
-    compression_level: Optional[int] = 0,
+    compression_level: int | None = 0,
     atol: float = 1e-4,
     rtol: float = 1e-4,
-    run_inputs: Optional[Sequence[torch.Tensor]] = None,
-    kept_on_redraw: Optional[Mapping[int, str]] = None,
-    no_redraw: Optional[str] = None,
+    run_inputs: Sequence[torch.Tensor] | None = None,
+    kept_on_redraw: Mapping[int, str] | None = None,
+    no_redraw: str | None = None,
     **export_kwargs: Any,
 ) -> Path:
     """Export ``model`` (check_io on by default), reload the artefact with tract, run it

@@ -370,7 +370,8 @@ def test_killed_export_leaves_no_file_under_the_target_name(tmp_path, fmt):
     if fmt != "dir":
         target.write_bytes(b"previous artefact")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "python")}
-    with subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(target), fmt], stdout=subprocess.PIPE, env=env) as proc:
+    with subprocess.Popen([sys.executable, "-c", KILLED_EXPORT, str(target), fmt], stdout=subprocess.PIPE,
+                          env=env) as proc:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"started"
         time.sleep(1.0)  # mid-stream
         proc.kill()

@@ -12,9 +12,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -409,7 +409,8 @@ def test_specific_tract_binary(tmp_path: Path, code: int) -> None:
     ("0.21.7", ["--nnef-tract-extra"], ["--approx", "super"]),  # 0.21.7 has no "very": super
     ("0.20.22", ["--nnef-tract-extra"], []),  # no --approx before 0.21.7: exact check
 ])
-def test_an_older_tract_binary_gets_only_flags_it_knows(tmp_path: Path, version: str, flags: list, approx: list) -> None:
+def test_an_older_tract_binary_gets_only_flags_it_knows(tmp_path: Path, version: str, flags: list,
+                                                        approx: list) -> None:
     path = write_artefact(tmp_path, mul_graph())
     script, log = fake_tract(tmp_path, 0, version)
     check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="very", tract_binary_path=script)

@@ -72,7 +72,8 @@ CASES = {
         lambda: (torch.randn(1, 8, 12), torch.randn(1, 2, 7, 7)),
         {"c1.weight": "Conv", "c2.weight": "Conv", "head.weight": "Linear"},
     ),
-    "embedding": (Emb, lambda: (torch.tensor([[1, 4, 9], [0, 2, 2]]),), {"emb.weight": "Embedding", "proj.weight": "Linear"}),
+    "embedding": (Emb, lambda: (torch.tensor([[1, 4, 9], [0, 2, 2]]),),
+                  {"emb.weight": "Embedding", "proj.weight": "Linear"}),
 }
 QUANTIZED_KINDS = {
     "min_max_q4_0": {"Linear"},
@@ -144,7 +145,8 @@ def test_f16_model(tmp_path: Path) -> None:
 
 def test_khronos_target_gets_dequantized_floats(tmp_path: Path) -> None:
     model = DEFAULT_COMPRESSION["min_max_q4_0"](_model(Mlp))
-    path = export_model_to_nnef(model, torch.randn(3, 64), tmp_path / "k.nnef.tgz", KhronosNNEF("1.0.5", check_io=False))
+    path = export_model_to_nnef(model, torch.randn(3, 64), tmp_path / "k.nnef.tgz",
+                                KhronosNNEF("1.0.5", check_io=False))
     dat = _native.dat_decode(_dat_files(path)["fc1.weight"])
     assert dat.encoding == "f32"
     np.testing.assert_array_equal(dat.array(), model.fc1.weight.decompress().numpy())

@@ -4,7 +4,7 @@ integer arithmetic, and tract's text read back."""
 from __future__ import annotations
 
 import operator
-from typing import Callable, Union
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +16,7 @@ from fastnnef.dim import UNKNOWN, DimExpr, DimSyntaxError, ceil_div, dmax, dmin,
 SYMBOLS = ("S", "P", "T")
 Bindings = dict[str, int]
 # A size built by the algebra, and the same computation on Python ints.
-Pair = tuple[Union[int, DimExpr], Callable[[Bindings], int]]
+Pair = tuple[int | DimExpr, Callable[[Bindings], int]]
 
 
 def _leaf() -> st.SearchStrategy[Pair]:
@@ -128,6 +128,14 @@ def test_not_a_size(text: str) -> None:
 def test_division_by_a_size_is_refused() -> None:
     with pytest.raises(ValueError, match="positive constant"):
         symbol("S") // symbol("P")
+
+
+def test_a_symbolic_size_has_no_int_value() -> None:
+    # Handlers call int() on sizes they checked static; a symbolic one fails as an int()
+    # of a non-number does (TypeError), naming the size.
+    with pytest.raises(TypeError, match=r"the size S\+1 varies with a dynamic axis"):
+        int(symbol("S") + 1)
+    assert int(DimExpr("S-S+4")) == 4  # a constant is an int already
 
 
 def test_negative_bounds() -> None:

@@ -3,8 +3,8 @@ the symbol, and an artefact exported at one length runs at others."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

@@ -64,9 +64,11 @@ def test_per_tensor_quantized_tensors_get_codes_and_graph_quant(tmp_path):
         assert (d.item_type, d.bits) == (code, bits)
         np.testing.assert_array_equal(d.array(), t.int_repr().numpy())
     assert (tmp_path / "graph.quant").read_text() == (
-        '"qu": zero_point_linear_quantize(scale = 0.0123, zero_point = 128, bits = 8, signed = false, symmetric = false);\n'
+        '"qu": zero_point_linear_quantize(scale = 0.0123, zero_point = 128, bits = 8, signed = false, '
+        'symmetric = false);\n'
         '"qi": zero_point_linear_quantize(scale = 0.5, zero_point = 0, bits = 8, signed = true, symmetric = true);\n'
-        '"bias": zero_point_linear_quantize(scale = 0.25, zero_point = 0, bits = 32, signed = true, symmetric = true);\n'
+        '"bias": zero_point_linear_quantize(scale = 0.25, zero_point = 0, bits = 32, signed = true, '
+        'symmetric = true);\n'
     )
 
 
@@ -167,7 +169,8 @@ def test_export_from_disk(tmp_path):
         raise ValueError("missing tensors")
 
     with pytest.raises(ValueError, match="missing tensors"):
-        export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", tmp_path / "nowhere", fn_check_found_tensors=refuse)
+        export_tensors_from_disk_to_nnef(tmp_path / "m.safetensors", tmp_path / "nowhere",
+                                         fn_check_found_tensors=refuse)
 
 
 def test_truncated_checkpoints_name_the_file_and_the_tensor(tmp_path):

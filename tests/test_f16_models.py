@@ -4,8 +4,8 @@ inputs: computed in f16 unless ``force_norm_in_f32`` upcasts them, as the refere
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

@@ -3,8 +3,9 @@ raise T2NErrorStrictNNEFSpec naming what needs tract, before anything is written
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -27,7 +27,8 @@ def test_every_encoding_python_chooses_is_one_rust_writes() -> None:
 
 def test_every_packed_encoding_a_target_gets_is_its_formats() -> None:
     for fmt in PACKED_FORMATS:
-        chosen = {fmt.encoding_for(TargetCapabilities.tract(SemanticVersion.from_str(v))) for v in ("0.21.10", "0.23.9")}
+        chosen = {fmt.encoding_for(TargetCapabilities.tract(SemanticVersion.from_str(v))) for v in ("0.21.10",
+                                                                                                    "0.23.9")}
         assert chosen <= set(fmt.encodings)
         assert fmt.encoding_for(TargetCapabilities.strict_nnef()) is None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -98,7 +98,7 @@ def test_two_threads(tmp_path: Path) -> None:
         export_model_to_nnef(m, x, tmp_path / f"alone{i}.nnef", TractNNEF.latest()).read_bytes()
         for i, (m, x) in enumerate(jobs)
     ]
-    results: list[Optional[bytes]] = [None, None]
+    results: list[bytes | None] = [None, None]
     errors: list[BaseException] = []
 
     def run(i: int, round_: int) -> None:

@@ -4,7 +4,8 @@ causal mask, SwiGLU MLP) and the torch.outer it relies on; a tiny wav2vec2 (weig
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

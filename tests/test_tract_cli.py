@@ -170,7 +170,8 @@ def test_fastnnef_never_downloads(tmp_path, monkeypatch):
 
 
 def test_apply_dynamic_shape_in_nnef_points_to_the_target():
-    with pytest.raises(T2NErrorNotImplemented, match=r"pass them to the target instead: TractNNEF\(\.\.\., dynamic_axes="):
+    with pytest.raises(T2NErrorNotImplemented,
+                       match=r"pass them to the target instead: TractNNEF\(\.\.\., dynamic_axes="):
         apply_dynamic_shape_in_nnef({"x": {0: "B"}}, None, "0.23.9")
 
 

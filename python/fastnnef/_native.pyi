@@ -27,7 +27,8 @@ Arrays may be non-contiguous (any strides); they are read in C order without a c
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union, final
+from collections.abc import Sequence
+from typing import final
 
 import numpy as np
 import numpy.typing as npt
@@ -60,12 +61,14 @@ def dat_encode(array: npt.NDArray, encoding: str, bf16: bool = False, percentile
     T2NErrorTensorTooLarge, T2NErrorDtypeOverflow, T2NErrorImpossibleQuantization.
     """
 
-def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0, label: Optional[str] = None) -> int:
+def dat_write(path: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0,
+              label: str | None = None) -> int:
     """Write one ``.dat`` file at ``path`` straight from ``array`` (no bytes in Python):
     temporary name beside it, then an atomic rename. Returns the bytes written. ``label``
     names the tensor in error messages. Raises as ``dat_encode``, plus T2NErrorArtefactIO."""
 
-def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0, label: Optional[str] = None) -> int:
+def checkpoint_dat_write(path: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0,
+                         label: str | None = None) -> int:
     """Write tensor ``key`` of ``checkpoint`` as one ``.dat`` file at ``path``, streamed from
     the mapped file (64 MiB at a time) and converted / quantized on the way; atomic like
     ``dat_write``. Returns the bytes written. Raises as ``Checkpoint.check``."""
@@ -136,9 +139,10 @@ class ArtefactWriter:
     ``finish`` (a killed process leaves nothing); a directory (or an archive where the
     filesystem lacks ``O_TMPFILE``) goes to a temporary name beside ``path``. ``finish``
     renames it into place atomically, ``abort`` (or dropping the writer unfinished)
-    removes it. Temporaries left by killed exports to the same target are removed. An existing ``path`` is never touched before ``finish``; ``finish``
-    replaces an existing archive file, and refuses (FileExistsError-like
-    T2NErrorArtefactIO) to replace an existing non-empty directory.
+    removes it. Temporaries left by killed exports to the same target are removed. An
+    existing ``path`` is never touched before ``finish``; ``finish`` replaces an existing
+    archive file, and refuses (FileExistsError-like T2NErrorArtefactIO) to replace an
+    existing non-empty directory.
 
     Members are written in the order given; callers pass ``graph.nnef``, ``graph.quant``
     and then labels in byte order for reproducible output. Archives use fixed metadata
@@ -151,15 +155,18 @@ class ArtefactWriter:
         (tgz only; 0 = stored deflate blocks)."""
     def add_file(self, name: str, data: bytes) -> None:
         """Add a member with the given bytes (``graph.nnef``, ``graph.quant``)."""
-    def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False, percentile: float = 1.0) -> int:
+    def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False,
+                   percentile: float = 1.0) -> int:
         """Encode ``array`` and add it as ``<label>.dat``; returns the bytes written.
         The GIL is released while encoding and writing. Labels are validated (no empty
         component, no ``..``, no leading ``/`` or ``.`` component)."""
-    def add_checkpoint_tensor(self, label: str, checkpoint: Checkpoint, key: str, encoding: str, percentile: float = 1.0) -> int:
+    def add_checkpoint_tensor(self, label: str, checkpoint: Checkpoint, key: str, encoding: str,
+                              percentile: float = 1.0) -> int:
         """Stream tensor ``key`` of ``checkpoint`` into ``<label>.dat`` as ``encoding``,
         converted (bf16/f16/f32) or quantized (Q4_0) on the way, 64 MiB of the file mapped
         at a time; returns the bytes written. The GIL is released."""
-    def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int], encoding: str = "q4_0") -> int:
+    def add_q4_0_blocks(self, label: str, blocks: npt.NDArray[np.uint8], shape: Sequence[int],
+                        encoding: str = "q4_0") -> int:
         """Add already-packed GGML-order Q4_0 ``blocks`` of a tensor of logical ``shape`` as
         ``<label>.dat`` (no re-quantization; ``q4_0_legacy`` repacks the nibbles); returns
         the bytes written. Raises as ``q4_0_blocks_dat_encode``."""
@@ -226,10 +233,10 @@ class TractModel:
         """Load a ``.tar`` / ``.tgz`` held in memory."""
     def input_names(self) -> list[str]: ...
     def output_names(self) -> list[str]: ...
-    def input_facts(self) -> list[tuple[str, list[Union[int, str]]]]:
+    def input_facts(self) -> list[tuple[str, list[int | str]]]:
         """(dtype, dims) per input; dtype as in tract (``f32``, ``i64``, ``bool`` ...),
         a symbolic dim as its expression string (e.g. ``"S"``)."""
-    def output_facts(self) -> list[tuple[str, list[Union[int, str]]]]: ...
+    def output_facts(self) -> list[tuple[str, list[int | str]]]: ...
     def properties(self) -> dict[str, str]:
         """The ``tract_core_properties`` entries whose values are strings."""
     def run(self, inputs: Sequence[npt.NDArray]) -> list[npt.NDArray]:
@@ -260,7 +267,7 @@ class CompareReport:
     fail_fraction: float
     max_abs_error: float
     max_rel_error: float
-    worst_index: Optional[list[int]]
-    worst_expected: Optional[float]
-    worst_got: Optional[float]
+    worst_index: list[int] | None
+    worst_expected: float | None
+    worst_got: float | None
     def __str__(self) -> str: ...

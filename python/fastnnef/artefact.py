@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import NamedTuple, Optional, Tuple, Type, Union
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ PER_CHANNEL_MESSAGE = (
 
 def torch_tensor_to_native(
     tensor: torch.Tensor, bf16_as: str = "f32", name: str = "tensor"
-) -> Tuple[np.ndarray, str, bool]:
+) -> tuple[np.ndarray, str, bool]:
     """Map a CPU tensor to ``(numpy view, encoding, bf16)`` for ``_native``.
 
     - bfloat16 goes as its int16 bit pattern, encoded as ``bf16_as`` (``"f32"``: exact,
@@ -150,24 +150,24 @@ class Artefact:
     temporary is removed and an existing target is left untouched.
     """
 
-    def __init__(self, path: Union[str, os.PathLike], format: str, compression_level: int = 0) -> None:
-        self._writer: Optional[_native.ArtefactWriter] = _native.ArtefactWriter(
+    def __init__(self, path: str | os.PathLike, format: str, compression_level: int = 0) -> None:
+        self._writer: _native.ArtefactWriter | None = _native.ArtefactWriter(
             os.fspath(path), format, compression_level
         )
-        self.path: Optional[str] = None
+        self.path: str | None = None
 
-    def __enter__(self) -> "Artefact":
+    def __enter__(self) -> Artefact:
         return self
 
-    def add_file(self, name: str, data: Union[str, bytes]) -> None:
+    def add_file(self, name: str, data: str | bytes) -> None:
         """Add ``graph.nnef`` / ``graph.quant`` (text is written as UTF-8)."""
         self._live().add_file(name, data.encode("utf-8") if isinstance(data, str) else data)
 
     def add_tensor(
         self,
         label: str,
-        tensor: Union[torch.Tensor, np.ndarray],
-        encoding: Optional[str] = None,
+        tensor: torch.Tensor | np.ndarray,
+        encoding: str | None = None,
         bf16_as: str = "f32",
         percentile: float = 1.0,
     ) -> int:
@@ -212,9 +212,9 @@ class Artefact:
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         if exc_type is not None:
             self.abort()

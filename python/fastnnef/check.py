@@ -25,9 +25,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,11 +45,12 @@ from fastnnef.exceptions import (
 if TYPE_CHECKING:
     import torch
 
-    ArrayLike = Union[np.ndarray, torch.Tensor]
+    ArrayLike = np.ndarray | torch.Tensor
 else:
     ArrayLike = Any
 
-__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io", "to_numpy"]
+__all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io",
+           "to_numpy"]
 
 class TractCheckTolerance(str, Enum):
     """How close tract's outputs must be to PyTorch's (tract's ``--approx`` levels, tract.md §5;
@@ -120,7 +122,7 @@ class TractArtefact:
         self._output_names = native.output_names()
 
     @classmethod
-    def load(cls, source: Union[str, os.PathLike, bytes], optimize: bool = True) -> TractArtefact:
+    def load(cls, source: str | os.PathLike | bytes, optimize: bool = True) -> TractArtefact:
         """Load a directory, ``.tar`` or ``.tgz`` path, or ``.tar``/``.tgz`` bytes.
 
         Raises T2NErrorTract with tract's error chain and the path.
@@ -141,12 +143,12 @@ class TractArtefact:
         return list(self._output_names)
 
     @property
-    def input_facts(self) -> list[tuple[str, list[Union[int, str]]]]:
+    def input_facts(self) -> list[tuple[str, list[int | str]]]:
         """(dtype, dims) per input; a symbolic dim is its expression string."""
         return self._native.input_facts()
 
     @property
-    def output_facts(self) -> list[tuple[str, list[Union[int, str]]]]:
+    def output_facts(self) -> list[tuple[str, list[int | str]]]:
         """(dtype, dims) per output, after optimization."""
         return self._native.output_facts()
 
@@ -155,7 +157,7 @@ class TractArtefact:
         """String entries of the ``tract_core_properties`` fragment."""
         return self._native.properties()
 
-    def _ordered(self, inputs: Union[Sequence[ArrayLike], Mapping[str, ArrayLike]]) -> list[ArrayLike]:
+    def _ordered(self, inputs: Sequence[ArrayLike] | Mapping[str, ArrayLike]) -> list[ArrayLike]:
         names = self._input_names
         if isinstance(inputs, Mapping):
             missing = [n for n in names if n not in inputs]
@@ -171,7 +173,7 @@ class TractArtefact:
             )
         return list(inputs)
 
-    def run(self, inputs: Union[Sequence[ArrayLike], Mapping[str, ArrayLike]]) -> list[np.ndarray]:
+    def run(self, inputs: Sequence[ArrayLike] | Mapping[str, ArrayLike]) -> list[np.ndarray]:
         """Run on numpy arrays or CPU torch tensors (by name when a mapping, else in input order).
 
         Dtypes must equal the declared ones (T2NErrorInvalidArgument names the input, the
@@ -202,14 +204,14 @@ def _float_cast_inputs(arrays: list[np.ndarray], facts: list[tuple[str, list]]) 
 
 
 def check_io(
-    artefact: Union[str, os.PathLike],
+    artefact: str | os.PathLike,
     inputs: Sequence[ArrayLike],
     expected_outputs: Sequence[ArrayLike],
     input_names: Sequence[str],
     output_names: Sequence[str],
     tolerance: str = "approximate",
-    debug_bundle_path: Optional[os.PathLike] = None,
-    tract_binary_path: Optional[os.PathLike] = None,
+    debug_bundle_path: os.PathLike | None = None,
+    tract_binary_path: os.PathLike | None = None,
 ) -> list[CompareReport]:
     """Run ``artefact`` on ``inputs`` with the linked tract and compare with ``expected_outputs``.
 
@@ -249,7 +251,7 @@ def _check_loaded(
     ins: dict[str, np.ndarray],
     outs: dict[str, np.ndarray],
     tolerance: str,
-    debug_bundle_path: Optional[os.PathLike],
+    debug_bundle_path: os.PathLike | None,
     quantized: frozenset[str] = frozenset(),
 ) -> list[CompareReport]:
     if all(name in model.input_names for name in model.output_names):
@@ -326,11 +328,11 @@ def _by_names(arrays: dict[str, np.ndarray], names: list[str]) -> dict[str, np.n
 
 
 def check_artefact(
-    artefact: Union[str, os.PathLike],
+    artefact: str | os.PathLike,
     inputs_npz: os.PathLike,
     outputs_npz: os.PathLike,
     tolerance: str = "approximate",
-    debug_bundle_path: Optional[os.PathLike] = None,
+    debug_bundle_path: os.PathLike | None = None,
 ) -> list[CompareReport]:
     """``check_io`` from ``.npz`` files whose keys are the input / output names (or arr_0, ...)."""
     _check_tolerance(tolerance)
@@ -346,7 +348,7 @@ def _check_with_cli(
     outs: dict[str, np.ndarray],
     tolerance: str,
     tract: Path,
-    debug_bundle_path: Optional[os.PathLike],
+    debug_bundle_path: os.PathLike | None,
 ) -> None:
     # The one place fastnnef starts a process: the user asked for a specific tract binary.
     # Its command comes from TractCli, which gives each version only the flags it knows
@@ -355,8 +357,9 @@ def _check_with_cli(
 
     with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
         inputs, outputs = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")
-        np.savez(inputs, **ins)
-        np.savez(outputs, **outs)
+        # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
+        np.savez(inputs, **ins)  # type: ignore[arg-type]
+        np.savez(outputs, **outs)  # type: ignore[arg-type]
         cmd = TractCli(tract).assert_io_cmd_str(artefact, inputs, outputs, tolerance)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode == 0:
@@ -405,7 +408,7 @@ def _write_debug_bundle(
     artefact: Path,
     ins: dict[str, np.ndarray],
     outs: dict[str, np.ndarray],
-    obtained: Optional[dict[str, np.ndarray]],
+    obtained: dict[str, np.ndarray] | None,
     report: str,
     tolerance: str,
 ) -> Path:
@@ -423,10 +426,11 @@ def _write_debug_bundle(
             shutil.copytree(artefact, copied)
         else:
             shutil.copy2(artefact, copied)
-        np.savez(work / "inputs.npz", **ins)
-        np.savez(work / "expected.npz", **outs)
+        # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
+        np.savez(work / "inputs.npz", **ins)  # type: ignore[arg-type]
+        np.savez(work / "expected.npz", **outs)  # type: ignore[arg-type]
         if obtained is not None:
-            np.savez(work / "obtained.npz", **obtained)
+            np.savez(work / "obtained.npz", **obtained)  # type: ignore[arg-type]
         (work / "report.txt").write_text(report + "\n")
         (work / "versions.txt").write_text(_versions())
         rerun = (

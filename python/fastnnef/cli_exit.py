@@ -8,7 +8,7 @@ with its traceback.
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from fastnnef.exceptions import T2NError
 

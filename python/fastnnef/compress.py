@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,6 +81,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
                 "not quantizing %s: it is shared with %s, outside the classes to quantize", label, ", ".join(others)
             )
             continue
+        qweight: torch.Tensor
         try:
             if isinstance(weight, OffloadedTensor) and percentile == 1.0:
                 # Min-max Q4_0 is what the Rust writer computes as it streams the weight
@@ -95,6 +97,7 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
         except T2NErrorImpossibleQuantization as err:
             log.info("not quantizing %s: %s", label, err)
             continue
+        assert isinstance(qweight, (QTensor, OffloadedTensor))  # Q4_0 blocks, in memory or on disk
         qweight.nnef_name = label
         param = nn.Parameter(qweight, requires_grad=False)
         for _, module in targets:
@@ -102,7 +105,8 @@ def quantize_weights_min_max_Q4_0(model: nn.Module, **kwargs: Any) -> nn.Module:
     return model
 
 
-def offloaded_tensor_qtensor(q_fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor, suffix_name: str) -> torch.Tensor:
+def offloaded_tensor_qtensor(q_fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor,
+                             suffix_name: str) -> torch.Tensor:
     """``q_fn(tensor)``, kept on disk when ``tensor`` is an :class:`OffloadedTensor`.
 
     An offloaded ``tensor`` is materialized for ``q_fn`` (one tensor in memory at a time)
@@ -151,7 +155,9 @@ def dynamic_load_registry(compression_registry_full_path: str) -> dict[str, Call
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise T2NErrorImport(f"cannot import {module_name!r} for registry {compression_registry_full_path!r}: {err}") from err
+        raise T2NErrorImport(
+            f"cannot import {module_name!r} for registry {compression_registry_full_path!r}: {err}"
+        ) from err
     registry = getattr(module, attr, None)
     if not isinstance(registry, dict):
         raise T2NErrorInvalidArgument(

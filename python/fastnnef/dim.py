@@ -35,9 +35,10 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Optional, Union
+from typing import Union
 
 __all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
            "is_negative"]
@@ -92,7 +93,7 @@ class _Extremum:
         return min(values) if self.op == "min" else max(values)
 
 
-_Atom = Union[_Symbol, _Quotient, _Extremum]
+_Atom = _Symbol | _Quotient | _Extremum
 _Monomial = tuple[_Atom, ...]  # a product of atoms, sorted by text; () is the constant term
 _Poly = dict[_Monomial, int]
 
@@ -128,7 +129,7 @@ class DimExpr:
     _text: str
     _hash: int
 
-    def __new__(cls, source: Union[str, int, DimExpr]) -> DimExpr:  # type: ignore[misc]
+    def __new__(cls, source: str | int | DimExpr) -> DimExpr:
         if isinstance(source, DimExpr):
             return source
         if isinstance(source, int) and not isinstance(source, bool):
@@ -234,6 +235,12 @@ class DimExpr:
 
     def __reduce__(self) -> tuple[type, tuple[str]]:
         return (DimExpr, (self._text,))
+
+    def __int__(self) -> int:
+        # A DimExpr is never a constant (those normalize to int), so int() of one fails, as
+        # it did before this method existed (TypeError), naming the size: handlers call int()
+        # on sizes they checked static (ctx.static, is_static), and the type check sees it.
+        raise TypeError(f"the size {self._text} varies with a dynamic axis: it has no int value")
 
 
 def _render(terms: tuple[tuple[_Monomial, int], ...]) -> str:
@@ -347,7 +354,7 @@ def _extremum(op: str, args: tuple[Size, ...]) -> Size:
     return DimExpr._make({(_Extremum(op, ordered),): 1})
 
 
-def _single_atom(x: Size) -> Optional[_Atom]:
+def _single_atom(x: Size) -> _Atom | None:
     """The atom ``x`` is, if it is one atom alone (coefficient 1)."""
     if isinstance(x, DimExpr) and len(x._terms) == 1 and x._terms[0][1] == 1 and len(x._terms[0][0]) == 1:
         return x._terms[0][0][0]
@@ -396,10 +403,10 @@ class _Parser:
         return DimSyntaxError(f"{self.text!r} is not a size expression (integers, symbols, "
                               "+ - * / %, min, max, parentheses)")
 
-    def peek(self) -> Optional[str]:
+    def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
 
-    def take(self, expected: Optional[str] = None) -> str:
+    def take(self, expected: str | None = None) -> str:
         token = self.peek()
         if token is None or (expected is not None and token != expected):
             raise self.error()

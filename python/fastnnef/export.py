@@ -73,7 +73,7 @@ class ExportResult:
     check_result: T.Any = None
 
 
-def resolve_artefact_path(file_path_export: T.Union[Path, str], compression_level: T.Optional[int]) -> tuple[Path, str]:
+def resolve_artefact_path(file_path_export: Path | str, compression_level: int | None) -> tuple[Path, str]:
     """The reference's suffix + compression_level rule (torch_to_nnef-api.md §3)."""
     path = Path(file_path_export)
     if ".nnef" not in path.suffixes:
@@ -97,7 +97,7 @@ def resolve_artefact_path(file_path_export: T.Union[Path, str], compression_leve
     return base.with_name(base.name + ".tar"), "tar"
 
 
-def _check_names(names: T.Optional[T.Sequence[str]], what: str) -> T.Optional[list[str]]:
+def _check_names(names: T.Sequence[str] | None, what: str) -> list[str] | None:
     if names is None:
         return None
     names = list(names)
@@ -112,19 +112,19 @@ def _check_names(names: T.Optional[T.Sequence[str]], what: str) -> T.Optional[li
 def export_model_to_nnef(
     model: nn.Module,
     args: T.Any,
-    file_path_export: T.Union[Path, str],
+    file_path_export: Path | str,
     inference_target: InferenceTarget,
-    input_names: T.Optional[T.List[str]] = None,
-    output_names: T.Optional[T.List[str]] = None,
-    compression_level: T.Optional[int] = 0,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
+    compression_level: int | None = 0,
     log_level: int = logging.INFO,
     nnef_variable_naming_scheme: VariableNamingScheme = DEFAULT_VARNAME_SCHEME,
     check_io_names_qte_match: bool = True,
-    debug_bundle_path: T.Optional[Path] = None,
-    custom_extensions: T.Optional[T.List[str]] = None,
+    debug_bundle_path: Path | None = None,
+    custom_extensions: list[str] | None = None,
     allow_same_io_names: bool = False,
     auto_harden_jit: bool = True,
-    load_extra_op_modules: T.Optional[T.List[str]] = None,
+    load_extra_op_modules: list[str] | None = None,
     discover_extra_entrypoints: bool = False,
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
@@ -160,19 +160,19 @@ def export_model_to_nnef(
 def export_model_with_result(
     model: nn.Module,
     args: T.Any,
-    file_path_export: T.Union[Path, str],
+    file_path_export: Path | str,
     inference_target: InferenceTarget,
-    input_names: T.Optional[T.List[str]] = None,
-    output_names: T.Optional[T.List[str]] = None,
-    compression_level: T.Optional[int] = 0,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
+    compression_level: int | None = 0,
     log_level: int = logging.INFO,
     nnef_variable_naming_scheme: VariableNamingScheme = DEFAULT_VARNAME_SCHEME,
     check_io_names_qte_match: bool = True,
-    debug_bundle_path: T.Optional[Path] = None,
-    custom_extensions: T.Optional[T.List[str]] = None,
+    debug_bundle_path: Path | None = None,
+    custom_extensions: list[str] | None = None,
     allow_same_io_names: bool = False,
     auto_harden_jit: bool = True,
-    load_extra_op_modules: T.Optional[T.List[str]] = None,
+    load_extra_op_modules: list[str] | None = None,
     discover_extra_entrypoints: bool = False,
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
@@ -192,18 +192,18 @@ def export_model_with_result(
 def _export(
     model: nn.Module,
     args: T.Any,
-    file_path_export: T.Union[Path, str],
+    file_path_export: Path | str,
     inference_target: InferenceTarget,
-    input_names: T.Optional[T.List[str]],
-    output_names: T.Optional[T.List[str]],
-    compression_level: T.Optional[int],
+    input_names: list[str] | None,
+    output_names: list[str] | None,
+    compression_level: int | None,
     nnef_variable_naming_scheme: VariableNamingScheme,
     check_io_names_qte_match: bool,
-    debug_bundle_path: T.Optional[Path],
-    custom_extensions: T.Optional[T.List[str]],
+    debug_bundle_path: Path | None,
+    custom_extensions: list[str] | None,
     allow_same_io_names: bool,
     auto_harden_jit: bool,
-    load_extra_op_modules: T.Optional[T.List[str]],
+    load_extra_op_modules: list[str] | None,
     discover_extra_entrypoints: bool,
     strict_extra_imports: bool,
     skip_eager_forward: bool,
@@ -297,7 +297,7 @@ def convert_to_nnef(
     ir: IRGraph,
     target: InferenceTarget,
     naming: str,
-    custom_extensions: T.List[str],
+    custom_extensions: list[str],
     model: nn.Module,
 ) -> NNEFGraph:
     """IR -> NNEF graph, named IO, the target's extension lines and fragments (no bytes

@@ -15,19 +15,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import logging as log  # torch_to_nnef's ``log`` module is ``import logging as log``
+from collections.abc import Iterator
 from contextvars import ContextVar
 
 # Re-exported levels, as torch_to_nnef's ``log`` module offers them.
 from logging import CRITICAL, DEBUG, ERROR, INFO, WARNING
 from types import ModuleType
-from typing import Iterator, Optional
 
 __all__ = [
     "CRITICAL", "DEBUG", "ERROR", "INFO", "WARNING", "export_log_level", "get_logger", "init_log", "log",
     "set_lib_log_level",
 ]
 
-_EXPORT_LEVEL: ContextVar[Optional[int]] = ContextVar("fastnnef_export_log_level", default=None)
+_EXPORT_LEVEL: ContextVar[int | None] = ContextVar("fastnnef_export_log_level", default=None)
 
 
 class _ExportAwareLogger(logging.Logger):
@@ -53,7 +53,7 @@ def get_logger(name: str = "fastnnef") -> logging.Logger:
 
 
 @contextlib.contextmanager
-def export_log_level(level: Optional[int]) -> Iterator[None]:
+def export_log_level(level: int | None) -> Iterator[None]:
     """Within this block (in this thread or task), fastnnef logs at ``level``."""
     token = _EXPORT_LEVEL.set(level)
     try:

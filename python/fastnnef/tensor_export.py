@@ -15,8 +15,9 @@ Differences from the reference, all on inputs it could not export anyway:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any
 
 import torch
 
@@ -43,8 +44,8 @@ def _writes_itself(tensor: object) -> bool:
 
 
 def export_tensors_to_nnef(
-    name_to_torch_tensors: Dict[str, torch.Tensor], output_dir: Union[Path, str]
-) -> Dict[str, torch.Tensor]:
+    name_to_torch_tensors: dict[str, torch.Tensor], output_dir: Path | str
+) -> dict[str, torch.Tensor]:
     """Write each tensor as ``output_dir/<name>.dat`` (a ``/`` in a name makes a
     sub-folder) and return the dict unchanged. ``output_dir`` must exist.
 
@@ -55,8 +56,12 @@ def export_tensors_to_nnef(
     """
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
-        raise T2NErrorNotFoundFile(f"output_dir {str(output_dir)!r} does not exist or is not a directory; create it first")
-    planned = []
+        raise T2NErrorNotFoundFile(
+            f"output_dir {str(output_dir)!r} does not exist or is not a directory; create it first"
+        )
+    # (name, what is written: a tensor that writes itself, an offloaded tensor or an array,
+    # its .dat encoding (None: it writes itself), bf16)
+    planned: list[tuple[str, Any, str | None, bool]] = []
     quant_lines = []
     for name, tensor in name_to_torch_tensors.items():
         if not isinstance(name, str):
@@ -76,15 +81,15 @@ def export_tensors_to_nnef(
         if encoding in ("qu8", "qi8", "qi32"):
             quant_lines.append(quant_line(name, tensor))
         planned.append((name, array, encoding, bf16))
-    for name, array, encoding, bf16 in planned:
+    for name, payload, dat_encoding, bf16 in planned:
         path = output_dir / f"{name}.dat"
         path.parent.mkdir(parents=True, exist_ok=True)
-        if encoding is None:
-            array.write_in_file(output_dir, name)
-        elif isinstance(array, OffloadedTensor):
-            _native.checkpoint_dat_write(str(path), array.checkpoint, array.key, encoding, label=name)
+        if dat_encoding is None:
+            payload.write_in_file(output_dir, name)
+        elif isinstance(payload, OffloadedTensor):
+            _native.checkpoint_dat_write(str(path), payload.checkpoint, payload.key, dat_encoding, label=name)
         else:
-            _native.dat_write(str(path), array, encoding, bf16, label=name)
+            _native.dat_write(str(path), payload, dat_encoding, bf16, label=name)
     if quant_lines:
         with open(output_dir / "graph.quant", "a", encoding="utf-8") as f:
             f.writelines(quant_lines)
@@ -102,7 +107,7 @@ def _is_safetensors(path: Path) -> bool:
     return path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json")
 
 
-def _load_pickled(path: Path, map_location: Union[str, torch.device], weights_only: bool) -> object:
+def _load_pickled(path: Path, map_location: str | torch.device, weights_only: bool) -> object:
     """``torch.load`` with ``mmap=True`` (tensors stay in the file's pages until read) and
     ``weights_only`` as asked: never a silent fallback to executing the pickle."""
     try:
@@ -124,12 +129,12 @@ def _load_pickled(path: Path, map_location: Union[str, torch.device], weights_on
 
 
 def iter_torch_tensors_from_disk(
-    store_filepath: Union[Path, str],
-    filter_key: Optional[Callable[[str], bool]] = None,
-    map_location: Union[str, torch.device] = "cpu",
+    store_filepath: Path | str,
+    filter_key: Callable[[str], bool] | None = None,
+    map_location: str | torch.device = "cpu",
     *,
     weights_only: bool = True,
-) -> Iterator[Tuple[str, torch.Tensor]]:
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` from a checkpoint, one tensor at a time.
 
     - ``.safetensors`` files (or a sharded ``*.safetensors.index.json``) are read by the Rust
@@ -158,6 +163,7 @@ def iter_torch_tensors_from_disk(
     if not path.is_file():
         raise T2NErrorNotFoundFile(f"checkpoint {str(path)!r} does not exist")
     loaded = _load_pickled(path, map_location, weights_only)
+    items: Iterable[tuple[Any, Any]]
     if isinstance(loaded, torch.nn.Module):
         items = loaded.named_parameters()
     elif isinstance(loaded, dict):
@@ -175,14 +181,14 @@ def iter_torch_tensors_from_disk(
 
 
 def export_tensors_from_disk_to_nnef(
-    store_filepath: Union[Path, str],
-    output_dir: Union[Path, str],
-    filter_key: Optional[Callable[[str], bool]] = None,
-    fn_check_found_tensors: Optional[Callable[[Dict[str, torch.Tensor]], bool]] = None,
-    map_location: Union[str, torch.device] = "cpu",
+    store_filepath: Path | str,
+    output_dir: Path | str,
+    filter_key: Callable[[str], bool] | None = None,
+    fn_check_found_tensors: Callable[[dict[str, torch.Tensor]], bool] | None = None,
+    map_location: str | torch.device = "cpu",
     *,
     weights_only: bool = True,
-) -> Dict[str, torch.Tensor]:
+) -> dict[str, torch.Tensor]:
     """Write the tensors of a checkpoint that pass ``filter_key`` as ``<name>.dat`` files in
     ``output_dir`` (which must exist), after ``fn_check_found_tensors`` has seen them (it
     must raise to stop the export; its return value is ignored, as in the reference).
@@ -198,7 +204,8 @@ def export_tensors_from_disk_to_nnef(
     path = Path(store_filepath)
     if not _is_safetensors(path):
         found = dict(
-            iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location, weights_only=weights_only)
+            iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location,
+                                         weights_only=weights_only)
         )
         if fn_check_found_tensors is not None:
             fn_check_found_tensors(found)

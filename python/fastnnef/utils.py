@@ -12,8 +12,8 @@ import contextlib
 import functools
 import os
 import re
-from collections.abc import Mapping
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 
@@ -44,6 +44,7 @@ class SemanticVersion:
     """
 
     __slots__ = ("_parts",)
+    _parts: tuple[int, int, int]
 
     def __init__(self, *, major: int, minor: int, patch: int) -> None:
         parts = (major, minor, patch)
@@ -91,7 +92,7 @@ class SemanticVersion:
         """``"X.Y.Z"``."""
         return ".".join(str(p) for p in self._parts)
 
-    def _other_parts(self, other: object) -> Union[Tuple[int, int, int], None]:
+    def _other_parts(self, other: object) -> tuple[int, int, int] | None:
         if isinstance(other, SemanticVersion):
             return other._parts
         if isinstance(other, str):
@@ -137,7 +138,7 @@ def torch_version() -> SemanticVersion:
 
 
 @contextlib.contextmanager
-def cd(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
+def cd(path: str | os.PathLike[str]) -> Iterator[None]:
     """Context manager: run the block with ``path`` as the working directory, then go back
     (even on error). The working directory is process-wide: not for threaded code."""
     previous = os.getcwd()
@@ -149,7 +150,7 @@ def cd(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
 
 
 # --- nested structures ---------------------------------------------------------------------
-FlatEntry = Tuple[Tuple[type, ...], Tuple[Union[int, str], ...], Any]
+FlatEntry = tuple[tuple[type, ...], tuple[int | str, ...], Any]
 
 
 def _is_nested(obj: Any) -> bool:
@@ -159,10 +160,10 @@ def _is_nested(obj: Any) -> bool:
 
 def flatten_dict_tuple_or_list(
     obj: Any,
-    collected_types: Optional[list[type]] = None,
-    collected_idxes: Optional[list[Union[int, str]]] = None,
+    collected_types: list[type] | None = None,
+    collected_idxes: list[int | str] | None = None,
     current_idx: int = 0,
-) -> Tuple[FlatEntry, ...]:
+) -> tuple[FlatEntry, ...]:
     """The leaves of nested lists, tuples and dicts, depth first: for each, the types of the
     containers on its path, its index (or key) in each, and the leaf.
 
@@ -174,7 +175,7 @@ def flatten_dict_tuple_or_list(
     return tuple(_flatten(obj, tuple(collected_types or ()), tuple(collected_idxes or ()), current_idx))
 
 
-def _flatten(obj: Any, types: tuple[type, ...], idxes: tuple[Union[int, str], ...],
+def _flatten(obj: Any, types: tuple[type, ...], idxes: tuple[int | str, ...],
              first_index: int = 0) -> Iterator[FlatEntry]:
     if not _is_nested(obj):
         return
@@ -229,16 +230,16 @@ class ReactiveNamedItemDict:
     with ``avoid_name_collision``; names given to ``protect_item_names`` can be neither
     renamed from or to, nor (``raise_exception_if_protected_name``) removed."""
 
-    def __init__(self, items: Optional[Iterable[NamedItem]] = None):
+    def __init__(self, items: Iterable[NamedItem] | None = None):
         self._map: dict[str, NamedItem] = {}
-        self._last_inserted_item: Optional[NamedItem] = None
+        self._last_inserted_item: NamedItem | None = None
         self.avoid_name_collision = False
         self._protected_names: set[str] = set()
         if items is not None:
             self += items
 
     @classmethod
-    def from_list(cls, items: Optional[Iterable[NamedItem]]) -> ReactiveNamedItemDict:
+    def from_list(cls, items: Iterable[NamedItem] | None) -> ReactiveNamedItemDict:
         return cls(items or None)
 
     def _change_name_hook(self, old_name: str, new_name: str) -> None:
@@ -298,7 +299,7 @@ class ReactiveNamedItemDict:
         """The items whose names are not protected."""
         return (item for name, item in self._map.items() if name not in self._protected_names)
 
-    def __getitem__(self, index: Union[int, slice]) -> Any:
+    def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, int) and index == -1:
             if self._last_inserted_item is None:
                 raise T2NErrorMisuse("no item was appended yet")

@@ -3,8 +3,8 @@ optionally with a word-level tokenizer built offline."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

@@ -6,8 +6,9 @@ to Hugging Face's ``generate`` (its own cache classes and masks)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def _assert_cache_is_the_models(checkpoint: Path, tests_dir: Path) -> None:
             assert (exported[:2], exported[3:]) == (tuple(tensor.shape[:2]), tuple(tensor.shape[3:])), (layer, kind)
 
 
-def _moe_forms(name: str) -> list[Union[str, MoEFFNPlan]]:
+def _moe_forms(name: str) -> list[str | MoEFFNPlan]:
     """Each MoE block of the tiny model ``name``: its tract_moe_ffn plan, or why it stays dense."""
     blocks: list[Any] = [m for m in build(name).modules()
                          if isinstance(getattr(m, "experts", None), torch.nn.Module) and is_experts(m.experts)]

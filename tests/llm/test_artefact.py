@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest

@@ -6,8 +6,8 @@ agreement rate (these engines round differently)."""
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

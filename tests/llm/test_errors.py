@@ -9,8 +9,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -74,7 +75,8 @@ def test_weight_of_the_wrong_shape(checkpoint: Callable[..., Path], tmp_path: Pa
     directory = _copy(checkpoint("llama"), tmp_path)
     _rewrite_weights(directory, lambda w: w.update({"model.layers.0.self_attn.k_proj.weight": torch.zeros(8, 32)}))
     _fails(tmp_path, T2NErrorInvalidArgument, r"weights of .*ckpt do not fit its config\.json: "
-           r"model\.layers\.0\.self_attn\.k_proj\.weight is \[8, 32\] in model\.safetensors, the config needs \[16, 32\]",
+           r"model\.layers\.0\.self_attn\.k_proj\.weight is \[8, 32\] in model\.safetensors, "
+           r"the config needs \[16, 32\]",
            local_dir=directory)
 
 
@@ -121,7 +123,8 @@ REFUSALS = {
                    r"causal decoder",
     "mpt": r"its ALiBi attention biases are sliced from a table by the sequence length",
     "lfm2": r"layer 0 is a 'conv' layer: short-convolution layers keep a convolution state",
-    "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 with a Python branch on the sequence length",
+    "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 "
+              r"with a Python branch on the sequence length",
 }
 
 

@@ -6,8 +6,8 @@ refusal of a target without the ops. (The families' 16 greedy tokens: test_archi
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -25,8 +25,9 @@ BEFORE_GDN = "0.23.4"  # the last tract without tract_transformers_gdn_recurrent
 
 
 def _rule_inputs(new: int, k_heads: int = 2, v_heads: int = 4, width: int = 8) -> tuple[torch.Tensor, ...]:
-    return (torch.randn(1, new, k_heads, width), torch.randn(1, new, k_heads, width), torch.randn(1, new, v_heads, width),
-            -torch.rand(1, new, v_heads), torch.rand(1, new, v_heads), torch.randn(1, v_heads, width, width))
+    return (torch.randn(1, new, k_heads, width), torch.randn(1, new, k_heads, width),
+            torch.randn(1, new, v_heads, width), -torch.rand(1, new, v_heads), torch.rand(1, new, v_heads),
+            torch.randn(1, v_heads, width, width))
 
 
 @pytest.mark.parametrize("new", [1, 6])
@@ -80,7 +81,8 @@ class ConvThenRule(torch.nn.Module):
         y, conv_state = self.conv(x.transpose(1, 2), conv_state, self.weight)
         y = y.transpose(1, 2)
         new = x.shape[1]
-        q, k, v = y[..., :8].reshape(1, new, 1, 8), y[..., 8:16].reshape(1, new, 1, 8), y[..., 16:32].reshape(1, new, 2, 8)
+        q, k, v = y[..., :8].reshape(1, new, 1, 8), y[..., 8:16].reshape(1, new, 1, 8), y[..., 16:32].reshape(1, new, 2,
+                                                                                                              8)
         g = -torch.nn.functional.softplus(y[..., 32:34])
         out, state = self.rule(q, k, v, g, y[..., 34:36].sigmoid(), state)
         return out, conv_state, state
@@ -92,7 +94,8 @@ def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
     model = ConvThenRule().eval()
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = export_and_check(model, (torch.randn(1, 5, 40), torch.randn(1, 40, 4), torch.randn(1, 2, 8, 8)), tmp_path,
-                            target=target, input_names=["x", "conv", "state"], output_names=["y", "conv_out", "state_out"],
+                            target=target, input_names=["x", "conv", "state"], output_names=["y", "conv_out",
+                                                                                             "state_out"],
                             no_redraw="the runs below draw S = 1 and S = 9")
     with tarfile.open(path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]
@@ -121,7 +124,8 @@ def test_llm_artefact_states(checkpoint: Callable[..., Path], tmp_path: Path) ->
     assert text.count("tract_transformers_causal_conv1d_update(") == 2
     assert text.count("tract_transformers_gdn_recurrent(") == 2
     assert text.count("tract_moe_ffn(") == 3  # Qwen3-Next's router is one of the op's gate modes
-    states = "in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, in_cache_recurrent_2"
+    states = ("in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, "
+              "in_cache_recurrent_2")
     assert f"graph network(input_ids, {states})" in text
     declared = {line.split("=")[0].strip(): line for line in text.splitlines() if "tract_core_external(" in line}
     assert "[1, 64, 4]" in declared["in_cache_conv_0"] and "[1, 4, 8, 8]" in declared["in_cache_recurrent_2"]

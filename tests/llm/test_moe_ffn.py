@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -242,7 +243,8 @@ def test_experts_outside_a_plan_are_traced_as_before(tmp_path: Path) -> None:
 def test_q4_0_experts(moe_checkpoint: Callable[[str], Path], tmp_path: Path) -> None:
     """The routed experts written as Q4_0 (tract's packed Q4_0 path of tract_moe_ffn):
     torch computes with the same Q4_0 values, so every bundle and the generation match."""
-    report = dump_llm(tmp_path / "out", local_dir=moe_checkpoint("mixtral"), compression_method="min_max_q4_0_with_experts",
+    report = dump_llm(tmp_path / "out", local_dir=moe_checkpoint("mixtral"),
+                      compression_method="min_max_q4_0_with_experts",
                       compression_registry="fastnnef.llm.moe.MOE_COMPRESSION")
     assert all(c.ok for c in report.bundle_checks), report.summary()
     assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from fastnnef.llm import dump_llm
 from fastnnef.llm.progress import Progress

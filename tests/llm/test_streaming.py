@@ -13,8 +13,9 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -240,7 +241,8 @@ def test_streamed_experts_with_q4_0_without_verification(checkpoint: Callable[..
         assert dat("model.layers.0.self_attn.q_proj.weight").encoding == "q4_0"
         gate_up = hf.get_parameter("model.layers.0.mlp.experts.gate_up_proj").detach().numpy()
         half = gate_up.shape[1] // 2
-        expected = {"model.layers.0.mlp.experts.w1": gate_up[:, :half], "model.layers.0.mlp.experts.w3": gate_up[:, half:],
+        expected = {"model.layers.0.mlp.experts.w1": gate_up[:, :half],
+                    "model.layers.0.mlp.experts.w3": gate_up[:, half:],
                     "model.layers.1.mlp.experts.down_proj": hf.get_parameter("model.layers.1.mlp.experts.down_proj")
                     .detach().numpy()}
         for name, values in expected.items():
@@ -266,7 +268,8 @@ def test_a_missing_expert_is_refused(checkpoint: Callable[..., Path], tmp_path: 
     weights = {k: v for k, v in weights.items() if ".experts.3." not in k}
     weights["model.layers.1.block_sparse_moe.experts.2.w3.weight"] = torch.zeros(64, 32)
     save_file(weights, directory / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(T2NErrorInvalidArgument, match=r"experts\.gate_up_proj composed of cat\(\[stack\(\[.*\], 0\)\], 1\) "
+    with pytest.raises(T2NErrorInvalidArgument,
+                       match=r"experts\.gate_up_proj composed of cat\(\[stack\(\[.*\], 0\)\], 1\) "
                        r"is \[3, 128, 32\], the config needs \[4, 128, 32\]"):
         dump_llm(out, local_dir=directory)
     assert not out.exists()
@@ -285,8 +288,8 @@ def test_conversions_other_than_stacking_are_loaded_in_memory(caplog: pytest.Log
                                 operations=[MergeModulelist(dim=0), Transpose(1, 2)])
     keys = [f"model.layers.0.block_sparse_moe.experts.{e}.w2.weight" for e in range(4)]
     with caplog.at_level("DEBUG", logger="fastnnef.llm"):
-        got = _composed(open_checkpoint(directory), "model.layers.0.mlp.experts.down_proj", converter, {".experts.*.w2.weight": keys}, torch.float32,
-                        directory)
+        got = _composed(open_checkpoint(directory), "model.layers.0.mlp.experts.down_proj", converter,
+                        {".experts.*.w2.weight": keys}, torch.float32, directory)
     assert got is None
     assert "not a stack (and concatenation) of tensors" in caplog.text and "Transpose" in caplog.text
 

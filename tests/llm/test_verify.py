@@ -4,8 +4,8 @@ on disk fails its bundles and diverges in generation, and dump_llm's checks repo
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest

@@ -14,8 +14,8 @@ from fastnnef.llm.wrapper import assertions, attention_masks, dynamic_axes, io_n
 @pytest.mark.parametrize("window", [None, 1, 2, 4])
 def test_masks_match_transformers(past: int, new: int, window: int) -> None:
     masks = attention_masks(past, new, {"full": None, "sliding": window}, torch.float32)
-    for kind, rule in (("full", causal_mask_function),
-                       ("sliding", causal_mask_function if window is None else sliding_window_causal_mask_function(window))):
+    sliding = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    for kind, rule in (("full", causal_mask_function), ("sliding", sliding)):
         mask = masks[kind]
         assert mask.shape == (1, 1, new, past + new)
         for i in range(new):

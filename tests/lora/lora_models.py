@@ -19,7 +19,8 @@ from fastnnef.inference_target import TractNNEF  # noqa: E402
 RANK = 4
 ALPHA = 8
 # save_pretrained's key layout: the adapter name dropped, no base weights in the file.
-SAVED_PATTERNS = [r"base_model\.model\.(?P<name>.*)\.lora_A\.weight$", r"base_model\.model\.(?P<name>.*)\.lora_B\.weight$"]
+SAVED_PATTERNS = [r"base_model\.model\.(?P<name>.*)\.lora_A\.weight$",
+                  r"base_model\.model\.(?P<name>.*)\.lora_B\.weight$"]
 
 
 class MLP(nn.Module):

@@ -3,8 +3,8 @@ left exactly as it was (no archive, no temporary)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import pytest
 import torch
@@ -43,7 +43,7 @@ def save(tmp_path: Path, tensors: dict[str, torch.Tensor], name: str = "adapter.
 
 
 def assert_nothing_written(
-    out_dir: Path, before: set[str], call: Callable[[], object], error: type, match: Optional[str]
+    out_dir: Path, before: set[str], call: Callable[[], object], error: type, match: str | None
 ) -> None:
     with pytest.raises(error, match=match):
         call()
@@ -197,6 +197,7 @@ def test_merge_refuses_weights_the_base_lacks(tmp_path: Path) -> None:
     archive = tmp_path / "a.peft.nnef.tgz"
     # No -m: the mapped names keep the model. prefix the base artefact does not have.
     export_peft(tmp_path / "adapter" / "adapter_model.safetensors", archive,
-                patterns=[p.replace(r"base_model\.model\.", r"base_model\.") for p in SAVED_PATTERNS], check_map_name=None)
+                patterns=[p.replace(r"base_model\.model\.", r"base_model\.") for p in SAVED_PATTERNS],
+                check_map_name=None)
     with pytest.raises(T2NErrorMisuse, match=r"lacks: \['model.fc1.weight'\].*-m/--map-name"):
         lora_merged_artefact(base_path, archive, 2.0)

@@ -83,7 +83,8 @@ def test_save_pretrained_adapter_patches_base_in_tract(serialization: str, tmp_p
     for module in ("fc1", "fc2"):
         for kind in ("A", "B"):
             values = read.tensors[f"base_model.model.{module}.lora_{kind}.weight"]
-            np.testing.assert_array_equal(values, state[f"base_model.model.{module}.lora_{kind}.default.weight"].numpy())
+            np.testing.assert_array_equal(values,
+                                          state[f"base_model.model.{module}.lora_{kind}.default.weight"].numpy())
     assert_tract_matches(base_path, archive, adapted, torch.randn(3, 8))  # fresh inputs
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -5,8 +5,8 @@ it, its generation reported, not gated (as fastnnef-llm does)."""
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from fastnnef.multimodal import dump_multimodal
 

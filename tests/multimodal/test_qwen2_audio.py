@@ -4,8 +4,9 @@ one) gives Hugging Face's last logits on the mel features."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -6,8 +6,9 @@ Qwen3-VL's own ``get_rope_index`` (videos frame by frame)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

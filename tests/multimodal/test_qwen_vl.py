@@ -5,8 +5,9 @@ positions against Hugging Face's ``get_rope_index``, the DeepStack streams."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -4,8 +4,9 @@ processor constructed from parameters (nothing is downloaded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import transformers

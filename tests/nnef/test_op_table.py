@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -110,7 +111,8 @@ def test_a_fragment_declares_its_attributes(tmp_path: Path) -> None:
     def misspelt(g: Any, x: Any) -> None:
         g.emit(g.fragment("table_scaled", FRAGMENT), [x], {"alpah": 3.0})
 
-    with pytest.raises(T2NErrorConsistency, match="NNEF op 'table_scaled' has no attribute 'alpah'; it takes alpha, shift"):
+    with pytest.raises(T2NErrorConsistency,
+                       match="NNEF op 'table_scaled' has no attribute 'alpah'; it takes alpha, shift"):
         _export_with(misspelt, tmp_path / "g.nnef")
 
     def missing(g: Any, x: Any) -> None:

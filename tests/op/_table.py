@@ -3,15 +3,16 @@ with optional dynamic axes, run it in tract at the traced sizes and at grown siz
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 import torch
 
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import Fn, export_and_check
 
-Dyn = Optional[dict[int, dict[int, str]]]
+Dyn = dict[int, dict[int, str]] | None
 
 
 
@@ -38,8 +39,8 @@ def grown(inputs: tuple[torch.Tensor, ...], dyn: dict[int, dict[int, str]]) -> l
 
 
 def check(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], tmp_path: Path, dyn: Dyn = None,
-          atol: float = 1e-4, rtol: float = 1e-4, kept_on_redraw: Optional[Mapping[int, str]] = None,
-          no_redraw: Optional[str] = None) -> None:
+          atol: float = 1e-4, rtol: float = 1e-4, kept_on_redraw: Mapping[int, str] | None = None,
+          no_redraw: str | None = None) -> None:
     """Export ``fn`` and compare tract with torch, on the traced inputs and on freshly drawn
     ones (see ``export_and_check`` for the opt-outs); with ``dyn``, again on grown inputs."""
     names = [f"in{k}" for k in range(len(inputs))]

@@ -4,7 +4,8 @@ tract, compared with torch."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -60,7 +61,8 @@ CASES = [
     ("pow_half", lambda a: a ** 0.5, lambda: (positive(3, 4),), None),
     ("pow_3", lambda a: torch.pow(a, 3), X, None),
     ("rpow", lambda a: 2 ** a, X, None),
-    ("pow_int8_wraps", lambda a, b: a.to(torch.int8) ** b.to(torch.int8), lambda: (ints(3, 4, low=-6, high=7), ints(4, low=0, high=6)), None),
+    ("pow_int8_wraps", lambda a, b: a.to(torch.int8) ** b.to(torch.int8),
+     lambda: (ints(3, 4, low=-6, high=7), ints(4, low=0, high=6)), None),
     ("pow_uint8_scalar_exponent", lambda a: a.to(torch.uint8) ** 3, lambda: (ints(2, 3, 4, low=0, high=9),), None),
     ("pow_int16_scalar_base", lambda a: 3 ** a.to(torch.int16), lambda: (ints(3, 4, low=0, high=12),), {0: {1: "S"}}),
     ("maximum", lambda a, b: torch.maximum(a, b), XB, None),
@@ -85,7 +87,8 @@ CASES = [
     ("eq_bool_tensor_scalar", lambda a, b: a == torch.tensor(True), BOOLS, None),
     ("eq_bool_int", lambda a, b: a == b.long(), BOOLS, None),
     ("minimum_maximum_bools_dyn", lambda a, b: (torch.minimum(a, b), torch.fmax(a, b)), BOOLS, {0: {0: "B"}}),
-    ("logical_and_floats", lambda a, b: torch.logical_and(a, b), lambda: (randn(3, 4).relu(), randn(3, 4).relu()), None),
+    ("logical_and_floats", lambda a, b: torch.logical_and(a, b), lambda: (randn(3, 4).relu(), randn(3, 4).relu()),
+     None),
     ("logical_not_float", lambda a: torch.logical_not(a.relu()), X, None),
     ("bitwise_and_ints", lambda a, b: a & b, IJ, None),
     ("bitwise_and_broadcast_scalar", lambda a: torch.bitwise_and(a, 6), lambda: (ints(2, 3, 4),), None),
@@ -94,9 +97,11 @@ CASES = [
     ("bitwise_not_ints", lambda a: ~a, lambda: (ints(3, 4),), None),
     ("bitwise_not_uint8", lambda a: torch.bitwise_not(a.to(torch.uint8)), lambda: (ints(3, 4, low=0, high=255),), None),
     ("lshift", lambda a, b: a << b, lambda: (ints(3, 4), ints(3, 4, low=0, high=9)), None),
-    ("rshift_negative_values", lambda a, b: a >> b, lambda: (ints(3, 4, low=-300, high=300), ints(4, low=0, high=5)), None),
+    ("rshift_negative_values", lambda a, b: a >> b, lambda: (ints(3, 4, low=-300, high=300), ints(4, low=0, high=5)),
+     None),
     ("bitwise_left_shift_scalar", lambda a: torch.bitwise_left_shift(a, 3), lambda: (ints(3, 4),), None),
-    ("bitwise_right_shift_int32_dyn", lambda a, b: torch.bitwise_right_shift(a.int(), b.int()), lambda: (ints(3, 4, low=-99, high=99), ints(3, 4, low=0, high=4)), {0: {0: "B"}, 1: {0: "B"}}),
+    ("bitwise_right_shift_int32_dyn", lambda a, b: torch.bitwise_right_shift(a.int(), b.int()),
+     lambda: (ints(3, 4, low=-99, high=99), ints(3, 4, low=0, high=4)), {0: {0: "B"}, 1: {0: "B"}}),
     ("neg", lambda a: -a, X, None),
     ("abs", lambda a: a.abs(), X, None),
     ("exp", lambda a: a.exp(), X, None),
@@ -130,7 +135,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_arithmetic(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_arithmetic(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                    tmp_path: Any) -> None:
     torch.manual_seed(0)
     inputs = make()
     check(fn, inputs, tmp_path, dyn, atol=2e-3, rtol=2e-3)

@@ -3,7 +3,8 @@ compared with torch through tract; plus nn.MultiheadAttention."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -51,7 +52,8 @@ CASES: list[Any] = [
     pytest.param(lambda: Sdpa(is_causal=True), lambda: qkv(Q4, K4, K4), id="causal-rect"),
     pytest.param(lambda: Sdpa(is_causal=True, scale=0.5), lambda: qkv((2, 5, 8), (2, 5, 8), (2, 5, 8)), id="causal-3d"),
     pytest.param(lambda: Sdpa(enable_gqa=True), lambda: qkv((2, 4, 3, 8), (2, 2, 5, 8), (2, 2, 5, 8)), id="gqa"),
-    pytest.param(lambda: Sdpa(enable_gqa=True, is_causal=True), lambda: qkv((1, 6, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4)), id="gqa-causal"),
+    pytest.param(lambda: Sdpa(enable_gqa=True, is_causal=True), lambda: qkv((1, 6, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4)),
+                 id="gqa-causal"),
     pytest.param(lambda: Sdpa(), lambda: qkv((2, 2, 3, 4, 8), (2, 2, 3, 5, 8), (2, 2, 3, 5, 8)), id="5d"),
 ]
 
@@ -170,7 +172,8 @@ def _padding(batch: int, length: int, dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
 @pytest.mark.parametrize("batch_first", [True, False], ids=["batch-first", "seq-first"])
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32], ids=["bool", "float"])
-def test_cross_attention_key_padding_mask(reify: bool, batch_first: bool, mask_dtype: torch.dtype, tmp_path: Any) -> None:
+def test_cross_attention_key_padding_mask(reify: bool, batch_first: bool, mask_dtype: torch.dtype,
+                                          tmp_path: Any) -> None:
     torch.manual_seed(0)
     x, memory = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
     if not batch_first:

@@ -3,7 +3,8 @@ torch; complex graph inputs and outputs go through check_io as pairs."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +35,8 @@ def as_pairs(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
 # (id, fn, inputs factory, dynamic axes {input index: {dim: symbol}} or None)
 CASES = [
     # complex-only ops
-    ("view_as_complex_real", lambda x: torch.view_as_real(torch.view_as_complex(x) * 2), lambda: (randn(3, 5, 2),), None),
+    ("view_as_complex_real", lambda x: torch.view_as_real(torch.view_as_complex(x) * 2), lambda: (randn(3, 5, 2),),
+     None),
     ("real_imag", lambda z: z.real * 2 + z.imag, lambda: (crandn(3, 4),), None),
     ("real_of_real", lambda x: torch.real(x) + 1, lambda: (randn(3, 4),), None),
     ("abs", lambda z: z.abs(), lambda: (crandn(2, 3, 5),), None),
@@ -82,7 +84,8 @@ CASES = [
     ("to_complex", lambda x: x.to(torch.complex64) * 1j, lambda: (randn(3),), None),
     ("to_real", lambda z: (z * 2).real.to(torch.float32), lambda: (crandn(3),), None),
     ("complex128", lambda z: z.to(torch.complex128) * 2, lambda: (crandn(3),), None),
-    ("complex128_ops", lambda z: (z * z.conj()).abs() + z.angle(), lambda: (torch.randn(3, dtype=torch.complex128),), None),
+    ("complex128_ops", lambda z: (z * z.conj()).abs() + z.angle(), lambda: (torch.randn(3, dtype=torch.complex128),),
+     None),
     # dynamic axes
     ("mul_dyn", lambda a, b: a * b, lambda: (crandn(2, 4), crandn(4)), {0: {0: "B"}}),
     ("abs_dyn", lambda z: z.abs().sum(-1), lambda: (crandn(2, 5),), {0: {1: "S"}}),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -76,7 +77,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_creation(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_creation(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                  tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
 
@@ -148,10 +150,11 @@ TABLE_CASES = [
      lambda: (torch.arange(2), torch.arange(3), torch.arange(2)), None),
     ("cartesian_prod_single", lambda x: torch.cartesian_prod(x) * 2, lambda: (randn(4),), None),
     ("combinations", lambda x: torch.combinations(x), lambda: (randn(4),), None),
-    ("combinations_r3_replacement", lambda x: torch.combinations(x, 3, with_replacement=True), lambda: (randn(3),), None),
+    ("combinations_r3_replacement", lambda x: torch.combinations(x, 3, with_replacement=True), lambda: (randn(3),),
+     None),
     ("one_hot", lambda i: torch.nn.functional.one_hot(i, 5), lambda: (torch.tensor([[0, 4], [2, 2]]),), None),
-    ("one_hot_dyn_float", lambda i: torch.nn.functional.one_hot(i, 3).float() * 2, lambda: (torch.randint(0, 3, (2, 4)),),
-     {0: {1: "S"}}),
+    ("one_hot_dyn_float", lambda i: torch.nn.functional.one_hot(i, 3).float() * 2,
+     lambda: (torch.randint(0, 3, (2, 4)),), {0: {1: "S"}}),
     ("fill", lambda x: (x * 1).fill_(2.5) + x, X, None),
     ("fill_int", lambda x: (x.long() * 1).fill_(-3), X, None),
     ("fill_tensor", lambda x, v: (x * 1).fill_(v), lambda: (randn(3, 5), torch.tensor(4.0)), None),
@@ -168,9 +171,11 @@ def test_tables(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, .
 
 
 @pytest.mark.parametrize("fn, make, message", [
-    pytest.param(lambda i: torch.nn.functional.one_hot(i), lambda: (torch.tensor([0, 2]),), "pass num_classes", id="one_hot_no_classes"),
+    pytest.param(lambda i: torch.nn.functional.one_hot(i), lambda: (torch.tensor([0, 2]),), "pass num_classes",
+                 id="one_hot_no_classes"),
     pytest.param(lambda x: torch.combinations(x, 5), lambda: (randn(3),), "which is empty", id="combinations_empty"),
 ])
-def test_tables_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str, tmp_path: Any) -> None:
+def test_tables_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str,
+                        tmp_path: Any) -> None:
     with pytest.raises(T2NErrorNotImplemented, match=message):
         check(fn, make(), tmp_path)

@@ -3,7 +3,8 @@ compared with torch, along static and dynamic axes; cumsum's scan for tract befo
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -51,18 +52,21 @@ CASES = [
     ("logcumsumexp_dyn", lambda x: torch.logcumsumexp(x, -1), X, DYN_T),
     ("trapz", lambda y: torch.trapz(y), X, None),
     ("trapezoid_dx_dim", lambda y: torch.trapezoid(y, dx=0.5, dim=1), X3, None),
-    ("trapezoid_x_1d", lambda y, x: torch.trapezoid(y, x, dim=1), lambda: (randn(2, 5, 3), torch.rand(5).cumsum(0)), None),
+    ("trapezoid_x_1d", lambda y, x: torch.trapezoid(y, x, dim=1), lambda: (randn(2, 5, 3), torch.rand(5).cumsum(0)),
+     None),
     ("trapz_x_broadcast", lambda y, x: torch.trapz(y, x), lambda: (randn(3, 7), torch.rand(3, 7).cumsum(1)), None),
     ("trapezoid_int", lambda y: torch.trapezoid(y), lambda: (ints(3, 4),), None),
     ("trapezoid_dyn", lambda y: torch.trapezoid(y, dx=2.0), X, DYN_T),
     ("cumulative_trapezoid", lambda y: torch.cumulative_trapezoid(y), X, None),
-    ("cumulative_trapezoid_x", lambda y, x: torch.cumulative_trapezoid(y, x, dim=0), lambda: (randn(6, 2), torch.rand(6).cumsum(0)), None),
+    ("cumulative_trapezoid_x", lambda y, x: torch.cumulative_trapezoid(y, x, dim=0),
+     lambda: (randn(6, 2), torch.rand(6).cumsum(0)), None),
     ("cumulative_trapezoid_dyn", lambda y: torch.cumulative_trapezoid(y, dx=0.1, dim=1), X, DYN_T),
 ]
 
 
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_cumulative(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_cumulative(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                    tmp_path: Any) -> None:
     torch.manual_seed(0)
     inputs = make()
     out = fn(*inputs)
@@ -82,7 +86,8 @@ def test_cumsum_scan_before_native_op(fn: Callable[..., Any], x: torch.Tensor, t
     path = export_and_check(Fn(fn), (x,), tmp_path, target=target, input_names=["x"], compression_level=None)
     text = (path / "graph.nnef").read_text()
     assert "tract_core_scan" in text and "tract_core_cumsum" not in text
-    longer = torch.randn(x.shape[0], x.shape[1] + 4) if x.is_floating_point() else torch.randint(-4, 5, (x.shape[0], x.shape[1] + 4))
+    longer = (torch.randn(x.shape[0], x.shape[1] + 4) if x.is_floating_point()
+              else torch.randint(-4, 5, (x.shape[0], x.shape[1] + 4)))
     export_and_check(Fn(fn), (x,), tmp_path, target=target, input_names=["x"], name="grown.nnef", run_inputs=[longer])
 
 

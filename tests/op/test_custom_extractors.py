@@ -49,7 +49,8 @@ def test_lookup_by_module_is_exact():
 
 def test_lookup_by_kind():
     assert type(ModuleInfoExtractor.get_by_kind("wired_custom::Block")) is BlockExtractor
-    with pytest.raises(T2NErrorNotFoundModuleExtractor, match="no module extractor for kind 'wired_custom::Unregistered'"):
+    with pytest.raises(T2NErrorNotFoundModuleExtractor,
+                       match="no module extractor for kind 'wired_custom::Unregistered'"):
         ModuleInfoExtractor.get_by_kind("wired_custom::Unregistered")
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import tarfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -51,15 +52,18 @@ CASES = [
     ("diagonal_scatter", lambda x, s: torch.diagonal_scatter(x, s), lambda: (randn(3, 5), randn(3)), None),
     ("diagonal_scatter_offset", lambda x, s: torch.diagonal_scatter(x, s, 2), lambda: (randn(3, 5), randn(3)), None),
     ("diagonal_scatter_negative", lambda x, s: torch.diagonal_scatter(x, s, -1), lambda: (randn(4, 3), randn(3)), None),
-    ("diagonal_scatter_dims", lambda x, s: torch.diagonal_scatter(x, s, 0, 2, 0), lambda: (randn(3, 2, 4), randn(2, 3)), None),
-    ("diagonal_scatter_promote", lambda x, s: torch.diagonal_scatter(x, s), lambda: (randn(2, 2), ints(2).float()), None),
+    ("diagonal_scatter_dims", lambda x, s: torch.diagonal_scatter(x, s, 0, 2, 0), lambda: (randn(3, 2, 4), randn(2, 3)),
+     None),
+    ("diagonal_scatter_promote", lambda x, s: torch.diagonal_scatter(x, s), lambda: (randn(2, 2), ints(2).float()),
+     None),
     ("diagonal_scatter_dyn", lambda x, s: torch.diagonal_scatter(x, s, 0, 1, 2), lambda: (randn(2, 3, 3), randn(2, 3)),
      {0: {0: "B"}, 1: {0: "B"}}),
 ]
 
 
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_diagonal(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_diagonal(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                  tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
 
@@ -76,7 +80,8 @@ def test_diagonal_of_dynamic_plane_refused(tmp_path: Any) -> None:
     pytest.param(lambda x: torch.diag_embed(x, 1), M, id="diag_embed"),
     pytest.param(lambda x, s: torch.diagonal_scatter(x, s, 1), lambda: (randn(3, 5), randn(3)), id="diagonal_scatter"),
 ])
-def test_diagonal_khronos_strict(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], tmp_path: Any) -> None:
+def test_diagonal_khronos_strict(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]],
+                                 tmp_path: Any) -> None:
     """Float diagonals use plain NNEF only (reshape, slice, pad, select), so strict targets get them."""
     torch.manual_seed(0)
     path = export_and_check(Fn(fn), make(), tmp_path, target=KhronosNNEF("1.0.5"))

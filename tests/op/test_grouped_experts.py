@@ -6,8 +6,8 @@ are sorted by expert, and tract sorts only a constant number of elements)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch

@@ -10,8 +10,8 @@ that a check which finds nothing is known to be able to find something.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

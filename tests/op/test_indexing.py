@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -87,14 +88,17 @@ CASES = [
      lambda: (randn(2, 5),), {0: {1: "S"}}),
     ("masked_fill_scalar", lambda x, m: x.masked_fill(m, -1.5), lambda: (randn(3, 4), mask(3, 4)), None),
     ("masked_fill_broadcast", lambda x, m: x.masked_fill(m, float("-inf")), lambda: (randn(2, 3, 4), mask(4)), None),
-    ("masked_fill_tensor_value", lambda x, m: x.masked_fill(m, torch.tensor(2.0)), lambda: (randn(3, 4), mask(3, 4)), None),
+    ("masked_fill_tensor_value", lambda x, m: x.masked_fill(m, torch.tensor(2.0)), lambda: (randn(3, 4), mask(3, 4)),
+     None),
     ("masked_fill_int", lambda x, m: x.masked_fill(m, 7), lambda: (torch.randint(0, 9, (3, 4)), mask(1, 4)), None),
-    ("masked_fill_dyn", lambda x, m: x.masked_fill(m, 0.0), lambda: (randn(3, 4), mask(3, 4)), {0: {0: "B"}, 1: {0: "B"}}),
+    ("masked_fill_dyn", lambda x, m: x.masked_fill(m, 0.0), lambda: (randn(3, 4), mask(3, 4)),
+     {0: {0: "B"}, 1: {0: "B"}}),
     ("masked_fill_f16", lambda x, m: x.masked_fill(m, 3.0), lambda: (randn(3, 4).half(), mask(3, 4)), None),
     ("where", lambda c, a, b: torch.where(c, a, b), lambda: (mask(3, 4), randn(3, 4), randn(4)), None),
     ("where_scalar_other", lambda c, a: torch.where(c, a, 0.0), lambda: (mask(3, 4), randn(3, 4)), None),
     ("where_scalar_self", lambda c, a: torch.where(c, 1.0, a), lambda: (mask(4), randn(3, 4)), None),
-    ("where_promote", lambda c, a, b: torch.where(c, a, b), lambda: (mask(3, 4), randn(3, 4), torch.randint(0, 5, (3, 4))), None),
+    ("where_promote", lambda c, a, b: torch.where(c, a, b),
+     lambda: (mask(3, 4), randn(3, 4), torch.randint(0, 5, (3, 4))), None),
     ("flip", lambda x: x.flip(1), lambda: (randn(3, 5),), None),
     ("flip_two_axes", lambda x: torch.flip(x, (0, -1)), lambda: (randn(3, 4, 5),), None),
     ("flip_dyn", lambda x: x.flip(1), lambda: (randn(2, 5),), {0: {1: "S"}}),
@@ -113,7 +117,8 @@ CASES = [
     ("diff_int_dyn", lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1),
      lambda: (torch.randint(0, 9, (1, 5)),), {0: {1: "S"}}),
     ("cumsum_int", lambda x: torch.cumsum(x, 0), lambda: (torch.randint(0, 9, (4, 3)),), None),
-    ("scatter_src", lambda x, i, s: x.scatter(1, i, s), lambda: (randn(3, 5), idx(0, 4, 2).repeat(3, 1), randn(3, 3)), None),
+    ("scatter_src", lambda x, i, s: x.scatter(1, i, s), lambda: (randn(3, 5), idx(0, 4, 2).repeat(3, 1), randn(3, 3)),
+     None),
     ("scatter_value", lambda x, i: x.scatter(0, i, 2.5), lambda: (randn(3, 5), idx(2, 0, 1, 1, 0).view(1, 5)), None),
     ("index_put", put_rows, lambda: (randn(5, 3), idx(0, -2), randn(2, 3)), None),
     ("index_put_axis1_broadcast", lambda x, i, v: torch.ops.aten.index_put(x, [None, i], v),
@@ -135,7 +140,8 @@ def _param(case: Any) -> Any:
 
 
 @pytest.mark.parametrize("fn, make, dyn", [_param(c) for c in CASES])
-def test_indexing(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_indexing(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                  tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
 
@@ -163,11 +169,13 @@ def test_embedding_dynamic_sequence(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("fn, make, message", [
     pytest.param(lambda x, m: x[m], lambda: (randn(3, 4), mask(3, 4)), "data-dependent", id="bool_mask"),
-    pytest.param(lambda x, i, j: x[i, :, j], lambda: (randn(3, 2, 4), idx(0, 1), idx(2, 3)), "non-adjacent", id="index_tensors_apart"),
+    pytest.param(lambda x, i, j: x[i, :, j], lambda: (randn(3, 2, 4), idx(0, 1), idx(2, 3)), "non-adjacent",
+                 id="index_tensors_apart"),
     pytest.param(lambda c: torch.where(c), lambda: (mask(3, 4),), "nonzero", id="where_one_arg"),
     pytest.param(lambda x: x.roll(1, 1), lambda: (randn(2, 5),), "roll", id="roll_dynamic_axis"),
 ])
-def test_indexing_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str, tmp_path: Any) -> None:
+def test_indexing_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], message: str,
+                          tmp_path: Any) -> None:
     """Variants a static graph cannot express fail with an error naming the op."""
     torch.manual_seed(0)
     inputs = make()

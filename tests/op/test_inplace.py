@@ -4,8 +4,9 @@ select_scatter put a written view back (bounds, steps, dynamic axes, dtypes)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ def written(*writes: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], 
     return fn
 
 
-def copy_from(write: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def copy_from(write: Callable[[torch.Tensor, torch.Tensor], Any]) -> Callable[[torch.Tensor, torch.Tensor],
+                                                                              torch.Tensor]:
     def fn(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         y = x * 1
         write(y, z)

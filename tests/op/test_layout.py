@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -74,13 +75,16 @@ CASES = [
     ("repeat_interleave_negative_dim", lambda x: x.repeat_interleave(2, dim=-1), X3, None),
     ("repeat_interleave_flat", lambda x: torch.repeat_interleave(x, 2), M, None),
     ("repeat_interleave_dyn", lambda x: x.repeat_interleave(2, dim=1), X3, DYN1),
-    ("repeat_interleave_gqa_dyn", lambda x: x[:, :, None].expand(2, 3, 2, 5).reshape(2, 6, 5) + x.repeat_interleave(2, 1),
-     X3, None),
-    ("repeat_interleave_tensor_in_forward", lambda x: x.repeat_interleave(torch.tensor([2, 0, 1, 1, 1]), dim=1), M, None),
+    ("repeat_interleave_gqa_dyn",
+     lambda x: x[:, :, None].expand(2, 3, 2, 5).reshape(2, 6, 5) + x.repeat_interleave(2, 1), X3, None),
+    ("repeat_interleave_tensor_in_forward", lambda x: x.repeat_interleave(torch.tensor([2, 0, 1, 1, 1]), dim=1), M,
+     None),
     ("repeat_interleave_tensor_single", lambda x: x.repeat_interleave(torch.tensor([2]), dim=0), M, None),
-    ("repeat_interleave_indices", lambda x: x * torch.repeat_interleave(torch.tensor([2, 0, 3])), lambda: (randn(5),), None),
+    ("repeat_interleave_indices", lambda x: x * torch.repeat_interleave(torch.tensor([2, 0, 3])), lambda: (randn(5),),
+     None),
     ("channel_shuffle", lambda x: F.channel_shuffle(x, 2), lambda: (randn(2, 6, 3, 3),), None),
-    ("native_channel_shuffle_dyn", lambda x: torch.native_channel_shuffle(x, 3), lambda: (randn(1, 6, 5),), {0: {2: "T"}}),
+    ("native_channel_shuffle_dyn", lambda x: torch.native_channel_shuffle(x, 3), lambda: (randn(1, 6, 5),),
+     {0: {2: "T"}}),
     ("unfold", lambda x: x.unfold(1, 2, 1), M, None),
     ("unfold_step", lambda x: x.unfold(-1, 3, 2), lambda: (randn(2, 3, 9),), None),
     ("unfold_first_axis", lambda x: x.unfold(0, 2, 3), lambda: (randn(8, 3),), None),
@@ -154,13 +158,15 @@ def test_layout_dyn_then_reshape(fn: Callable[..., Any], tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("fn, make", [
     pytest.param(lambda x, y: torch.vstack((x, y)), lambda: (randn(5), randn(2, 5)), id="vstack"),
-    pytest.param(lambda x, y, z: torch.column_stack((x, y, z)), lambda: (randn(4), randn(4, 2), randn(4)), id="column_stack"),
+    pytest.param(lambda x, y, z: torch.column_stack((x, y, z)), lambda: (randn(4), randn(4, 2), randn(4)),
+                 id="column_stack"),
     pytest.param(lambda x: torch.movedim(x, (0, 1), (2, 0)), X3, id="movedim"),
     pytest.param(lambda x: x.repeat_interleave(2, dim=1), X3, id="repeat_interleave"),
     pytest.param(lambda x: F.channel_shuffle(x, 2), lambda: (randn(2, 6, 3, 3),), id="channel_shuffle"),
     pytest.param(lambda x, y: torch.block_diag(x, y), lambda: (randn(2, 3), randn(1, 2)), id="block_diag"),
 ])
-def test_layout_khronos_strict(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], tmp_path: Any) -> None:
+def test_layout_khronos_strict(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]],
+                               tmp_path: Any) -> None:
     """Layout ops built from plain NNEF (unsqueeze, tile, reshape, transpose, pad, concat)
     export to strict Khronos targets too."""
     torch.manual_seed(0)

@@ -5,7 +5,8 @@ matmul kernels; what needs singular values is refused by name."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -51,8 +52,8 @@ def rope_angles(x: torch.Tensor) -> torch.Tensor:
 CASES = [
     ("einsum", lambda a, b: torch.einsum("bij,bjk->bik", a, b), lambda: (randn(2, 3, 4), randn(2, 4, 5)), None),
     ("einsum_implicit_output", lambda a, b: torch.einsum("ij,kj", a, b), lambda: (randn(3, 4), randn(5, 4)), None),
-    ("einsum_ellipsis_broadcast", lambda a, b: torch.einsum("...ij,...jk", a, b), lambda: (randn(2, 3, 4), randn(1, 4, 5)),
-     None),
+    ("einsum_ellipsis_broadcast", lambda a, b: torch.einsum("...ij,...jk", a, b),
+     lambda: (randn(2, 3, 4), randn(1, 4, 5)), None),
     ("einsum_ellipsis_middle", lambda a: torch.einsum("i...j->j...i", a), lambda: (randn(2, 3, 4, 5),), None),
     ("einsum_ellipsis_f16_dyn", lambda a, b: torch.einsum("b...d,d->b...", a.half(), b.half()),
      lambda: (randn(2, 3, 4), randn(4)), {0: {1: "S"}}),
@@ -67,8 +68,10 @@ CASES = [
     ("inner_int", torch.inner, lambda: (ints(3, 4), ints(2, 4)), None),
     ("tensordot_one", lambda a, b: torch.tensordot(a, b, dims=([1], [0])), lambda: (randn(3, 4, 2), randn(4, 5)), None),
     ("tensordot_two", lambda a, b: torch.tensordot(a, b, dims=2), lambda: (randn(2, 3, 4), randn(3, 4, 5)), None),
-    ("tensordot_unordered", lambda a, b: torch.tensordot(a, b, dims=([0, 2], [2, 0])), lambda: (randn(2, 3, 4), randn(4, 5, 2)), None),
-    ("tensordot_int", lambda a, b: torch.tensordot(a, b, dims=([1, 0], [0, 2])), lambda: (ints(3, 4), ints(4, 2, 3)), None),
+    ("tensordot_unordered", lambda a, b: torch.tensordot(a, b, dims=([0, 2], [2, 0])),
+     lambda: (randn(2, 3, 4), randn(4, 5, 2)), None),
+    ("tensordot_int", lambda a, b: torch.tensordot(a, b, dims=([1, 0], [0, 2])), lambda: (ints(3, 4), ints(4, 2, 3)),
+     None),
     ("tensordot_outer", lambda a, b: torch.tensordot(a, b, dims=0), lambda: (randn(2, 3), randn(4)), None),
     ("mv", torch.mv, lambda: (randn(3, 5), randn(5)), None),
     ("mv_int", torch.mv, lambda: (ints(3, 5), ints(5)), None),
@@ -76,13 +79,16 @@ CASES = [
     ("outer", torch.outer, lambda: (randn(5), randn(3)), None),
     ("ger_int", torch.ger, lambda: (ints(5), ints(3)), None),
     ("outer_rope_dyn", rope_angles, lambda: (randn(6, 4),), DYN_S),
-    ("addmv", lambda b, m, v: torch.addmv(b, m, v, beta=0.5, alpha=-2.0), lambda: (randn(3), randn(3, 4), randn(4)), None),
-    ("addmv_beta0_ignores_nan", lambda b, m, v: torch.addmv(b, m, v, beta=0), lambda: (torch.full((3,), NAN), randn(3, 4), randn(4)), None),
+    ("addmv", lambda b, m, v: torch.addmv(b, m, v, beta=0.5, alpha=-2.0), lambda: (randn(3), randn(3, 4), randn(4)),
+     None),
+    ("addmv_beta0_ignores_nan", lambda b, m, v: torch.addmv(b, m, v, beta=0),
+     lambda: (torch.full((3,), NAN), randn(3, 4), randn(4)), None),
     ("addmv_broadcast_bias", torch.addmv, lambda: (randn(1), randn(3, 4), randn(4)), None),
     ("addr", lambda b, u, v: torch.addr(b, u, v, beta=2.0, alpha=0.5), lambda: (randn(3, 4), randn(3), randn(4)), None),
     ("addr_int", lambda b, u, v: torch.addr(b, u, v, alpha=3), lambda: (ints(3, 4), ints(3), ints(4)), None),
     ("chain_matmul", quiet(torch.chain_matmul), lambda: (randn(2, 3), randn(3, 4), randn(4, 5)), None),
-    ("multi_dot_vector_ends", lambda a, b, c: torch.linalg.multi_dot([a, b, c]), lambda: (randn(3), randn(3, 4), randn(4)), None),
+    ("multi_dot_vector_ends", lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
+     lambda: (randn(3), randn(3, 4), randn(4)), None),
     ("multi_dot_int", lambda a, b: torch.linalg.multi_dot([a, b]), lambda: (ints(2, 3), ints(3, 2)), None),
     ("kron", torch.kron, lambda: (randn(2, 3), randn(3, 2)), None),
     ("kron_ranks", torch.kron, lambda: (randn(2, 2, 3), randn(3, 2)), None),
@@ -100,7 +106,8 @@ CASES = [
     ("linalg_norm_matrix_ord1", lambda x: torch.linalg.norm(x, 1), M, None),
     ("linalg_norm_matrix_ord_neg_inf", lambda x: torch.linalg.norm(x, -INF), M, None),
     ("matrix_norm_default_batched", torch.linalg.matrix_norm, lambda: (randn(2, 3, 4),), None),
-    ("matrix_norm_inf_keepdim", lambda x: torch.linalg.matrix_norm(x, INF, keepdim=True), lambda: (randn(2, 3, 4),), None),
+    ("matrix_norm_inf_keepdim", lambda x: torch.linalg.matrix_norm(x, INF, keepdim=True), lambda: (randn(2, 3, 4),),
+     None),
     ("matrix_norm_neg1_dims", lambda x: torch.linalg.matrix_norm(x, -1, dim=(2, 0)), lambda: (randn(2, 3, 4),), None),
     ("matrix_norm_f16_dyn", lambda x: torch.linalg.matrix_norm(x.half(), 1), lambda: (randn(2, 3, 4),), DYN_S),
     ("frobenius_norm", quiet(lambda x: torch.frobenius_norm(x, [1, 2])), lambda: (randn(2, 3, 4),), None),
@@ -126,7 +133,8 @@ def test_linalg(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, .
 
 
 @pytest.mark.parametrize("fn, message", [
-    (lambda x: torch.linalg.matrix_norm(x, "nuc"), "matrix norm ord='nuc'. it needs singular values and tract has no SVD"),
+    (lambda x: torch.linalg.matrix_norm(x, "nuc"),
+     "matrix norm ord='nuc'. it needs singular values and tract has no SVD"),
     (lambda x: torch.linalg.norm(x, 2), "matrix norm ord=2. it needs singular values"),
     (lambda x: torch.linalg.matrix_norm(x, -2), "matrix norm ord=-2. it needs"),
 ], ids=["nuc", "spectral", "smallest_singular_value"])
@@ -142,6 +150,7 @@ def test_matrix_norms_needing_svd_are_refused(fn: Callable[..., Any], message: s
     pytest.param(lambda a, b: torch.matmul(a.to(torch.int32), b.to(torch.int32)), lambda: (ints(2, 3), ints(3, 2)),
                  id="int32"),
 ])
-def test_integer_matmul_is_exact(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], tmp_path: Any) -> None:
+def test_integer_matmul_is_exact(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]],
+                                 tmp_path: Any) -> None:
     """tract's matmul has no integer kernels: integer products go through f64 and back."""
     check(fn, make(), tmp_path, atol=0, rtol=0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -81,7 +81,8 @@ CASES = [
 
 
 def _case(c):
-    return pytest.param(*c.values[1:], marks=c.marks, id=c.values[0]) if hasattr(c, "marks") else pytest.param(*c[1:], id=c[0])
+    return pytest.param(*c.values[1:], marks=c.marks, id=c.values[0]) if hasattr(c, "marks") else pytest.param(*c[1:],
+                                                                                                               id=c[0])
 
 
 @pytest.mark.parametrize("factory,shape,dyn", [_case(c) for c in CASES])
@@ -149,7 +150,7 @@ def test_f16_block(force_f32, tmp_path):
 
 
 # --- weight norm; native_layer_norm / native_group_norm (with their mean and rstd) ---------
-def weight_normed(make: Callable[[], nn.Module], dim: Optional[int], legacy: bool) -> nn.Module:
+def weight_normed(make: Callable[[], nn.Module], dim: int | None, legacy: bool) -> nn.Module:
     """``make()`` with a weight-norm reparametrization whose g and v are both randomized
     (at creation g = ||v||, which would hide a wrong norm)."""
     from torch.nn.utils import parametrizations, weight_norm
@@ -170,7 +171,7 @@ WEIGHT_NORM_CASES = [
 
 
 @pytest.mark.parametrize("make, shape, dim, legacy", WEIGHT_NORM_CASES)
-def test_weight_norm(make: Callable[[], nn.Module], shape: tuple, dim: Optional[int], legacy: bool, tmp_path) -> None:
+def test_weight_norm(make: Callable[[], nn.Module], shape: tuple, dim: int | None, legacy: bool, tmp_path) -> None:
     torch.manual_seed(0)
     export_and_check(weight_normed(make, dim, legacy), (torch.randn(*shape),), tmp_path, atol=1e-4)
 
@@ -203,7 +204,8 @@ NATIVE_NORM_CASES = [
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
 @pytest.mark.parametrize("fn, shape, param_shape", [pytest.param(*c[1:], id=c[0]) for c in NATIVE_NORM_CASES])
-def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: Optional[list], dtype: torch.dtype, tmp_path) -> None:
+def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: list | None, dtype: torch.dtype,
+                             tmp_path) -> None:
     """All three outputs (normalized, mean, rstd) match torch's, with the batch dynamic."""
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(param_shape, generator=gen).to(dtype) if param_shape else None

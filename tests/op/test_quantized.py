@@ -7,8 +7,9 @@ kernels; per-channel weights (x86's) are dequantized in the graph."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -244,8 +245,8 @@ class PerChannelBuffer(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         w = torch.randn(3, 4)
-        self.register_buffer("qw", torch.quantize_per_channel(w, torch.rand(3) / 10 + 0.01, torch.zeros(3, dtype=torch.long),
-                                                              0, torch.qint8))
+        self.register_buffer("qw", torch.quantize_per_channel(w, torch.rand(3) / 10 + 0.01,
+                                                              torch.zeros(3, dtype=torch.long), 0, torch.qint8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.qw.dequantize().t()
@@ -294,9 +295,12 @@ def test_quantized_outputs_are_codes_with_their_graph_quant(tmp_path: Path) -> N
     path = export_model_to_nnef(model, (torch.randn(4, 7),), tmp_path / "m.nnef", target, input_names=["x"],
                                 output_names=["a", "b", "c", "d"], compression_level=None)
     entries = _quant_entries(path)
-    assert entries["a"] == "zero_point_linear_quantize(scale = 0.05, zero_point = 128, bits = 8, signed = false, symmetric = false);"
-    assert entries["b"] == "zero_point_linear_quantize(scale = 0.25, zero_point = -3, bits = 8, signed = true, symmetric = false);"
-    assert entries["c"] == "zero_point_linear_quantize(scale = 0.001, zero_point = 0, bits = 32, signed = true, symmetric = true);"
+    assert entries["a"] == ("zero_point_linear_quantize(scale = 0.05, zero_point = 128, bits = 8, signed = false, "
+                            "symmetric = false);")
+    assert entries["b"] == ("zero_point_linear_quantize(scale = 0.25, zero_point = -3, bits = 8, signed = true, "
+                            "symmetric = false);")
+    assert entries["c"] == ("zero_point_linear_quantize(scale = 0.001, zero_point = 0, bits = 32, signed = true, "
+                            "symmetric = true);")
     assert "d" not in entries
     artefact = TractArtefact.load(path)
     for x in (torch.randn(4, 7) * 2, torch.randn(9, 7) * 2):

@@ -5,8 +5,8 @@ tract and compared with torch's quantized result within one output quantization 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest

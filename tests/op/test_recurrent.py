@@ -3,7 +3,8 @@ traced time length and, with a dynamic time axis, at other lengths."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -267,7 +268,8 @@ class Packed(nn.Module):
 
 def test_packed_sequence_is_refused_with_the_workaround(tmp_path):
     with pytest.raises(T2NErrorNotImplemented, match=r"aten::_pack_padded_sequence in <root module> .*packed "
-                       r"sequences \(nn.utils.rnn.pack_padded_sequence\).*pass the padded tensor to the recurrent layer"):
+                       r"sequences \(nn.utils.rnn.pack_padded_sequence\).*"
+                       r"pass the padded tensor to the recurrent layer"):
         export_model_to_nnef(Packed().eval(), (torch.randn(B, T, I), torch.tensor([T, 3])), tmp_path / "p.nnef",
                              TractNNEF.latest())
     assert list(tmp_path.iterdir()) == []

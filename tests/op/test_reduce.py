@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -95,7 +96,8 @@ CASES = [
     ("nansum_int", lambda x: torch.nansum(x, 0), lambda: (ints(3, 4),), None),
     ("nansum_f16", lambda x: torch.nansum(x.log(), -1), lambda: (randn(3, 8).half(),), None),
     ("nanmean_dim", lambda x: torch.nanmean(x.log(), 2), X, None),
-    ("nanmean_all_nan_row", lambda x: torch.nanmean(x, 1), lambda: (torch.tensor([[float("nan")] * 3, [1.0, float("nan"), 2.0]]),), None),
+    ("nanmean_all_nan_row", lambda x: torch.nanmean(x, 1),
+     lambda: (torch.tensor([[float("nan")] * 3, [1.0, float("nan"), 2.0]]),), None),
     ("nanmean_dyn", lambda x: torch.nanmean(x.sqrt(), 1, keepdim=True), X, DYN_T),
 ]
 

@@ -4,7 +4,8 @@ exported and run in tract, compared with torch."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -54,7 +55,8 @@ AFFINE = [
                  id="affine_2d_single_row"),
     pytest.param(lambda t: F.affine_grid(t, [1, 3, 2, 5, 4], align_corners=False), lambda: (randn(1, 3, 4),), None,
                  id="affine_3d"),
-    pytest.param(lambda x, t: F.grid_sample(x, F.affine_grid(t, [2, 3, 5, 7], align_corners=False), align_corners=False),
+    pytest.param(lambda x, t: F.grid_sample(x, F.affine_grid(t, [2, 3, 5, 7], align_corners=False),
+                                            align_corners=False),
                  lambda: (randn(2, 3, 5, 7), randn(2, 2, 3) * 0.3 + torch.tensor([[1.0, 0, 0], [0, 1, 0]])), None,
                  id="spatial_transformer"),
 ]
@@ -83,7 +85,8 @@ PATCHES = [
 
 
 @pytest.mark.parametrize("fn, make, dyn", GRID_SAMPLE + AFFINE + PATCHES)
-def test_sampling(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Any) -> None:
+def test_sampling(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                  tmp_path: Any) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-4, rtol=1e-4)
 

@@ -5,8 +5,9 @@ same size). Each export is run in tract at the traced sizes and at other sizes."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

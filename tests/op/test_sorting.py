@@ -4,7 +4,8 @@ sort may order equal values either way; the stable variants also get ties."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

@@ -3,7 +3,8 @@ the ranges torch defines them on: negative and large arguments, poles, tails."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -25,14 +26,19 @@ def values(*v: float) -> torch.Tensor:
 
 
 GAMMA_ARGS = lambda: (torch.cat([  # noqa: E731 - table shorthand
-    grid(-30.3, 30.7), values(0.0, -0.0, -1.0, -7.0, 1.0, 2.0, 1e-30, 1e-5, 0.5, 1e3, 1e5, 1e10, 1e30, -1e-5, -1e5 - 0.5),
+    grid(-30.3, 30.7),
+    values(0.0, -0.0, -1.0, -7.0, 1.0, 2.0, 1e-30, 1e-5, 0.5, 1e3, 1e5, 1e10, 1e30, -1e-5, -1e5 - 0.5),
 ]),)
 DIGAMMA_ARGS = lambda: (torch.cat([  # noqa: E731
     grid(-20.2, 25.1), values(0.0, -0.0, -3.0, 1.4616321, 1e-6, 1e4, 1e20, -1e4 - 0.25),
 ]),)
-WIDE = lambda: (torch.cat([grid(-12.0, 12.0), values(0.0, -0.0, 3.75, -3.75, 50.0, 88.0, 89.5, -90.0, 200.0, INF, -INF)]),)  # noqa: E731
+WIDE = lambda: (torch.cat([  # noqa: E731
+    grid(-12.0, 12.0), values(0.0, -0.0, 3.75, -3.75, 50.0, 88.0, 89.5, -90.0, 200.0, INF, -INF),
+]),)
 UNIT_OPEN = lambda: (torch.cat([grid(-0.999, 0.999), values(0.0, 1e-7, -1e-7, 0.9999999, 1.0, -1.0, 1.5)]),)  # noqa: E731
-PROBS = lambda: (torch.cat([grid(0.001, 0.999), values(1e-38, 1e-30, 1e-20, 1e-10, 3e-8, 1e-5, 0.5, 1 - 1e-7, 0.0, 1.0)]),)  # noqa: E731
+PROBS = lambda: (torch.cat([  # noqa: E731
+    grid(0.001, 0.999), values(1e-38, 1e-30, 1e-20, 1e-10, 3e-8, 1e-5, 0.5, 1 - 1e-7, 0.0, 1.0),
+]),)
 NORMAL = lambda: (torch.cat([grid(-40.0, 12.0), values(0.0, -0.0, 1e-8, INF, -INF)]),)  # noqa: E731
 X = lambda: (torch.randn(3, 5),)  # noqa: E731
 XY = lambda: (torch.randn(3, 5), torch.randn(5).abs())  # noqa: E731
@@ -49,7 +55,8 @@ CASES = [
     ("digamma_wide", torch.digamma, DIGAMMA_ARGS, None),
     ("psi_f16", lambda x: torch.special.psi(x.half()), lambda: (grid(0.1, 30.0, 31),), None),
     ("mvlgamma_p1", lambda x: torch.mvlgamma(x, 1), lambda: (grid(0.1, 50.0, 21),), None),
-    ("mvlgamma_p3_batched", lambda x: torch.special.multigammaln(x, 3), lambda: (torch.rand(2, 3, 5) * 20 + 1.01,), None),
+    ("mvlgamma_p3_batched", lambda x: torch.special.multigammaln(x, 3), lambda: (torch.rand(2, 3, 5) * 20 + 1.01,),
+     None),
     ("erfc_wide", torch.erfc, lambda: (torch.cat([grid(-6.0, 12.0), values(0.0, INF, -INF, 9.5)]),), None),
     ("erfc_f16", lambda x: torch.special.erfc(x.half()), lambda: (grid(-3.0, 4.0, 29),), None),
     ("erfcx", torch.special.erfcx, lambda: (torch.cat([grid(-9.0, 60.0), values(0.0, 1e4)]),), None),
@@ -72,7 +79,8 @@ CASES = [
     ("xlogy_broadcast", torch.special.xlogy, XY, None),
     ("xlogy_scalar_self", lambda y: torch.xlogy(2.0, y), lambda: (torch.rand(3, 5) + 0.1,), None),
     ("xlogy_scalar_other", lambda x: torch.xlogy(x, 3.0), X, None),
-    ("xlog1py", torch.special.xlog1py, lambda: (values(0.0, 0.0, 1.0, 2.5, 1.0), values(NAN, -1.0, 1e-7, 4.0, -0.5)), None),
+    ("xlog1py", torch.special.xlog1py, lambda: (values(0.0, 0.0, 1.0, 2.5, 1.0), values(NAN, -1.0, 1e-7, 4.0, -0.5)),
+     None),
 ]
 
 
@@ -84,10 +92,13 @@ def test_special(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, 
     check(fn, inputs, tmp_path, dyn, atol=1e-2 if f16 else 1e-4, rtol=5e-3 if f16 else 5e-4)
 
 
-@pytest.mark.parametrize("fn", [torch.lgamma, torch.digamma, torch.erfc, torch.special.i0e, torch.special.log_ndtr, torch.sinc],
+@pytest.mark.parametrize("fn", [torch.lgamma, torch.digamma, torch.erfc, torch.special.i0e, torch.special.log_ndtr,
+                                torch.sinc],
                          ids=["lgamma", "digamma", "erfc", "i0e", "log_ndtr", "sinc"])
 def test_strict_nnef(fn: Callable[..., Any], tmp_path: Any) -> None:
     """Plain NNEF operators only: the strict (Khronos) export needs no tract extension."""
-    x = torch.cat([grid(-9.7, 9.9, 21), values(0.0, -3.0)]) if fn is not torch.special.log_ndtr else grid(-30.0, 9.0, 21)
-    path = export_and_check(Fn(fn), (x,), tmp_path, target=KhronosNNEF.latest(), compression_level=None, atol=1e-4, rtol=5e-4)
+    x = torch.cat([grid(-9.7, 9.9, 21), values(0.0, -3.0)]) if fn is not torch.special.log_ndtr else grid(-30.0, 9.0,
+                                                                                                          21)
+    path = export_and_check(Fn(fn), (x,), tmp_path, target=KhronosNNEF.latest(), compression_level=None, atol=1e-4,
+                            rtol=5e-4)
     assert "tract_" not in (path / "graph.nnef").read_text()

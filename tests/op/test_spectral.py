@@ -4,7 +4,8 @@ torch (complex results compared as (re, im) pairs)."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -98,21 +99,25 @@ STFT = [
     # Whisper's front end: n_fft 400, hop 160, hann, power spectrum without the last frame.
     ("whisper_power", lambda a: torch.stft(a, 400, 160, window=hann(400), return_complex=True)[..., :-1].abs() ** 2,
      lambda: (randn(1, 1600),), None),
-    ("center_reflect", lambda a: torch.stft(a, 64, 16, window=hann(64), return_complex=True), lambda: (randn(2, 301),), None),
+    ("center_reflect", lambda a: torch.stft(a, 64, 16, window=hann(64), return_complex=True), lambda: (randn(2, 301),),
+     None),
     ("center_constant", lambda a: torch.stft(a, 32, 8, window=hann(32), pad_mode="constant", return_complex=True),
      lambda: (randn(130),), None),
     ("no_center_short_window", lambda a: torch.stft(a, 32, 10, 21, hann(21), center=False, return_complex=True),
      lambda: (randn(2, 150),), None),
     ("default_window_normalized", quiet(lambda a: torch.stft(a, 20, normalized=True, return_complex=True)),
      lambda: (randn(97),), None),
-    ("rect_window_short", quiet(lambda a: torch.stft(a, 16, 4, win_length=10, return_complex=True)), lambda: (randn(90),), None),
-    ("two_sided_real_output", quiet(lambda a: torch.stft(a, 16, 5, window=hann(16), onesided=False, return_complex=False)),
+    ("rect_window_short", quiet(lambda a: torch.stft(a, 16, 4, win_length=10, return_complex=True)),
+     lambda: (randn(90),), None),
+    ("two_sided_real_output",
+     quiet(lambda a: torch.stft(a, 16, 5, window=hann(16), onesided=False, return_complex=False)),
      lambda: (randn(2, 80),), None),
     ("computed_window", lambda a: torch.stft(a, 32, 8, window=hann(32).sqrt(), return_complex=True),
      lambda: (randn(2, 120),), None),
     ("computed_short_window", lambda a: torch.stft(a, 32, 7, 19, hann(19) ** 2, return_complex=True),
      lambda: (randn(120),), None),
-    ("complex_signal", lambda z: torch.stft(z, 16, 4, window=hann(16), return_complex=True), lambda: (crandn(70),), None),
+    ("complex_signal", lambda z: torch.stft(z, 16, 4, window=hann(16), return_complex=True), lambda: (crandn(70),),
+     None),
     ("dyn_time", lambda a: torch.stft(a, 64, 16, window=hann(64), return_complex=True).abs(),
      lambda: (randn(2, 400),), {0: {1: "T"}}),
     ("dyn_time_no_center", lambda a: torch.stft(a, 64, 16, window=hann(64), center=False, return_complex=True),
@@ -131,7 +136,8 @@ STFT = [
      lambda: (_spec(2, 64, 16, 4, onesided=False),), None),
     ("stft_istft_roundtrip", lambda a: torch.istft(torch.stft(a, 32, 8, window=hann(32), return_complex=True), 32, 8,
                                                    window=hann(32), length=203), lambda: (randn(2, 203),), None),
-    ("istft_dyn_frames", lambda s: torch.istft(s, 16, 4, window=hann(16)), lambda: (_spec(2, 100, 16, 4),), {0: {2: "T"}}),
+    ("istft_dyn_frames", lambda s: torch.istft(s, 16, 4, window=hann(16)), lambda: (_spec(2, 100, 16, 4),),
+     {0: {2: "T"}}),
 ]
 
 

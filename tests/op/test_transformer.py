@@ -5,7 +5,7 @@ from a src_key_padding_mask) and nn.MultiheadAttention with need_weights
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -36,7 +36,7 @@ class Layer(nn.Module):
                                                 norm_first=norm_first, activation=activation)
         self.causal = causal
 
-    def forward(self, x: torch.Tensor, padding: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
         mask = None
         if self.causal:
             n = x.shape[1] if self.layer.self_attn.batch_first else x.shape[0]
@@ -54,7 +54,7 @@ class Encoder(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(E) if norm else None,
                                              enable_nested_tensor=True)
 
-    def forward(self, x: torch.Tensor, padding: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
         return self.encoder(x, src_key_padding_mask=padding)
 
 

@@ -51,7 +51,8 @@ def test_named_parameter_is_exported_under_its_nnef_name(tmp_path):
     files = sorted(str(p.relative_to(path)) for p in path.rglob("*.dat"))
     # c0: the plain tensor attribute, a constant of the trace.
     assert files == ["c0.dat", "embed.weight.dat", "scale.dat", "shared/up_proj.w.dat", "up.bias.dat"]
-    assert "shared_up_proj_w = variable<scalar>(label = 'shared/up_proj.w', shape = [64, 32]);" in (path / "graph.nnef").read_text()
+    assert ("shared_up_proj_w = variable<scalar>(label = 'shared/up_proj.w', shape = [64, 32]);"
+            in (path / "graph.nnef").read_text())
 
 
 def test_apply_name_names_every_tensor_in_place_sharing_storage(tmp_path):
@@ -76,7 +77,8 @@ def test_apply_name_names_every_tensor_in_place_sharing_storage(tmp_path):
     # Named by their paths, the weights keep the labels an unnamed export gives them; the
     # plain attribute, a nameless constant (c0) before, now has its path too.
     named_path = export_and_check(model, IDS, tmp_path, name="named.nnef", compression_level=None)
-    plain_path = export_model_to_nnef(Net().eval(), IDS, tmp_path / "plain.nnef", TractNNEF.latest(), compression_level=None)
+    plain_path = export_model_to_nnef(Net().eval(), IDS, tmp_path / "plain.nnef", TractNNEF.latest(),
+                                      compression_level=None)
     renamed = {"c0.dat": "offset.dat"}
     assert sorted(renamed.get(p.name, p.name) for p in plain_path.glob("*.dat")) == sorted(
         p.name for p in named_path.glob("*.dat")
@@ -163,7 +165,8 @@ def test_tied_named_tensor_is_written_once(tmp_path):
     model.embed._parameters["weight"] = nn.Parameter(NamedTensor(model.embed.weight.detach(), "vocab"))
     model.head._parameters["weight"] = model.embed.weight
     path = export_and_check(model, IDS, tmp_path, compression_level=None)
-    assert sorted(p.name for p in path.glob("*.dat")) == ["c0.dat", "scale.dat", "up.bias.dat", "up.weight.dat", "vocab.dat"]
+    assert sorted(p.name for p in path.glob("*.dat")) == ["c0.dat", "scale.dat", "up.bias.dat", "up.weight.dat",
+                                                          "vocab.dat"]
 
 
 def test_a_user_label_equal_to_a_generated_one_gets_its_own_file(tmp_path):

@@ -182,7 +182,8 @@ def test_mismatch_is_refused_before_anything_changes(tmp_path):
     assert all(p.is_meta for p in model.parameters())  # nothing was touched
 
     save_file({**state, "up.bias": torch.zeros(128, dtype=torch.int32)}, tmp_path / "i.safetensors")
-    with pytest.raises(T2NErrorCheckpoint, match=r"'up.bias' in .*i\.safetensors is I32 but the model expects torch.float32"):
+    with pytest.raises(T2NErrorCheckpoint,
+                       match=r"'up.bias' in .*i\.safetensors is I32 but the model expects torch.float32"):
         load_offloaded_checkpoint(empty_model(), tmp_path / "i.safetensors")
 
 
@@ -219,7 +220,8 @@ def _expert_checkpoint(tmp_path: Path, experts: int = 3) -> tuple[Any, dict[str,
     return open_checkpoint(tmp_path / "experts.safetensors"), stacked
 
 
-def _composed_experts(ckpt: Any, dtype: torch.dtype = torch.float32, experts: int = 3) -> dict[str, ComposedOffloadedTensor]:
+def _composed_experts(ckpt: Any, dtype: torch.dtype = torch.float32, experts: int = 3) -> dict[str,
+                                                                                               ComposedOffloadedTensor]:
     def pieces(i: int) -> list[OffloadedTensor]:
         return [OffloadedTensor(ckpt, f"e.{e}.w{i}", dtype) for e in range(experts)]
 
@@ -459,7 +461,8 @@ def test_offloaded_tensor_qtensor(tmp_path):
 
 def test_packed_q4_0_checkpoint_tensor_is_checked(tmp_path):
     save_file({"blocks": torch.zeros(10, dtype=torch.uint8)}, tmp_path / "b.safetensors")
-    with pytest.raises(T2NErrorCheckpoint, match=r"'blocks' in .* is U8 \[10\]; the Q4_0 blocks of a \(8, 64\) tensor are U8 \[288\]"):
+    with pytest.raises(T2NErrorCheckpoint,
+                       match=r"'blocks' in .* is U8 \[10\]; the Q4_0 blocks of a \(8, 64\) tensor are U8 \[288\]"):
         OffloadedTensor(open_checkpoint(tmp_path / "b.safetensors"), "blocks", packed_shape=(8, 64))
 
 

@@ -41,7 +41,8 @@ def opaque_net(tmp_path) -> Net:
     model = Net().eval()
     q = fp_to_tract_q4_0_with_min_max_calibration(model.a.weight.detach())
     model.a._parameters["weight"] = nn.Parameter(q, requires_grad=False)
-    tied = nn.Parameter(OffloadedTensor.from_original_tensor(model.b.weight.detach(), "b.weight", tmp_path), requires_grad=False)
+    tied = nn.Parameter(OffloadedTensor.from_original_tensor(model.b.weight.detach(), "b.weight", tmp_path),
+                        requires_grad=False)
     model.b._parameters["weight"] = model.c._parameters["weight"] = tied
     bias = OffloadedTensor.from_original_tensor(model.a.bias.detach(), "a.bias", tmp_path)
     model.a._parameters["bias"] = nn.Parameter(bias, requires_grad=False)
@@ -55,7 +56,8 @@ def test_refs_compute_and_export_as_the_opaque_tensors(tmp_path):
     opaque = {n: p for n, p in model.named_parameters()}
     assert set_opaque_tensor_in_params_as_ref(model) is None
     refs = dict(model.named_parameters(remove_duplicate=False))
-    assert sorted(n for n, p in refs.items() if isinstance(p, OpaqueTensorRef)) == ["a.bias", "a.weight", "b.weight", "c.weight"]
+    assert sorted(n for n, p in refs.items() if isinstance(p, OpaqueTensorRef)) == ["a.bias", "a.weight", "b.weight",
+                                                                                    "c.weight"]
     assert refs["a.weight"].opaque_tensor is opaque["a.weight"] and refs["a.weight"].nnef_name == "a.weight"
     assert model.c.weight is model.b.weight and model.b.weight.nnef_name == "b.weight"  # still tied
     assert isinstance(refs["a.weight"], nn.Parameter) and isinstance(refs["b.bias"], nn.Parameter)
@@ -86,9 +88,11 @@ def test_ref_ops(tmp_path):
 
 def test_ref_arguments_are_checked():
     q = fp_to_tract_q4_0_with_min_max_calibration(torch.randn(4, 32))
-    with pytest.raises(T2NErrorInvalidArgument, match="^OpaqueTensorRef stands for a QTensor or an OffloadedTensor, got Tensor$"):
+    with pytest.raises(T2NErrorInvalidArgument,
+                       match="^OpaqueTensorRef stands for a QTensor or an OffloadedTensor, got Tensor$"):
         OpaqueTensorRef(None, torch.zeros(2))
-    with pytest.raises(T2NErrorInvalidArgument, match=r"^meta_tensor is \(4, 16\) torch.float32 but the opaque tensor is \(4, 32\)"):
+    with pytest.raises(T2NErrorInvalidArgument,
+                       match=r"^meta_tensor is \(4, 16\) torch.float32 but the opaque tensor is \(4, 32\)"):
         OpaqueTensorRef(torch.empty(4, 16, device="meta"), q)
 
 

@@ -104,7 +104,8 @@ class Head(nn.Module):
 def test_bf16_checkpoint_exported_as_q4_0_in_f16(tmp_path):
     """The -dt f16 -c min_max_q4_0 path: the head's payload is the whole-tensor blocks of
     its bf16 weight, tract runs it, and torch computed with its values."""
-    state = {"embed.weight": weights(torch.bfloat16, 96, 64) / 100, "head.weight": weights(torch.bfloat16, 96, 64) / 300}
+    state = {"embed.weight": weights(torch.bfloat16, 96, 64) / 100,
+             "head.weight": weights(torch.bfloat16, 96, 64) / 300}
     save_file(state, tmp_path / "m.safetensors")
     ckpt = open_checkpoint(tmp_path / "m.safetensors")
     model = Head().half().eval()

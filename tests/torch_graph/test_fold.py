@@ -5,8 +5,9 @@ inputs stay ops. Every export runs in tract against torch."""
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -4,8 +4,9 @@ in tract and matches torch; writes a graph of values cannot express are refused.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -272,7 +273,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("fn, make, dyn", [pytest.param(*c[1:], id=c[0]) for c in CASES])
-def test_inplace(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any, tmp_path: Path) -> None:
+def test_inplace(fn: Callable[..., Any], make: Callable[[], tuple[torch.Tensor, ...]], dyn: Any,
+                 tmp_path: Path) -> None:
     torch.manual_seed(0)
     check(fn, make(), tmp_path, dyn, atol=1e-3, rtol=1e-3)
 
@@ -328,7 +330,8 @@ def mask_with_values(x: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> torch
     pytest.param(mask_with_values, (randn(3, 4), torch.tensor([[True, False], [True, True], [False, False]]), randn(6)),
                  "x\\[mask\\] = tensor with elements. assign a scalar, or use torch.where", id="mask_with_values"),
 ])
-def test_inplace_refused(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], message: str, tmp_path: Path) -> None:
+def test_inplace_refused(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...], message: str,
+                         tmp_path: Path) -> None:
     """Writes whose effect a graph of values cannot express fail with the op, line and a fix."""
     with pytest.raises(T2NErrorNotImplemented, match=message):
         export_and_check(Fn(fn), inputs, tmp_path)
@@ -395,5 +398,6 @@ def test_permutation_of_views(kind: str, args: list[Any], shape: tuple[int, ...]
                               op: Callable[[torch.Tensor], torch.Tensor]) -> None:
     """The axis order a permuting view makes, as torch makes it (written back by its inverse)."""
     x = torch.arange(math.prod(shape)).view(shape)
-    values = [ListValue("l", [Const("d", a) for a in arg]) if isinstance(arg, list) else Const("d", arg) for arg in args]
+    values = [ListValue("l", [Const("d", a) for a in arg]) if isinstance(arg, list) else Const("d",
+                                                                                               arg) for arg in args]
     assert torch.equal(x.permute(permutation(kind, values, x.dim())), op(x))

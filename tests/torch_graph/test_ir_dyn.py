@@ -5,8 +5,9 @@ would be refused. Each case is then exported and run at another length in tract.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch

@@ -7,8 +7,8 @@ the same ops compute on Python numbers (true division exact until rounded, as to
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable, Union
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +17,7 @@ from fastnnef.dim import symbol
 from fastnnef.torch_graph import ir_sizes
 from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
 
-Number = Union[int, Fraction]
+Number = int | Fraction
 # One step: what it does to an IR value, and to the number it stands for.
 Step = tuple[Callable[[IRValue], IRValue], Callable[[Number], Number], str]
 
@@ -25,8 +25,10 @@ Step = tuple[Callable[[IRValue], IRValue], Callable[[Number], Number], str]
 def _steps() -> st.SearchStrategy[Step]:
     k = st.integers(1, 6)
     return st.one_of(
-        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::add", [v, Const("k", k)], "r"), lambda n: n + k, f"+{k}")),
-        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::mul", [v, Const("k", k)], "r"), lambda n: n * k, f"*{k}")),
+        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::add", [v, Const("k", k)], "r"), lambda n: n + k,
+                         f"+{k}")),
+        k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::mul", [v, Const("k", k)], "r"), lambda n: n * k,
+                         f"*{k}")),
         k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::rsub", [v, Const("k", 0)], "r"), lambda n: -n, "neg")),
         k.map(lambda k: (lambda v: ir_sizes.arithmetic("aten::div", [v, Const("k", k)], "r"),
                          lambda n: Fraction(n) / k, f"/{k}")),
@@ -39,7 +41,7 @@ def _steps() -> st.SearchStrategy[Step]:
     )
 
 
-def _value(v: IRValue, s: int) -> Union[Number, None]:
+def _value(v: IRValue, s: int) -> Number | None:
     """What an IR value stands for when the axis has length ``s`` (None: not written)."""
     if isinstance(v, Const):
         return v.value

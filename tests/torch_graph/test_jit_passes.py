@@ -5,7 +5,8 @@ chain through ``harden_jit_for_export`` and an export checked in tract."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch

@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 import warnings
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from fastnnef.cli_exit import run_command
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # torch announces jit.trace's deprecation on every trace; fastnnef relies on tracing
     # knowingly, so the command line (which owns its process) keeps its output clean.

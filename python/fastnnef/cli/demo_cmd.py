@@ -10,7 +10,7 @@ from pathlib import Path
 from fastnnef.cli.inspect_cmd import describe_artefact
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("demo", help="export the bundled example model and check it in tract")
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="where to write the artefact (default: a temporary directory)")

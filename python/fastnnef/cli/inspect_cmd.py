@@ -7,8 +7,8 @@ import collections
 import re
 import struct
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from fastnnef.exceptions import T2NErrorNotFoundFile
 
@@ -17,7 +17,7 @@ _DTYPE_OF_CODE = {0: "f", 1: "u", 2: "qu", 3: "qi", 4: "i", 5: "bool"}
 _VENDOR = {(0x5452, 0x3040): "q4_0", (0x5452, 0x2040): "q4_0_legacy"}
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("inspect", help="describe an NNEF artefact (dir, .tar, .tgz)")
     p.add_argument("artefact", type=Path)
     p.add_argument("--tensors", action="store_true", help="list every tensor, not only totals")
@@ -43,9 +43,10 @@ def _members(path: Path) -> Iterator[tuple[str, bytes]]:
     with tarfile.open(path, "r:*") as tar:
         for member in tar:
             if member.isfile():
-                fh = tar.extractfile(member)
-                assert fh is not None
-                yield member.name, fh.read() if not member.name.endswith(".dat") else fh.read(128)
+                member_file = tar.extractfile(member)
+                assert member_file is not None
+                data = member_file.read() if not member.name.endswith(".dat") else member_file.read(128)
+                yield member.name, data
 
 
 def _dat_header(head: bytes) -> tuple[str, list[int], int]:
@@ -78,10 +79,11 @@ def describe_artefact(path: Path, list_tensors: bool = False) -> str:
     lines.append("ops: " + ", ".join(f"{k}×{v}" for k, v in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))))
     total = sum(t[3] for t in tensors)
     by_dtype = collections.Counter(t[1] for t in tensors)
-    lines.append(f"tensors: {len(tensors)} ({_human(total)}), " + ", ".join(f"{k}×{v}" for k, v in sorted(by_dtype.items())))
+    lines.append(f"tensors: {len(tensors)} ({_human(total)}), "
+                 + ", ".join(f"{k}×{v}" for k, v in sorted(by_dtype.items())))
     if list_tensors:
-        for label, dtype, dims, size in tensors:
-            lines.append(f"  {label}: {dtype}{dims} {_human(size)}")
+        for label, dtype, shape, size in tensors:
+            lines.append(f"  {label}: {dtype}{shape} {_human(size)}")
     props = art.properties
     if props:
         lines.append("properties:")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable, Optional
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fastnnef.utils import SemanticVersion
@@ -32,7 +33,7 @@ _BACKEND = re.compile(r"^(cudnn|miopen|mkldnn|fbgemm|mps|vulkan|slow|thnn|sparse
 _IR_FOLDED = frozenset({"aten::size", "aten::dim", "aten::__getitem__"})
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("ops", help="list the aten ops fastnnef can export")
     p.add_argument(
         "--markdown", action="store_true",
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _newest() -> "SemanticVersion":
+def _newest() -> SemanticVersion:
     """A version past every handler's ``since`` (lookup then gives the newest handler)."""
     from fastnnef.utils import SemanticVersion
 
@@ -79,7 +80,7 @@ def torch_operator_set() -> list[str]:
     )
 
 
-def _tract_versions(oldest: Optional["SemanticVersion"], newest: Optional["SemanticVersion"]) -> str:
+def _tract_versions(oldest: SemanticVersion | None, newest: SemanticVersion | None) -> str:
     """"any" or ">= X.Y.Z", and the version of a newer form when the kind has one."""
     first = f">= {oldest.to_str()}" if oldest is not None else "any"
     if newest is None or newest == oldest:

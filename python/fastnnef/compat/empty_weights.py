@@ -11,7 +11,7 @@ PROCESS while active, as accelerate's does: a model built in another thread mean
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Optional
+from collections.abc import Iterator
 
 from torch import nn
 
@@ -20,13 +20,14 @@ from fastnnef.compat.process_patch import ProcessWidePatch, Replacement
 __all__ = ["init_empty_weights"]
 
 
-def _parameters_on_meta() -> List[Replacement]:
+def _parameters_on_meta() -> list[Replacement]:
     original = nn.Module.register_parameter
 
     def register_parameter(module: nn.Module, name: str, param) -> None:
         original(module, name, param)
         if param is not None and not param.is_meta:
             registered = module._parameters[name]
+            assert registered is not None  # just registered, not None
             module._parameters[name] = type(registered)(
                 registered.to("meta"), requires_grad=registered.requires_grad
             )
@@ -34,13 +35,15 @@ def _parameters_on_meta() -> List[Replacement]:
     return [(nn.Module, "register_parameter", register_parameter)]
 
 
-def _buffers_on_meta() -> List[Replacement]:
+def _buffers_on_meta() -> list[Replacement]:
     original = nn.Module.register_buffer
 
     def register_buffer(module: nn.Module, name: str, tensor, persistent: bool = True) -> None:
         original(module, name, tensor, persistent=persistent)
         if tensor is not None and not tensor.is_meta:
-            module._buffers[name] = module._buffers[name].to("meta")
+            registered = module._buffers[name]
+            assert registered is not None  # just registered, not None
+            module._buffers[name] = registered.to("meta")
 
     return [(nn.Module, "register_buffer", register_buffer)]
 
@@ -50,7 +53,7 @@ _BUFFERS = ProcessWidePatch(_buffers_on_meta)
 
 
 @contextlib.contextmanager
-def init_empty_weights(include_buffers: Optional[bool] = None) -> Iterator[None]:
+def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     """Context manager: modules built inside it get their parameters on the ``meta`` device.
 
     Builds a model's structure without allocating its weights (each parameter is created,

@@ -20,8 +20,9 @@ value names are defined in ``ir_data.py``, at the reference's path):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -43,9 +44,9 @@ class TorchModuleTracer:
     def __init__(
         self,
         module: nn.Module,
-        traced_module: Optional[torch.jit.TracedModule] = None,
+        traced_module: torch.jit.TracedModule | None = None,
         fn_name: str = "forward",
-        args: Optional[Sequence[Any]] = None,
+        args: Sequence[Any] | None = None,
     ) -> None:
         if fn_name != "forward" or traced_module is not None:
             raise T2NErrorNotImplemented(

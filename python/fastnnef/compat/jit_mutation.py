@@ -16,7 +16,7 @@ views while building its IR; this pass is the reference's standalone graph rewri
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -46,7 +46,7 @@ class _View(NamedTuple):
     result: torch._C.Value
 
 
-def _view_step(value: torch._C.Value, rewritten: dict[int, _View]) -> Optional[_View]:
+def _view_step(value: torch._C.Value, rewritten: dict[int, _View]) -> _View | None:
     """The select / slice that produced ``value`` (``None`` if none did): a node of the
     graph, or a scatter this pass built (which stands for the view it updated)."""
     if value.unique() in rewritten:
@@ -62,15 +62,21 @@ def _expressible(chain: list[_View], root: torch._C.Value) -> bool:
     if root.node().kind() in _OTHER_VIEWS:
         return False
     for view in chain:  # slice(self, dim, start, end, step): only step 1
-        if view.kind == "aten::slice" and not (is_constant(view.args[3]) and view.args[3].toIValue() == 1):
+        if view.kind != "aten::slice":
+            continue
+        step = view.args[3]
+        # toIValue() gives the Python value; torch's stubs say an opaque IValue.
+        if not (is_constant(step) and step.toIValue() == 1):  # type: ignore[comparison-overlap]
             return False
     return True
 
 
 def _warn_lost(write: torch._C.Node, why: str) -> None:
+    # sourceRange() gives a str; torch's stubs say SourceRange.
+    where = write.sourceRange().strip() or "<unknown source>"  # type: ignore[attr-defined]
     log.warning(
         "functionalize_view_inplace_copy: reads after the write at %s go through %s; the graph "
-        "keeps their value from before the write", write.sourceRange().strip() or "<unknown source>", why,
+        "keeps their value from before the write", where, why,
     )
 
 
@@ -91,7 +97,8 @@ def _refresh_views(
             continue
         if view.kind() not in _SCATTER_OF:
             continue
-        fresh = graph.insert(view.kind(), [new, *list(view.inputs())[1:]])
+        # torch's stubs lack Graph.insert (here and below)
+        fresh = graph.insert(view.kind(), [new, *list(view.inputs())[1:]])  # type: ignore[attr-defined]
         fresh.setType(view.output().type())
         _refresh_views(graph, write, view.output(), fresh, skip)
         view.output().replaceAllUsesAfterNodeWith(write, fresh)
@@ -124,18 +131,19 @@ def functionalize_view_inplace_copy(graph: torch._C.Graph) -> int:
         with graph.insert_point_guard(node):
             # The new value of each view, innermost (dst: the source, broadcast and cast as
             # copy_ does) to outermost (root: the last scatter).
-            new = [graph.insert("aten::expand_as", [src, dst])]
+            new = [graph.insert("aten::expand_as", [src, dst])]  # type: ignore[attr-defined]
             new[0].setType(dst.type())
             if src.type().scalarType() is None or src.type().scalarType() != dst.type().scalarType():
-                new[0] = graph.insert("aten::type_as", [new[0], dst])
+                new[0] = graph.insert("aten::type_as", [new[0], dst])  # type: ignore[attr-defined]
                 new[0].setType(dst.type())
             for view in chain:
-                new.append(graph.insert(_SCATTER_OF[view.kind], [view.base, new[-1], *view.args]))
+                scatter = _SCATTER_OF[view.kind]
+                new.append(graph.insert(scatter, [view.base, new[-1], *view.args]))  # type: ignore[attr-defined]
                 new[-1].setType(view.base.type())
             # Other select / slice views of the written tensors, taken before the write and
             # read after it, see the write in torch: take them again from the new values.
-            for view, value in zip([*chain[1:], None], new[1:]):
-                base = view.result if view is not None else root
+            for outer, value in zip([*chain[1:], None], new[1:]):
+                base = outer.result if outer is not None else root
                 _refresh_views(graph, node, base, value, skip=chain)
         for view, value, base in zip(chain, new, new[1:]):
             view.result.replaceAllUsesAfterNodeWith(node, value)

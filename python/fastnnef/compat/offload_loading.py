@@ -16,8 +16,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -27,13 +29,13 @@ from fastnnef.tensor.offload import DEFAULT_OFFLOAD_PREFIX, OffloadedTensor, Pat
 __all__ = ["ctx_maybe_load_from_disk_as_offloaded"]
 
 
-def _load_file(filename: PathLike, device: Any = "cpu") -> Dict[str, torch.Tensor]:
+def _load_file(filename: PathLike, device: Any = "cpu") -> dict[str, torch.Tensor]:
     """safetensors' ``load_file``, as tensors referencing the file (nothing is read)."""
     ckpt = open_checkpoint(filename)
     return {key: OffloadedTensor(ckpt, key) for key in ckpt.keys()}
 
 
-def _loaders_offloaded() -> List[Replacement]:
+def _loaders_offloaded() -> list[Replacement]:
     original_torch_load = torch.load
 
     def torch_load(f: Any, *args: Any, **kwargs: Any) -> Any:
@@ -49,15 +51,17 @@ def _loaders_offloaded() -> List[Replacement]:
             }
         return loaded
 
-    patched: List[Replacement] = [(torch, "load", torch_load)]
+    patched: list[Replacement] = [(torch, "load", torch_load)]
+    st_torch: ModuleType | None
     try:
         import safetensors.torch as st_torch
     except ImportError:  # safetensors not installed: nothing to patch there
         st_torch = None
     if st_torch is not None:
         patched.append((st_torch, "load_file", _load_file))
+    peft_io: ModuleType | None
     try:
-        import peft.utils.save_and_load as peft_io  # type: ignore[import-not-found]
+        import peft.utils.save_and_load as peft_io
     except ImportError:
         peft_io = None
     if peft_io is not None and hasattr(peft_io, "safe_load_file"):
@@ -69,7 +73,7 @@ _PATCH = ProcessWidePatch(_loaders_offloaded)
 
 
 @contextlib.contextmanager
-def ctx_maybe_load_from_disk_as_offloaded(offload_dir: Optional[PathLike] = None) -> Iterator[None]:
+def ctx_maybe_load_from_disk_as_offloaded(offload_dir: PathLike | None = None) -> Iterator[None]:
     """Inside this context, ``safetensors.torch.load_file`` returns :class:`OffloadedTensor`
     values referencing the file (nothing is read), and ``torch.load`` reads with
     ``mmap=True`` (``weights_only=True`` unless the caller passes ``weights_only=False``

@@ -18,13 +18,14 @@ directory); replacements read the value of the newest holder still inside (``cur
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any
 
 __all__ = ["ProcessWidePatch"]
 
 # (object, attribute name, value to set)
-Replacement = Tuple[Any, str, Any]
+Replacement = tuple[Any, str, Any]
 
 
 class _Holder:
@@ -41,11 +42,11 @@ class ProcessWidePatch:
     the last one leaves. ``replacements`` runs under the patch's lock, before anything is
     replaced: it reads the originals it wraps from the objects it patches."""
 
-    def __init__(self, replacements: Callable[[], List[Replacement]]) -> None:
+    def __init__(self, replacements: Callable[[], list[Replacement]]) -> None:
         self._replacements = replacements
         self._lock = threading.Lock()
-        self._holders: List[_Holder] = []  # oldest first
-        self._saved: List[Replacement] = []  # the originals, while installed
+        self._holders: list[_Holder] = []  # oldest first
+        self._saved: list[Replacement] = []  # the originals, while installed
 
     @property
     def installed(self) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Union
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorNotImplemented, T2NErrorTractDownload
 from fastnnef.inference_target.base import as_version
@@ -25,7 +25,7 @@ class TractBinaryDownloader:
     the reference's cache (``~/.cache/svc/tract/<version>/tract``) and raises
     ``T2NErrorTractDownload`` where the reference would fetch one."""
 
-    def __init__(self, version: Union[str, SemanticVersion], auto_download: bool = True):
+    def __init__(self, version: str | SemanticVersion, auto_download: bool = True):
         self.version = as_version(version).to_str()
         self.extract_dir = DEFAULT_CACHE_DIR / self.version
         if auto_download and not self.tract_filepath.exists():
@@ -62,7 +62,8 @@ class TractBinaryDownloader:
         )
 
 
-def apply_dynamic_shape_in_nnef(dynamic_axes: Dict[str, Dict[int, str]], nnef_graph: Any, tract_version: Any) -> List[str]:
+def apply_dynamic_shape_in_nnef(dynamic_axes: dict[str, dict[int, str]], nnef_graph: Any,
+                                tract_version: Any) -> list[str]:
     """Raises ``T2NErrorNotImplemented``: torch_to_nnef rewrites the inputs of a built graph
     here, but fastnnef derives every shape in the graph from the dynamic axes while building
     it, so marking inputs afterwards would leave the other shapes static."""

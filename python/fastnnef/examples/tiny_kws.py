@@ -40,6 +40,7 @@ def build(seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.BatchNorm1d):
+                assert module.running_mean is not None and module.running_var is not None  # tracked stats
                 module.running_mean.uniform_(-0.5, 0.5)
                 module.running_var.uniform_(0.5, 2.0)
     return model.eval(), (torch.randn(1, N_MELS, 50),)

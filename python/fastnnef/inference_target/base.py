@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Union
+from typing import Any, ClassVar
 
 from torch import nn
 
@@ -24,7 +25,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return getattr(model, WRAPPED_MODEL_ATTR, model)
 
 
-def as_version(version: Union[SemanticVersion, str]) -> SemanticVersion:
+def as_version(version: SemanticVersion | str) -> SemanticVersion:
     """Accept a ``SemanticVersion`` or a ``"X.Y.Z"`` string."""
     if isinstance(version, SemanticVersion):
         return version
@@ -60,8 +61,8 @@ class UnfoldModelInfo:
     original_outputs: Any
     flat_inputs: Sequence[Any]
     flat_outputs: Sequence[Any]
-    input_names: List[str]
-    output_names: List[str]
+    input_names: list[str]
+    output_names: list[str]
 
     @property
     def original_model(self) -> nn.Module:
@@ -90,9 +91,9 @@ class InferenceTarget:
     exports at once.
     """
 
-    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = []
+    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[list[SemanticVersion]] = []
 
-    def __init__(self, version: Union[SemanticVersion, str], check_io: bool = False) -> None:
+    def __init__(self, version: SemanticVersion | str, check_io: bool = False) -> None:
         self.version = as_version(version)
         self.check_io = check_io
         supported = self.OFFICIAL_SUPPORTED_VERSIONS
@@ -115,22 +116,22 @@ class InferenceTarget:
         strict Khronos NNEF; ``TractNNEF`` returns its version's registries and options."""
         return TargetCapabilities.strict_nnef()
 
-    def dynamic_axes_of_input(self, name: str, rank: int) -> Dict[int, str]:
+    def dynamic_axes_of_input(self, name: str, rank: int) -> dict[int, str]:
         """``{axis: symbol}`` of input ``name`` (axes non-negative); none on the base target."""
         return {}
 
     def pre_trace(
         self,
         model: nn.Module,
-        input_names: Optional[List[str]],
-        output_names: Optional[List[str]],
+        input_names: list[str] | None,
+        output_names: list[str] | None,
     ) -> None:
         """Called after IO wrapping, before tracing: validate target options against the IO."""
 
-    def post_trace(self, nnef_graph: Any, active_custom_extensions: List[str]) -> None:
+    def post_trace(self, nnef_graph: Any, active_custom_extensions: list[str]) -> None:
         """Called once the NNEF graph is built; may append extension lines (without the keyword)."""
 
-    def specific_fragments(self, model: nn.Module) -> Dict[str, str]:
+    def specific_fragments(self, model: nn.Module) -> dict[str, str]:
         """Extra NNEF fragments to write, name → text (written before the other fragments)."""
         return {}
 
@@ -139,7 +140,7 @@ class InferenceTarget:
         model_info: UnfoldModelInfo,
         nnef_graph: Any,
         exported_filepath: Path,
-        debug_bundle_path: Optional[Path] = None,
+        debug_bundle_path: Path | None = None,
     ) -> Any:
         """Called once the artefact is written; targets run ``check_io`` here and return its
         result (``None`` when nothing was checked): the export keeps it in ``ExportResult``."""
@@ -148,9 +149,9 @@ class InferenceTarget:
         self,
         model_info: UnfoldModelInfo,
         exported_filepath: Path,
-        debug_bundle_path: Optional[Path],
+        debug_bundle_path: Path | None,
         tolerance: str,
-        tract_binary_path: Optional[Path] = None,
+        tract_binary_path: Path | None = None,
     ) -> Any:
         """Run the artefact on the export inputs and compare with torch's outputs."""
         from fastnnef.check import check_io  # the check pulls in the native extension

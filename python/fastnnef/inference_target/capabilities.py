@@ -10,7 +10,7 @@ gates then stay closed, whatever the target's own version number means.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, NamedTuple, Optional
+from typing import NamedTuple
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.tensor.quant.packed import Q4_0
@@ -30,7 +30,7 @@ def _v(text: str) -> SemanticVersion:
 
 # Target-version gates as data (torch_to_nnef-api.md §6.3). A gate is open when the target
 # is tract >= `first`; "> X.Y.Z" gates of the reference are written as the next patch.
-VERSION_GATES: Dict[str, VersionGate] = {
+VERSION_GATES: dict[str, VersionGate] = {
     "tract_symbol": VersionGate(_v("0.18.2"), "`extension tract_symbol S;` declares dynamic axes"),
     "multi_char_symbols": VersionGate(_v("0.19.0"), "symbol names longer than one letter"),
     "tract_extra": VersionGate(_v("0.20.20"), "the tract_extra registry"),
@@ -46,11 +46,13 @@ VERSION_GATES: Dict[str, VersionGate] = {
     "gated_delta_net": VersionGate(_v("0.23.5"), "tract_transformers_gdn_recurrent"),
     "moe_ffn": VersionGate(_v("0.23.9"), "MoE blocks as tract_moe_ffn"),
     "native_cumsum": VersionGate(_v("0.23.9"), "cumsum as tract_core_cumsum, not a tract_core_scan"),
-    "cli_input_from_bundle": VersionGate(_v("0.18.0"), "the CLI's `run --input-from-bundle` (before: `--input-bundle`, ahead of `run`)"),
+    "cli_input_from_bundle": VersionGate(
+        _v("0.18.0"), "the CLI's `run --input-from-bundle` (before: `--input-bundle`, ahead of `run`)"
+    ),
 }
 
 # The tract extension registries and the gate that opens each (None: always there).
-REGISTRY_GATES: Dict[str, Optional[str]] = {
+REGISTRY_GATES: dict[str, str | None] = {
     "tract_core": None,
     "tract_pulse": None,
     "tract_extra": "tract_extra",
@@ -68,24 +70,24 @@ class TargetCapabilities:
     - the export options that change the graph (``TractNNEF``'s numerics switches).
     """
 
-    tract_version: Optional[SemanticVersion] = None
+    tract_version: SemanticVersion | None = None
     strict: bool = True
-    registries: FrozenSet[str] = field(default_factory=frozenset)
+    registries: frozenset[str] = field(default_factory=frozenset)
     reify_sdpa: bool = False
     force_attention_inner_in_f32: bool = False
     force_linear_accumulation_in_f32: bool = False
     force_norm_in_f32: bool = False
     upcast_reified_sdpa_inputs_to_f32: bool = True
     upsample_with_debox: bool = False
-    native_gated_delta_op: Optional[bool] = None
+    native_gated_delta_op: bool | None = None
 
     @classmethod
-    def strict_nnef(cls) -> "TargetCapabilities":
+    def strict_nnef(cls) -> TargetCapabilities:
         """Plain Khronos NNEF: nothing tract-specific."""
         return cls()
 
     @classmethod
-    def tract(cls, version: SemanticVersion, **options: object) -> "TargetCapabilities":
+    def tract(cls, version: SemanticVersion, **options: object) -> TargetCapabilities:
         """tract ``version`` with every registry that version has, and ``options``."""
         registries = frozenset(
             name for name, gate in REGISTRY_GATES.items()
@@ -103,7 +105,7 @@ class TargetCapabilities:
         return self.tract_version is not None and self.tract_version >= gate.first
 
     @property
-    def q4_0_encoding(self) -> Optional[str]:
+    def q4_0_encoding(self) -> str | None:
         """The ``.dat`` encoding of Q4_0 weights, or ``None`` where the target has no Q4_0
         (weights are then written dequantized)."""
         return Q4_0.encoding_for(self)

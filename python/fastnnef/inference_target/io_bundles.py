@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,13 +33,13 @@ T2N_CHECK_IO_RAISE_EXCEPTION = "T2N_CHECK_IO_RAISE_EXCEPTION"
 def build_io(
     model: nn.Module,
     test_input: Any,
-    input_bundle_path: Optional[Path] = None,
-    output_bundle_path: Optional[Path] = None,
-    input_names: Optional[List[str]] = None,
-    output_names: Optional[List[str]] = None,
+    input_bundle_path: Path | None = None,
+    output_bundle_path: Path | None = None,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
     *,
-    io_npz_path: Optional[Path] = None,
-) -> Tuple[List[str], List[str]]:
+    io_npz_path: Path | None = None,
+) -> tuple[list[str], list[str]]:
     """Run ``model`` on ``test_input`` and save inputs and outputs as tract ``.npz`` bundles.
 
     Same contract as torch_to_nnef 0.24's: eval mode, no grad, inference mode; f16 and
@@ -71,7 +71,9 @@ def build_io(
         (io_npz_path, input_names + output_names, inputs + flat_out),
     ):
         if path is not None:
-            np.savez(path, **{n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)})
+            arrays = {n: to_numpy(t, f"{n!r}", half_as_f32=True) for n, t in zip(names, tensors)}
+            # numpy's stubs: a **dict could name savez's allow_pickle.
+            np.savez(path, **arrays)  # type: ignore[arg-type]
     return input_names, output_names
 
 
@@ -108,7 +110,7 @@ def assert_io_and_debug_bundle(
     tract_cli: TractCli,
     input_bundle_path: Path,
     output_bundle_path: Path,
-    debug_bundle_path: Optional[Path] = None,
+    debug_bundle_path: Path | None = None,
     check_tolerance: TractCheckTolerance = TractCheckTolerance.EXACT,
 ) -> None:
     """``assert_io``, and on a mismatch a debug bundle at ``debug_bundle_path`` (fastnnef's

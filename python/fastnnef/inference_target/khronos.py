@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, List, Optional, Union
+from typing import Any, ClassVar
 
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.inference_target.capabilities import TargetCapabilities
@@ -18,11 +18,11 @@ class KhronosNNEF(InferenceTarget):
     compared at the ``approximate`` tolerance. No extra dependency is needed.
     """
 
-    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = [
+    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[list[SemanticVersion]] = [
         SemanticVersion.from_str("1.0.5")
     ]
 
-    def __init__(self, version: Union[SemanticVersion, str], check_io: bool = True) -> None:
+    def __init__(self, version: SemanticVersion | str, check_io: bool = True) -> None:
         super().__init__(version, check_io)
 
     @classmethod
@@ -45,7 +45,7 @@ class KhronosNNEF(InferenceTarget):
         model_info: UnfoldModelInfo,
         nnef_graph: Any,
         exported_filepath: Path,
-        debug_bundle_path: Optional[Path] = None,
+        debug_bundle_path: Path | None = None,
     ) -> Any:
         """If ``check_io``, run the artefact with the linked tract and compare the outputs."""
         if not self.check_io:

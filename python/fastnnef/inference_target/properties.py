@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Tuple
+from collections.abc import Iterable
 
 from fastnnef.nnef.writer import format_string
 
 PROPERTIES_FRAGMENT_NAME = "tract_core_properties"
 
-def properties_fragment(properties: Iterable[Tuple[object, object]]) -> str:
+def properties_fragment(properties: Iterable[tuple[object, object]]) -> str:
     """The text of the ``tract_core_properties`` fragment for ``(key, value)`` pairs, in order
     (double-quoted, as the reference writes them: tools reading its properties by text hold)."""
     quote = '"'

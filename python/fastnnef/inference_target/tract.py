@@ -23,11 +23,6 @@ from pathlib import Path
 from typing import (
     Any,
     ClassVar,
-    Dict,
-    List,
-    Optional,
-    Set,
-    Union,
 )
 
 import torch
@@ -83,7 +78,7 @@ class TractFeatureFlag(str, Enum):
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-DynamicAxes = Dict[str, Dict[int, str]]
+DynamicAxes = dict[str, dict[int, str]]
 
 
 class TractNNEF(InferenceTarget):
@@ -103,7 +98,7 @@ class TractNNEF(InferenceTarget):
       the resolved value of ``reify_sdpa_operator``.
     """
 
-    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[List[SemanticVersion]] = [
+    OFFICIAL_SUPPORTED_VERSIONS: ClassVar[list[SemanticVersion]] = [
         SemanticVersion.from_str("0.23.9"),  # the tract linked into fastnnef
         SemanticVersion.from_str("0.23.8"),  # torch_to_nnef 0.24.12's latest
         SemanticVersion.from_str("0.22.1"),
@@ -112,24 +107,24 @@ class TractNNEF(InferenceTarget):
 
     def __init__(
         self,
-        version: Union[str, SemanticVersion],
-        feature_flags: Optional[Set[TractFeatureFlag]] = None,
+        version: str | SemanticVersion,
+        feature_flags: set[TractFeatureFlag] | None = None,
         check_io: bool = True,
-        dynamic_axes: Optional[DynamicAxes] = None,
-        specific_tract_binary_path: Optional[Path] = None,
+        dynamic_axes: DynamicAxes | None = None,
+        specific_tract_binary_path: Path | None = None,
         check_io_tolerance: TractCheckTolerance = TractCheckTolerance.APPROXIMATE,
-        specific_properties: Optional[Dict[str, str]] = None,
+        specific_properties: dict[str, str] | None = None,
         dump_identity_properties: bool = True,
         force_attention_inner_in_f32: bool = False,
         force_linear_accumulation_in_f32: bool = False,
         force_norm_in_f32: bool = False,
-        reify_sdpa_operator: Optional[bool] = None,
+        reify_sdpa_operator: bool | None = None,
         upcast_reified_sdpa_inputs_to_f32: bool = True,
         upsample_with_debox: bool = False,
-        native_gated_delta_op: Optional[bool] = None,
+        native_gated_delta_op: bool | None = None,
     ) -> None:
         super().__init__(version, check_io)
-        self.feature_flags: Set[TractFeatureFlag] = {
+        self.feature_flags: set[TractFeatureFlag] = {
             as_enum(TractFeatureFlag, flag, "feature_flags") for flag in (feature_flags or ())
         }
         if specific_tract_binary_path is not None:
@@ -153,14 +148,14 @@ class TractNNEF(InferenceTarget):
                 f"feature_flags {names} need a tract built with those features: pass "
                 "specific_tract_binary_path=<path of that tract CLI>"
             )
-        self.specific_tract_binary_path: Optional[Path] = specific_tract_binary_path
+        self.specific_tract_binary_path: Path | None = specific_tract_binary_path
         # torch_to_nnef harnesses read target.tract_cli: that binary, else the linked tract.
         self.tract_cli = TractCli(specific_tract_binary_path)
         self.dynamic_axes: DynamicAxes = _as_dynamic_axes(dynamic_axes)
         self.check_io_tolerance = as_enum(
             TractCheckTolerance, check_io_tolerance, "check_io_tolerance"
         )
-        self.specific_properties: Optional[Dict[str, str]] = specific_properties
+        self.specific_properties: dict[str, str] | None = specific_properties
         self.dump_identity_properties = dump_identity_properties
         self.force_attention_inner_in_f32 = force_attention_inner_in_f32
         self.force_linear_accumulation_in_f32 = force_linear_accumulation_in_f32
@@ -199,7 +194,7 @@ class TractNNEF(InferenceTarget):
         """``cls(cls.latest_version())``, with every other option at its default."""
         return cls(cls.latest_version())
 
-    def with_dynamic_axes(self, dynamic_axes: Optional[DynamicAxes]) -> TractNNEF:
+    def with_dynamic_axes(self, dynamic_axes: DynamicAxes | None) -> TractNNEF:
         """A deep copy with ``dynamic_axes`` replaced."""
         new = copy.deepcopy(self)
         new.dynamic_axes = _as_dynamic_axes(dynamic_axes)
@@ -213,7 +208,7 @@ class TractNNEF(InferenceTarget):
         )
         return new
 
-    def with_specific_properties(self, specific_properties: Optional[Dict[str, str]]) -> TractNNEF:
+    def with_specific_properties(self, specific_properties: dict[str, str] | None) -> TractNNEF:
         """A deep copy with ``specific_properties`` replaced."""
         new = copy.deepcopy(self)
         new.specific_properties = specific_properties
@@ -254,8 +249,8 @@ class TractNNEF(InferenceTarget):
     def pre_trace(
         self,
         model: nn.Module,
-        input_names: Optional[List[str]],
-        output_names: Optional[List[str]],
+        input_names: list[str] | None,
+        output_names: list[str] | None,
     ) -> None:
         """Validate ``dynamic_axes``; raise ``T2NErrorDynamicShapeValue`` naming the bad entry.
 
@@ -316,9 +311,9 @@ class TractNNEF(InferenceTarget):
                     "symbols (multi-character symbols need tract >= 0.19.0)"
                 )
 
-    def dynamic_axes_of_input(self, name: str, rank: int) -> Dict[int, str]:
+    def dynamic_axes_of_input(self, name: str, rank: int) -> dict[int, str]:
         """The ``{axis: symbol}`` of input ``name`` with axes made non-negative for ``rank``."""
-        resolved: Dict[int, str] = {}
+        resolved: dict[int, str] = {}
         for axis, symbol in self.dynamic_axes.get(name, {}).items():
             if not -rank <= axis < rank:
                 raise T2NErrorDynamicShapeValue(
@@ -334,7 +329,7 @@ class TractNNEF(InferenceTarget):
             resolved[positive] = symbol
         return resolved
 
-    def post_trace(self, nnef_graph: Any, active_custom_extensions: List[str]) -> None:
+    def post_trace(self, nnef_graph: Any, active_custom_extensions: list[str]) -> None:
         """Append one ``tract_symbol <S>`` per distinct symbol of the inputs' dynamic axes.
 
         Symbols come in order of first appearance, each once. Entries whose name is not
@@ -342,7 +337,7 @@ class TractNNEF(InferenceTarget):
         Targets < 0.18.2 get the legacy ``tract_pulse_streaming_symbol`` line instead.
         """
         graph_inputs = getattr(nnef_graph, "input_names", None)
-        symbols: List[str] = []
+        symbols: list[str] = []
         for name, axes in self.dynamic_axes.items():
             if graph_inputs is not None and name not in graph_inputs:
                 LOGGER.warning(
@@ -361,11 +356,11 @@ class TractNNEF(InferenceTarget):
 
     # --- metadata -------------------------------------------------------------------------
 
-    def properties(self, model: nn.Module) -> Dict[str, str]:
+    def properties(self, model: nn.Module) -> dict[str, str]:
         """The metadata written in ``tract_core_properties``, in the documented key order."""
         from fastnnef import __version__
 
-        props: Dict[str, str] = {
+        props: dict[str, str] = {
             "tract_target_version": self.version.to_str(),
             "torch_to_nnef_version": __version__,  # what tools reading torch_to_nnef artefacts look for
             "fastnnef_version": __version__,
@@ -382,7 +377,7 @@ class TractNNEF(InferenceTarget):
         props.update({str(k): str(v) for k, v in (self.specific_properties or {}).items()})
         return props
 
-    def specific_fragments(self, model: nn.Module) -> Dict[str, str]:
+    def specific_fragments(self, model: nn.Module) -> dict[str, str]:
         """``{"tract_core_properties": <fragment>}``; it needs ``extension tract_registry tract_core;``."""
         return {PROPERTIES_FRAGMENT_NAME: properties_fragment(self.properties(model).items())}
 
@@ -415,7 +410,7 @@ class TractNNEF(InferenceTarget):
         model_info: UnfoldModelInfo,
         nnef_graph: Any,
         exported_filepath: Path,
-        debug_bundle_path: Optional[Path] = None,
+        debug_bundle_path: Path | None = None,
     ) -> Any:
         """If ``check_io``, load the artefact in tract, run the inputs and compare the outputs."""
         if not self.check_io:
@@ -436,7 +431,7 @@ def _as_dynamic_axes(dynamic_axes: Any) -> DynamicAxes:
     return dict(dynamic_axes)
 
 
-def _identity_properties() -> Dict[str, str]:
+def _identity_properties() -> dict[str, str]:
     uname = platform.uname()
     props = {
         "os": f"{uname.system} {uname.release} {uname.version} {uname.machine}",

@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import shlex
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any
 
 from fastnnef.check import TractCheckTolerance, check_artefact
 from fastnnef.exceptions import (
@@ -56,7 +57,7 @@ class TractCli:
     ``download`` always raises: fastnnef never downloads.
     """
 
-    def __init__(self, tract_path: Optional[Path]):
+    def __init__(self, tract_path: Path | None):
         if tract_path is not None:
             tract_path = Path(tract_path)
             if not tract_path.exists():
@@ -64,7 +65,7 @@ class TractCli:
                     f"tract binary {str(tract_path)!r} does not exist: give the path of a tract "
                     "CLI, or use TractCli.linked() for the tract linked into fastnnef"
                 )
-        self.tract_path: Optional[Path] = tract_path
+        self.tract_path: Path | None = tract_path
 
     @classmethod
     def linked(cls) -> TractCli:
@@ -72,7 +73,7 @@ class TractCli:
         return cls(None)
 
     @classmethod
-    def download(cls, version: Union[str, SemanticVersion]) -> TractCli:
+    def download(cls, version: str | SemanticVersion) -> TractCli:
         """Raises ``T2NErrorTractDownload``: fastnnef never downloads anything."""
         raise T2NErrorTractDownload(
             f"fastnnef never downloads tract (asked for {version}): pass the path of a tract "
@@ -114,7 +115,7 @@ class TractCli:
         """What this tract version has (its registries and version gates)."""
         return TargetCapabilities.tract(self.version)
 
-    def _run_cmd_prefix(self, nnef_path: Path) -> List[str]:
+    def _run_cmd_prefix(self, nnef_path: Path) -> list[str]:
         """``tract <model>`` with one ``--nnef-<registry>`` flag per tract registry this
         version has (``REGISTRY_GATES``, in its order), then ``-O``."""
         registries = self._capabilities.registries
@@ -126,8 +127,8 @@ class TractCli:
         nnef_path: Path,
         input_bundle_path: Path,
         output_bundle_path: Path,
-        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
-    ) -> List[str]:
+        check_tolerance: TractCheckTolerance | str = TractCheckTolerance.EXACT,
+    ) -> list[str]:
         """The command that checks ``nnef_path`` on the input bundle against the output
         bundle at ``check_tolerance`` (``fastnnef check ...`` for the linked tract)."""
         tolerance = _tolerance_value(check_tolerance)
@@ -144,7 +145,7 @@ class TractCli:
         cmd += ["--assert-output-bundle", str(output_bundle_path), "--allow-float-casts"]
         return cmd + self._approx_flags(tolerance)
 
-    def _approx_flags(self, tolerance: str) -> List[str]:
+    def _approx_flags(self, tolerance: str) -> list[str]:
         """The tolerance flags this version knows: none before ``approx_levels`` (its check
         is exact); without ``approx_very_ultra``, ``super`` for ``very`` and ``ultra`` (as
         the reference does)."""
@@ -158,7 +159,7 @@ class TractCli:
 
     def run_save_outputs_cmd_str(
         self, nnef_path: Path, input_bundle_path: Path, output_bundle_path: Path
-    ) -> List[str]:
+    ) -> list[str]:
         """The command that runs ``nnef_path`` on the input bundle and saves tract's
         outputs to ``output_bundle_path`` (a binary only)."""
         return self._run_cmd_prefix(nnef_path) + [
@@ -170,9 +171,9 @@ class TractCli:
         self,
         nnef_path: Path,
         input_bundle_path: Path,
-        output_bundle_path: Union[Path, bool, None] = None,
+        output_bundle_path: Path | bool | None = None,
         raise_exception: bool = True,
-        check_tolerance: Union[TractCheckTolerance, str] = TractCheckTolerance.EXACT,
+        check_tolerance: TractCheckTolerance | str = TractCheckTolerance.EXACT,
     ) -> bool:
         """Check ``nnef_path`` on the bundles; ``True`` when the outputs match. A mismatch
         raises ``T2NErrorIOPytorchTractNotISO``, an artefact tract cannot load or run
@@ -189,7 +190,8 @@ class TractCli:
                     "assert_io got raise_exception twice: in the third place (torch_to_nnef 0.20's "
                     "assert_io(nnef_path, io_npz_path, raise_exception)) and by name"
                 )
-            output_bundle_path, raise_exception = None, output_bundle_path
+            raise_exception = output_bundle_path
+            output_bundle_path = None
         if output_bundle_path is None:
             output_bundle_path = input_bundle_path
         tolerance = _tolerance_value(check_tolerance)

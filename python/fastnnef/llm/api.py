@@ -19,10 +19,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Union
 
 import torch
 
@@ -84,12 +85,12 @@ class LLMExportReport:
     n_parameters: int
     weight_dtype: str  # the dtype most weights have (f32, f16, bf16)
     cache_dtype: str  # the dtype of the artefact's cache inputs (tract has no bf16: f32)
-    compression_method: Optional[str]
+    compression_method: str | None
     timings: dict[str, float] = field(default_factory=dict)  # seconds per phase, and "total"
     bundle_checks: list[BundleCheck] = field(default_factory=list)
-    generation: Optional[GenerationCheck] = None
+    generation: GenerationCheck | None = None
     verified: bool = False  # False with no_verify
-    tract_binary: Optional[str] = None  # tract_specific_path
+    tract_binary: str | None = None  # tract_specific_path
     binary_checks: list[str] = field(default_factory=list)  # the bundles that binary passed
 
     def summary(self) -> str:
@@ -111,30 +112,30 @@ class LLMExportReport:
 
 def dump_llm(
     export_dirpath: PathLike,
-    model_slug: Optional[str] = None,
-    local_dir: Optional[PathLike] = None,
-    force_module_dtype: Optional[Union[str, DtypeStr]] = None,
-    compression_method: Optional[str] = None,
+    model_slug: str | None = None,
+    local_dir: PathLike | None = None,
+    force_module_dtype: str | DtypeStr | None = None,
+    compression_method: str | None = None,
     compression_registry: str = DEFAULT_COMPRESSION_REGISTRY,
-    naming_scheme: Union[str, VariableNamingScheme] = LLM_NAMING_SCHEME,
+    naming_scheme: str | VariableNamingScheme = LLM_NAMING_SCHEME,
     num_logits_to_keep: int = 1,
-    export_dir_struct: Union[str, ExportDirStruct] = ExportDirStruct.DEEP,
+    export_dir_struct: str | ExportDirStruct = ExportDirStruct.DEEP,
     dump_with_tokenizer_and_conf: bool = False,
     ignore_already_exist_dir: bool = False,
     force_f32_attention: bool = False,
     force_f32_linear_accumulator: bool = False,
     force_f32_normalization: bool = False,
     reify_sdpa_operator: bool = False,
-    attn_implementation: Union[str, AttnImplementation] = AttnImplementation.AUTO,
-    tract_check_io_tolerance: Union[str, TractCheckTolerance] = TractCheckTolerance.APPROXIMATE,
+    attn_implementation: str | AttnImplementation = AttnImplementation.AUTO,
+    tract_check_io_tolerance: str | TractCheckTolerance = TractCheckTolerance.APPROXIMATE,
     test_display_token_gens: bool = False,
     sample_generation_total_size: int = 6,
     no_verify: bool = False,
     trust_remote_code: bool = False,
-    tract_specific_path: Optional[PathLike] = None,
-    tract_specific_version: Optional[str] = None,
-    force_inputs_dtype: Optional[str] = None,
-    progress: Optional[Progress] = None,
+    tract_specific_path: PathLike | None = None,
+    tract_specific_version: str | None = None,
+    force_inputs_dtype: str | None = None,
+    progress: Progress | None = None,
 ) -> LLMExportReport:
     """Export a causal LM from the local disk to ``export_dirpath`` (see the module docstring).
 
@@ -242,7 +243,7 @@ def dump_llm(
 
         bundle_checks: list[BundleCheck] = []
         binary_checks: list[str] = []
-        generation: Optional[GenerationCheck] = None
+        generation: GenerationCheck | None = None
         if no_verify:
             _warn_if_untested(checkpoint)
         else:
@@ -316,7 +317,7 @@ def _check_linear_attention(wrapper: KVCacheLM, target_version: SemanticVersion)
         )
 
 
-def _check_inputs_dtype(forced: Optional[str], cache_dtype: torch.dtype) -> None:
+def _check_inputs_dtype(forced: str | None, cache_dtype: torch.dtype) -> None:
     if forced is not None and forced != _dtype_str(cache_dtype):
         raise T2NErrorNotImplemented(
             f"-idt/--force-inputs-dtype {forced}: the cache inputs take the model's dtype, {_dtype_str(cache_dtype)} "
@@ -324,7 +325,7 @@ def _check_inputs_dtype(forced: Optional[str], cache_dtype: torch.dtype) -> None
         )
 
 
-def _tract_target(path: Optional[PathLike], version: Optional[str]) -> tuple[Optional[TractCli], SemanticVersion]:
+def _tract_target(path: PathLike | None, version: str | None) -> tuple[TractCli | None, SemanticVersion]:
     """The tract binary that also checks the bundles (None: only the linked tract), and the
     version the artefact targets: the binary's, the one asked for, or the latest."""
     if path is not None and version is not None:
@@ -407,7 +408,7 @@ def _attn(choice: AttnImplementation, reify_sdpa: bool) -> str:
     return choice.value
 
 
-def _compressor(method: Optional[str], registry_path: str) -> Any:
+def _compressor(method: str | None, registry_path: str) -> Any:
     if method is None:
         return None
     registry = dynamic_load_registry(registry_path)
@@ -458,8 +459,8 @@ def _main_dtype(model: Any) -> str:
 
 
 def _properties(
-    checkpoint: Checkpoint, n_parameters: int, weight_dtype: str, forced: Optional[DtypeStr],
-    cache_dtype: torch.dtype, compression_method: Optional[str], compression_registry: str,
+    checkpoint: Checkpoint, n_parameters: int, weight_dtype: str, forced: DtypeStr | None,
+    cache_dtype: torch.dtype, compression_method: str | None, compression_registry: str,
 ) -> dict[str, str]:
     """The reference's extra metadata, in its order (llm-export.md §3); the compression
     method is the registry key actually applied (the reference mislabels every q4 key)."""

@@ -33,8 +33,9 @@ layout: llm/linear_attention.py ``linear_layout``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal
@@ -73,7 +74,7 @@ class Architecture:
     # factors, which re-rotates the past keys). Runtimes must do the same with the artefact.
     recompute_past_field: str = ""
 
-    def recompute_length(self, config: Any) -> Optional[int]:
+    def recompute_length(self, config: Any) -> int | None:
         """The sequence length at which generation re-processes everything with an empty
         cache (see ``recompute_past_field``), or None."""
         value = getattr(config, self.recompute_past_field, None) if self.recompute_past_field else None
@@ -192,7 +193,7 @@ def architecture_of(config: Any) -> Architecture:
     return TESTED.get(model_type) or Architecture(model_type, model_type, tested=False)
 
 
-def _phimoe_mscales(config: Any) -> Optional[str]:
+def _phimoe_mscales(config: Any) -> str | None:
     rope = getattr(config, "rope_parameters", None) or {}
     short, long = rope.get("short_mscale"), rope.get("long_mscale")
     if short != long:
@@ -201,12 +202,12 @@ def _phimoe_mscales(config: Any) -> Optional[str]:
     return None
 
 
-def _mpt(config: Any) -> Optional[str]:
+def _mpt(config: Any) -> str | None:
     return ("its ALiBi attention biases are sliced from a table by the sequence length, which the exported graph "
             "fails to run in tract")
 
 
-def _bidirectional(config: Any) -> Optional[str]:
+def _bidirectional(config: Any) -> str | None:
     if getattr(config, "use_bidirectional_attention", None) == "all":
         return ("use_bidirectional_attention='all' makes every token see the ones after it: the model is not a causal "
                 "decoder, and the exported masks (and the KV cache) are causal")
@@ -215,12 +216,12 @@ def _bidirectional(config: Any) -> Optional[str]:
 
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
-REFUSED_CONFIGS: dict[str, Callable[[Any], Optional[str]]] = {
+REFUSED_CONFIGS: dict[str, Callable[[Any], str | None]] = {
     "phimoe": _phimoe_mscales, "mpt": _mpt, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
 }
 
 
-def refusal(config: Any) -> Optional[str]:
+def refusal(config: Any) -> str | None:
     """Why the generic wrapper cannot export this config, or None when it is attempted."""
     text = config.get_text_config(decoder=True)
     specific = REFUSED_CONFIGS.get(getattr(config, "model_type", ""))
@@ -256,7 +257,7 @@ class KVLayout:
     key_dims: tuple[int, ...]  # per layer: width of each cached key
     value_dims: tuple[int, ...]  # per layer: width of each cached value (multi-head latent attention: not the key's)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
-    windows: dict[str, Optional[int]]  # layer type -> attention window (None: all the past)
+    windows: dict[str, int | None]  # layer type -> attention window (None: all the past)
     max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
     shared: tuple[int, ...] = ()  # layers without a cache of their own (KV sharing)
 
@@ -332,7 +333,7 @@ def kv_layout(config: Any) -> KVLayout:
         kv_heads.append(int(n_kv))
         key_dims.append(int(head_dim))
         value_dims.append(int(value_head_dim))
-    windows: dict[str, Optional[int]] = {}
+    windows: dict[str, int | None] = {}
     shared: list[int] = []
     for layer, (kind, kw) in enumerate(zip(layer_types, kwargs)):
         if kind == NO_CACHE:

@@ -28,9 +28,10 @@ a prefix are not a slice of the states after the prompt.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,7 @@ SAMPLE_TEXT = (
 )
 
 
-def sample_tokens(tokenizer: Optional[Any], vocab_size: int, count: int) -> torch.Tensor:
+def sample_tokens(tokenizer: Any | None, vocab_size: int, count: int) -> torch.Tensor:
     """``[1, count]`` token ids: the sample text through the tokenizer (repeated if short),
     or, for checkpoints without one, seeded pseudo-random ids."""
     if tokenizer is None:

@@ -14,7 +14,8 @@ reuses another's keys and values (KV sharing) takes and returns nothing.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -89,5 +90,5 @@ def flat_from_cache(cache: DynamicCache, n_layers: int, shared_layers: Collectio
         if isinstance(layer, LinearStates):
             flat += [layer.conv, layer.recurrent]
         else:
-            flat += [layer.keys, layer.values]  # type: ignore[union-attr, list-item]
+            flat += [layer.keys, layer.values]
     return flat

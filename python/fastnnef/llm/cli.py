@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 import warnings
-from typing import Callable, Optional, Sequence, Union
+from collections.abc import Callable, Sequence
 
 from fastnnef.cli_exit import run_command
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
@@ -60,7 +60,7 @@ def _logits_to_keep(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
 
 
-def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastnnef-llm", description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
@@ -132,8 +132,8 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
 
 
 def parse_arguments(
-    build: Callable[..., argparse.ArgumentParser], prog: str, argv: Optional[Sequence[str]]
-) -> Union[tuple[argparse.ArgumentParser, argparse.Namespace], int]:
+    build: Callable[..., argparse.ArgumentParser], prog: str, argv: Sequence[str] | None
+) -> tuple[argparse.ArgumentParser, argparse.Namespace] | int:
     """The parser ``build`` makes and the parsed ``argv`` of an LLM-style command line
     (fastnnef-llm, fastnnef-multimodal), or exit code 2 after printing the error: -c's
     choices depend on --compression-registry, so that one is read first; exactly one of
@@ -153,7 +153,7 @@ def parse_arguments(
     return parser, args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parsed = parse_arguments(build_parser, "fastnnef-llm", argv)
     if isinstance(parsed, int):
         return parsed

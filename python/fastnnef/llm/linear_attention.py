@@ -28,9 +28,10 @@ separate ``in_proj_qkv``/``in_proj_z``/``in_proj_b``/``in_proj_a``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +62,7 @@ class LinearLayout:
     recurrent_shape: tuple[int, int, int, int]  # [1, value heads, key dim, value dim]
 
 
-def gdn_config_refusal(text_config: Any) -> Optional[str]:
+def gdn_config_refusal(text_config: Any) -> str | None:
     """Why this config's linear-attention layers are not gated delta nets the exporter
     handles, or None."""
     missing = [f for f in GDN_FIELDS if not isinstance(getattr(text_config, f, None), int)]
@@ -77,7 +78,7 @@ def gdn_config_refusal(text_config: Any) -> Optional[str]:
     return None
 
 
-def linear_layout(text_config: Any, layer_types: tuple[str, ...]) -> Optional[LinearLayout]:
+def linear_layout(text_config: Any, layer_types: tuple[str, ...]) -> LinearLayout | None:
     """The linear-attention layout of a config whose layers are ``layer_types``, or None
     when it has no linear-attention layer."""
     layers = tuple(i for i, kind in enumerate(layer_types) if kind == LINEAR_ATTENTION)
@@ -132,7 +133,7 @@ def _projections(self: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _exported_forward(self: Any, hidden_states: torch.Tensor, cache: Any = None, attention_mask: Any = None,
-                      ops: Optional[GatedDeltaNetOps] = None, **kwargs: Any) -> torch.Tensor:
+                      ops: GatedDeltaNetOps | None = None, **kwargs: Any) -> torch.Tensor:
     """A gated-delta-net module's forward from the states in ``cache`` (see the module
     docstring); the states after it replace them there."""
     assert ops is not None  # bound by gated_delta_net_forward
@@ -183,7 +184,7 @@ def linear_attention_modules(model: nn.Module, layers: tuple[int, ...]) -> dict[
     for path, module in model.named_modules():
         if getattr(module, "layer_type", None) == LINEAR_ATTENTION and hasattr(module, "layer_idx"):
             _check(module, path)
-            found[int(getattr(module, "layer_idx"))] = module
+            found[int(module.layer_idx)] = module
     missing = sorted(set(layers) - set(found))
     if missing:
         raise T2NErrorNotImplemented(
@@ -198,7 +199,7 @@ def gated_delta_net_forward(modules: Mapping[int, nn.Module], ops: Mapping[int, 
     """Within the block, each module of ``modules`` computes ``_exported_forward`` with the
     ops of its layer (an instance attribute shadows the class's ``forward``; removed on exit)."""
     for layer, module in modules.items():
-        module.forward = functools.partial(_exported_forward, module, ops=ops[layer])  # type: ignore[method-assign]
+        module.forward = functools.partial(_exported_forward, module, ops=ops[layer])
     try:
         yield
     finally:

@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 
@@ -68,7 +68,7 @@ class Checkpoint:
     directory: Path
     model: Any  # a transformers PreTrainedModel
     architecture: Architecture
-    tokenizer: Optional[Any]  # None when the checkpoint ships none (random test models)
+    tokenizer: Any | None  # None when the checkpoint ships none (random test models)
     name_or_path: str
     streamed: bool  # weights are OffloadedTensors of the checkpoint's files, never loaded
 
@@ -86,7 +86,7 @@ def hub_cache_dir() -> Path:
     return Path(os.path.expanduser(home)) / "hub"
 
 
-def resolve_source(model_slug: Optional[str], local_dir: Optional[Union[str, os.PathLike]]) -> Path:
+def resolve_source(model_slug: str | None, local_dir: str | os.PathLike | None) -> Path:
     """The checkpoint directory (holding config.json) for exactly one of the two sources."""
     if (model_slug is None) == (local_dir is None):
         raise T2NErrorInvalidArgument(
@@ -208,7 +208,7 @@ def check_weights(directory: Path, config: Any, trust_remote_code: bool, auto_cl
 
 def load_checkpoint(
     directory: Path,
-    dtype: Optional[torch.dtype],
+    dtype: torch.dtype | None,
     attn_implementation: str,
     trust_remote_code: bool,
     auto_class: str = CAUSAL_LM,
@@ -235,7 +235,7 @@ def load_checkpoint(
     )
 
 
-def _streamable(directory: Path, files: list[Path]) -> Optional[Path]:
+def _streamable(directory: Path, files: list[Path]) -> Path | None:
     """The file that opens the checkpoint for streaming, the one ``from_pretrained``
     reads (the index, else ``model.safetensors``, else the only ``.safetensors`` file),
     or None for checkpoints streaming does not read (``.bin``, several ``.safetensors``
@@ -247,9 +247,9 @@ def _streamable(directory: Path, files: list[Path]) -> Optional[Path]:
 
 
 def _stream_weights(
-    source: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool,
+    source: Path, config: Any, dtype: torch.dtype | None, attn_implementation: str, trust_remote_code: bool,
     auto_class: str,
-) -> Optional[Any]:
+) -> Any | None:
     """The model with every parameter an OffloadedTensor of ``source``, or None when
     transformers must convert some checkpoint tensors at load in a way not supported here
     (see the module docstring).
@@ -300,7 +300,7 @@ def _auto_dtype(config: Any, ckpt: Any) -> torch.dtype:
 
 def _checkpoint_names(
     model: Any, ckpt: Any, directory: Path
-) -> Optional[tuple[dict[str, str], dict[str, ComposedOffloadedTensor]]]:
+) -> tuple[dict[str, str], dict[str, ComposedOffloadedTensor]] | None:
     """Model state name -> checkpoint key, renamed as ``from_pretrained`` renames them
     (transformers' conversion mapping, base-model prefix), and the parameters composed of
     several checkpoint tensors (see :func:`_composed`); None when a checkpoint tensor
@@ -355,7 +355,7 @@ def _checkpoint_names(
 
 def _composed(
     ckpt: Any, name: str, converter: Any, sources: dict[str, list[str]], dtype: torch.dtype, directory: Path
-) -> Optional[ComposedOffloadedTensor]:
+) -> ComposedOffloadedTensor | None:
     """The parameter ``name`` that ``converter`` makes of the checkpoint tensors
     ``sources`` (by source pattern), read only when used, or None for conversions not
     supported here (logged). Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
@@ -406,7 +406,7 @@ def _renamer(model: Any, state: dict[str, Any]) -> Any:
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     prefix = model.base_model_prefix
 
-    def rename(key: str) -> tuple[str, Optional[tuple[Any, str]]]:
+    def rename(key: str) -> tuple[str, tuple[Any, str] | None]:
         name, pattern = rename_source_key(key, renamings, converters, prefix, state)
         if name not in state and key in state:  # as from_pretrained: a key needing no rename
             name, pattern = rename_source_key(key, [], [], prefix, state)
@@ -429,7 +429,7 @@ def _ignorable(model: Any, key: str) -> bool:
 
 
 def _load_weights(
-    directory: Path, config: Any, dtype: Optional[torch.dtype], attn_implementation: str, trust_remote_code: bool,
+    directory: Path, config: Any, dtype: torch.dtype | None, attn_implementation: str, trust_remote_code: bool,
     auto_class: str,
 ) -> Any:
     """``from_pretrained`` in the checkpoint's dtype (or ``dtype``), so weights are loaded
@@ -462,7 +462,7 @@ def _listed(items: list[str], sep: str = ", ") -> str:
     return sep.join(items[:5]) + more
 
 
-def load_tokenizer(directory: Path, trust_remote_code: bool) -> Optional[Any]:
+def load_tokenizer(directory: Path, trust_remote_code: bool) -> Any | None:
     """The checkpoint's tokenizer, or None when it ships none (or one that fails to load:
     a tokenizer is only needed for sample text, -td and -dwtac)."""
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):

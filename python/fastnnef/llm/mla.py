@@ -24,8 +24,9 @@ class of transformers is touched.
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn

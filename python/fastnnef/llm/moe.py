@@ -28,9 +28,10 @@ target, keeps the dense form.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -160,7 +161,7 @@ def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
     """``modules`` compute the dense form within the block; yields how many."""
     switched = list(modules)
     for module in switched:
-        module.forward = types.MethodType(_dense_forward(module), module)  # type: ignore[method-assign]
+        module.forward = types.MethodType(_dense_forward(module), module)
     try:
         yield len(switched)
     finally:

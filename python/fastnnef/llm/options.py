@@ -4,7 +4,7 @@ API's validation both come from here."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Type, TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -42,10 +42,10 @@ class AttnImplementation(str, Enum):
     SDPA = "sdpa"
 
 
-def to_enum(enum_cls: Type[E], value: Any, option: str) -> E:
+def to_enum(enum_cls: type[E], value: Any, option: str) -> E:
     """``value`` as a member of ``enum_cls``; a clear error naming the allowed values."""
     try:
         return enum_cls(value)
     except ValueError:
-        allowed = ", ".join(repr(m.value) for m in enum_cls)  # type: ignore[attr-defined]
+        allowed = ", ".join(repr(m.value) for m in enum_cls)
         raise T2NErrorInvalidArgument(f"{option}: {value!r} is not one of {allowed}") from None

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Optional, TextIO
+from typing import TextIO
 
 from fastnnef.log import get_logger
 from fastnnef.nnef.serialize import TENSOR_PROGRESS
@@ -31,14 +32,14 @@ def _size(n: float) -> str:
 class Progress:
     """Phase lines and a live tensor-writing line on ``stream``, if enabled."""
 
-    def __init__(self, enabled: bool, stream: Optional[TextIO] = None):
+    def __init__(self, enabled: bool, stream: TextIO | None = None):
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self._started = 0.0
         self._last_draw = 0.0
 
     @classmethod
-    def for_terminal(cls, stream: Optional[TextIO] = None) -> Progress:
+    def for_terminal(cls, stream: TextIO | None = None) -> Progress:
         """Enabled when ``stream`` (default stderr) is a terminal."""
         stream = stream or sys.stderr
         return cls(bool(getattr(stream, "isatty", lambda: False)()), stream)

@@ -22,8 +22,9 @@ reported as such and does not fail an f32 check: float rounding may pick either.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ class GenerationCheck:
     prompt: list[int]
     torch_tokens: list[int]
     tract_tokens: list[int]
-    first_divergence: Optional[int]  # index in the generated tokens, None when equal
+    first_divergence: int | None  # index in the generated tokens, None when equal
     agreement: float  # teacher-forced fraction of steps where tract picks PyTorch's token
     near_tie: bool = False  # the first divergence is between two (almost) equal logits
     exact_required: bool = True  # f32 weights and compute: tokens must be equal
@@ -162,7 +163,7 @@ class TractGenerator:
     (``Architecture.recompute_past_field``)."""
 
     def __init__(self, artefact: TractArtefact, empty_cache: Sequence[torch.Tensor], suppressed: Sequence[int],
-                 recompute_length: Optional[int] = None):
+                 recompute_length: int | None = None):
         self.artefact = artefact
         self.empty_cache = list(empty_cache)
         self.suppressed = list(suppressed)
@@ -176,7 +177,7 @@ class TractGenerator:
         return int(np.argmax(row)), row
 
     def generate(
-        self, prompt: torch.Tensor, count: int, forced: Optional[Sequence[int]] = None
+        self, prompt: torch.Tensor, count: int, forced: Sequence[int] | None = None
     ) -> tuple[list[int], list[np.ndarray]]:
         """``count`` tokens after ``prompt``; with ``forced``, the token fed at each step
         is ``forced[i]`` (teacher forcing) instead of tract's own pick. Returns tract's
@@ -202,7 +203,7 @@ class TractGenerator:
 
 def check_generation(
     model: Any, artefact: TractArtefact, empty_cache: Sequence[torch.Tensor], prompt: torch.Tensor,
-    count: int, exact_required: bool, tokenizer: Optional[Any] = None, recompute_length: Optional[int] = None,
+    count: int, exact_required: bool, tokenizer: Any | None = None, recompute_length: int | None = None,
 ) -> GenerationCheck:
     """Greedy generation of ``count`` tokens in PyTorch and in tract (module docstring)."""
     reference = torch_generate(model, prompt, count)
@@ -216,7 +217,7 @@ def check_generation(
 
 def compare_generations(
     prompt: torch.Tensor, reference: list[int], tract_tokens: list[int], rows: Sequence[np.ndarray],
-    forced_tract: Callable[[], list[int]], exact_required: bool, tokenizer: Optional[Any],
+    forced_tract: Callable[[], list[int]], exact_required: bool, tokenizer: Any | None,
 ) -> GenerationCheck:
     """PyTorch's and tract's greedy tokens compared: the first divergence, whether it is a
     near tie in tract's logits ``rows``, and how often tract agrees when fed PyTorch's

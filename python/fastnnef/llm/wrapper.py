@@ -30,7 +30,8 @@ masks let see, e.g. image tokens seeing each other), and may add outputs after t
 from __future__ import annotations
 
 import inspect
-from typing import Any, Collection, Optional, Protocol, Union
+from collections.abc import Collection
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -128,7 +129,7 @@ class KVCacheLM(nn.Module):
     """
 
     def __init__(self, lm: Any, layout: KVLayout, num_logits_to_keep: int = 1,
-                 extra_inputs: Optional[ExtraInputs] = None):
+                 extra_inputs: ExtraInputs | None = None):
         super().__init__()
         # Named as in torch_to_nnef_llm's wrapper, so weights get the same labels
         # (model.model.layers.0.self_attn.q_proj.weight, model.lm_head.weight).
@@ -166,7 +167,7 @@ class KVCacheLM(nn.Module):
             masks = fed.pop("attention_masks", masks)
         if self.linear:
             masks[LINEAR_ATTENTION] = None
-        mask: Union[torch.Tensor, dict[str, Any]] = masks if self.layout.mixed else next(iter(masks.values()))
+        mask: torch.Tensor | dict[str, Any] = masks if self.layout.mixed else next(iter(masks.values()))
         cache = cache_from_flat(flat_cache, self.linear_layers, self.layout.shared)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:

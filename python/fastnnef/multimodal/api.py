@@ -32,7 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 from torch import nn
@@ -110,11 +110,11 @@ class MultimodalExportReport:
     n_parameters: int
     weight_dtype: str
     inputs_dtype: str  # the dtype of the cache and embedding inputs
-    compression_method: Optional[str]
+    compression_method: str | None
     timings: dict[str, float] = field(default_factory=dict)
     encoder_checks: list[EncoderCheck] = field(default_factory=list)
     bundle_checks: list[BundleCheck] = field(default_factory=list)
-    generation: Optional[GenerationCheck] = None
+    generation: GenerationCheck | None = None
     verified: bool = False
 
     def summary(self) -> str:
@@ -136,12 +136,12 @@ class MultimodalExportReport:
 
 def dump_multimodal(
     export_dirpath: PathLike,
-    model_slug: Optional[str] = None,
-    local_dir: Optional[PathLike] = None,
-    force_module_dtype: Optional[Union[str, DtypeStr]] = None,
-    compression_method: Optional[str] = None,
+    model_slug: str | None = None,
+    local_dir: PathLike | None = None,
+    force_module_dtype: str | DtypeStr | None = None,
+    compression_method: str | None = None,
     compression_registry: str = DEFAULT_COMPRESSION_REGISTRY,
-    naming_scheme: Union[str, VariableNamingScheme] = LLM_NAMING_SCHEME,
+    naming_scheme: str | VariableNamingScheme = LLM_NAMING_SCHEME,
     num_logits_to_keep: int = 1,
     dump_with_tokenizer_and_conf: bool = False,
     ignore_already_exist_dir: bool = False,
@@ -149,14 +149,14 @@ def dump_multimodal(
     force_f32_linear_accumulator: bool = False,
     force_f32_normalization: bool = False,
     reify_sdpa_operator: bool = False,
-    attn_implementation: Union[str, AttnImplementation] = AttnImplementation.AUTO,
-    tract_check_io_tolerance: Union[str, TractCheckTolerance] = TractCheckTolerance.APPROXIMATE,
+    attn_implementation: str | AttnImplementation = AttnImplementation.AUTO,
+    tract_check_io_tolerance: str | TractCheckTolerance = TractCheckTolerance.APPROXIMATE,
     test_display_token_gens: bool = False,
     no_verify: bool = False,
     trust_remote_code: bool = False,
-    tract_specific_version: Optional[str] = None,
-    force_inputs_dtype: Optional[str] = None,
-    progress: Optional[Progress] = None,
+    tract_specific_version: str | None = None,
+    force_inputs_dtype: str | None = None,
+    progress: Progress | None = None,
 ) -> MultimodalExportReport:
     """Export a multimodal checkpoint from the local disk to ``export_dirpath`` (see the
     module docstring). The keywords are ``dump_llm``'s (``fastnnef-multimodal --help``
@@ -276,7 +276,7 @@ def dump_multimodal(
 
         encoder_checks: list[EncoderCheck] = []
         bundle_checks: list[BundleCheck] = []
-        generation: Optional[GenerationCheck] = None
+        generation: GenerationCheck | None = None
         if not no_verify:
             progress.phase("verifying in tract: encoders, decoder bundles, generation from the image prompt")
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None

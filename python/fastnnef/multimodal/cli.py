@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 import warnings
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from fastnnef.cli_exit import run_command
 from fastnnef.llm import cli as llm_cli
@@ -34,7 +34,7 @@ DESCRIPTION = (
 )
 
 
-def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argparse.ArgumentParser:
+def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = llm_cli.build_parser(compression_choices)
     parser.prog = PROG
     parser.description = DESCRIPTION
@@ -44,7 +44,7 @@ def build_parser(compression_choices: Optional[Sequence[str]] = None) -> argpars
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parsed = llm_cli.parse_arguments(build_parser, PROG, argv)
     if isinstance(parsed, int):
         return parsed

@@ -17,8 +17,9 @@ Bundles (``decoder/tests``, listed in ``decoder/modes.json`` except ``export``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,7 +112,7 @@ class TractMultimodalGenerator:
         self.suppressed = [*suppressed, *inputs.placeholder_ids]
 
     def generate(self, processed: dict[str, torch.Tensor], embeddings: list[torch.Tensor], count: int,
-                 forced: Optional[Sequence[int]] = None) -> tuple[list[int], list[np.ndarray]]:
+                 forced: Sequence[int] | None = None) -> tuple[list[int], list[np.ndarray]]:
         extras = self.inputs.prompt_values(processed, embeddings, self.inputs.initial_outputs(self.hidden, self.dtype))
         # In the artefact's input dtypes (f16 artefacts take f16); outputs fed back already are.
         values = as_artefact_inputs(self.artefact, [processed["input_ids"], *self.empty_cache, *extras])
@@ -133,7 +134,7 @@ class TractMultimodalGenerator:
 
 def check_generation(model: Any, generator: TractMultimodalGenerator, processed: dict[str, torch.Tensor],
                      embeddings: list[torch.Tensor], count: int, exact_required: bool,
-                     tokenizer: Optional[Any]) -> GenerationCheck:
+                     tokenizer: Any | None) -> GenerationCheck:
     """Hugging Face's greedy ``generate`` on the processor's output (pixels and all) against
     tract: encoder artefacts' ``embeddings`` into the decoder artefact, then its own cache."""
     prompt = processed["input_ids"]

@@ -9,9 +9,10 @@ them is ``families.py``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ class EncoderSpec:
     fixed_size: bool = False  # the tower takes one image size only (no dynamic patch count)
     # How many of an item's output rows the decoder takes (None: all): an encoder of fixed
     # input size emits rows for its padding too, which the runtime drops.
-    rows: Optional[Callable[[dict[str, torch.Tensor]], int]] = None
+    rows: Callable[[dict[str, torch.Tensor]], int] | None = None
     # The item the encoder is traced on, from the sample's items (default: the first). A
     # dynamic axis must not be 1 in the trace: the export would take it for a static 1.
     trace_item: Callable[[list[dict[str, torch.Tensor]]], dict[str, torch.Tensor]] = lambda items: items[0]
@@ -69,14 +70,14 @@ class Family:
     tower_attr: str  # the config attribute the modality tower is built from ("vision_config")
     auto_class: str  # the transformers auto class that builds the whole model
     encoders: tuple[EncoderSpec, ...]
-    decoder_inputs: Callable[[Any], "DecoderInputs"]  # from the HF model
+    decoder_inputs: Callable[[Any], DecoderInputs]  # from the HF model
     decoder_modules: tuple[str, ...]  # the decoder's module paths in the HF model (what -c compresses)
     # The sample prompt holding the sample media (samples.py), through the processor.
     sample: Callable[[Any], Sample]
     # What ``sample`` takes, from the checkpoint folder (and trust_remote_code); None: the
     # checkpoint's processor (AutoProcessor). A family whose processor needs a package we
     # cannot depend on (Voxtral's: mistral_common) loads its own parts.
-    load_processor: Optional[Callable[[Path, bool], Any]] = None
+    load_processor: Callable[[Path, bool], Any] | None = None
 
 
 class DecoderInputs(ABC):

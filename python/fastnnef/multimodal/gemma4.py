@@ -23,7 +23,7 @@ across chunks.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -93,7 +93,7 @@ class Gemma4DecoderInputs(SplicedEmbeddings):
     """Image embeddings spliced at the image tokens (embedded as the pad token), per-layer
     inputs from the same ids, sliding masks widened over each image (module docstring)."""
 
-    def __init__(self, token_id: int, pad_id: int, window: Optional[int], bidirectional: bool):
+    def __init__(self, token_id: int, pad_id: int, window: int | None, bidirectional: bool):
         super().__init__(token_id)
         self.pad_id = pad_id
         self.window = window

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import platform
 
-log = logging.getLogger("fastnnef.multimodal")
+from fastnnef.log import get_logger
+
+log = get_logger("fastnnef.multimodal")
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc malloc.h)
 GLIBC_INITIAL_MMAP_THRESHOLD = 128 * 1024
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def map_large_allocations() -> bool:
     """Fix glibc's mmap threshold at its initial 128 KiB (module docstring), once per
     process; True where it was set (glibc), False elsewhere."""

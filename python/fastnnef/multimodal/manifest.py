@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 MANIFEST_NAME = "multimodal.json"
 DECODER_DIRNAME = "decoder"  # the decoder's folder; an encoder's is its modality ("vision")
@@ -65,7 +65,7 @@ class EncoderArtefact:
     label: str
     rel_path: str
     contract: EmbeddingContract
-    input_contract: Optional[dict[str, Any]] = None
+    input_contract: dict[str, Any] | None = None
 
 
 def build_manifest(decoder_rel_path: str, encoders: list[EncoderArtefact], dtype: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ not be split across chunks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -48,7 +48,7 @@ from fastnnef.multimodal.splice import complete_placeholders, splice_embeddings
 
 
 def vision_attention(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                     mask: Optional[torch.Tensor]) -> torch.Tensor:
+                     mask: torch.Tensor | None) -> torch.Tensor:
     """Hugging Face's Qwen-VL vision attention over ONE image (its ``cu_seqlens`` split
     would freeze the traced image's size), with an optional additive mask."""
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
@@ -165,7 +165,7 @@ class Qwen25VLDecoderInputs(DecoderInputs):
     dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_video_embeddings": {0: "VID_STATE"},
                     "in_image_grid_thw": {0: "IMG_GRID"}, "in_video_grid_thw": {0: "VID_GRID"}}
 
-    def __init__(self, config: Any, video_interval: Optional[int] = None):
+    def __init__(self, config: Any, video_interval: int | None = None):
         self.image_token_id = int(config.image_token_id)
         self.video_token_id = int(config.video_token_id)
         self.placeholder_ids = (self.image_token_id, self.video_token_id)

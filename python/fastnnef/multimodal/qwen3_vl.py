@@ -22,7 +22,7 @@ that way; only images are verified.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -136,7 +136,7 @@ class Qwen3VLDecoderInputs(Qwen25VLDecoderInputs):
 
 def _add_once(layer: nn.Module, rows: torch.Tensor) -> None:
     """Add ``rows`` to the output of ``layer``'s next forward, then forget it."""
-    handle: Optional[Any] = None
+    handle: Any | None = None
 
     def hook(module: nn.Module, args: Any, output: Any) -> Any:
         assert handle is not None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,7 +80,7 @@ class VoxtralInputs:
     audio_token_id: int
     tokens_per_chunk: int
     chunk_frames: int
-    bos_token_id: Optional[int]  # the tokenizer's, else the config's (tekken.json's converted one has none)
+    bos_token_id: int | None  # the tokenizer's, else the config's (tekken.json's converted one has none)
     source: Path  # the checkpoint folder (its tekken.json is copied by save_pretrained)
 
     def chunks(self, clip: Any) -> torch.Tensor:
@@ -91,7 +91,7 @@ class VoxtralInputs:
                              pad_to_multiple_of=extractor.n_samples, return_tensors="pt")["input_features"]
         return features.reshape(extractor.feature_size, -1, self.chunk_frames).transpose(0, 1)
 
-    def token_id(self, token: str) -> Optional[int]:
+    def token_id(self, token: str) -> int | None:
         """``token``'s id, or None when the tokenizer does not know it."""
         found = self.tokenizer.convert_tokens_to_ids(token)
         return None if found is None or found == self.tokenizer.unk_token_id else int(found)

@@ -7,8 +7,9 @@ Tensor shapes hold ints, or ``Sym`` expressions (``fastnnef.dim.DimExpr``) for d
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any
 
 from fastnnef.dim import DimExpr
 from fastnnef.exceptions import (
@@ -24,7 +25,7 @@ Sym = DimExpr
 """A symbolic dimension (``S``, ``P+S``), written bare in the graph text: the one size
 type of ``fastnnef.dim``, under the name handlers use (``Sym("S+1")`` parses tract's text)."""
 
-Dim = Union[int, DimExpr]
+Dim = int | DimExpr
 
 NNEF_KEYWORDS = frozenset(
     "version extension fragment graph tensor integer scalar logical string true false "
@@ -100,7 +101,7 @@ class NAlias:
     source: NTensor
 
 
-Statement = Union[NOp, NExternal, NVariable, NAlias]
+Statement = NOp | NExternal | NVariable | NAlias
 
 @dataclass
 class NNEFGraph:
@@ -109,7 +110,7 @@ class NNEFGraph:
     name: str = "network"
     strict: bool = False  # KhronosNNEF: no tract extensions allowed
     # The tract registries the target has (None: any); using another one is an error.
-    available_registries: Optional[frozenset[str]] = None
+    available_registries: frozenset[str] | None = None
     inputs: list[NTensor] = field(default_factory=list)
     outputs: list[NTensor] = field(default_factory=list)
     body: list[Statement] = field(default_factory=list)
@@ -188,7 +189,7 @@ class NNEFGraph:
         self,
         kind: str,
         args: Iterable[Any],
-        attrs: Optional[dict[str, Any]] = None,
+        attrs: dict[str, Any] | None = None,
         *,
         name: str,
         dtype: str,
@@ -203,7 +204,7 @@ class NNEFGraph:
         return out
 
     def op_multi(
-        self, kind: str, args: Iterable[Any], attrs: Optional[dict[str, Any]], *, outputs: Sequence[NTensor]
+        self, kind: str, args: Iterable[Any], attrs: dict[str, Any] | None, *, outputs: Sequence[NTensor]
     ) -> tuple[NTensor, ...]:
         """Append an op whose output tensors the caller has named (``fresh_name``); the
         registry it needs is noted by the caller (op/builder.py, from its declaration)."""

@@ -24,8 +24,9 @@ Fragments fastnnef itself defines (scan bodies, the properties fragment) are dec
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorInvalidArgument
 from fastnnef.nnef import shapes
@@ -61,7 +62,8 @@ STRING = AttrType("string", lambda v: isinstance(v, str) and not isinstance(v, S
 #: A tract datum type (``f32``, ``i64``, ``QU8(Z:128 S:0.05)``...).
 DATUM_TYPE = AttrType(
     "datum type",
-    lambda v: isinstance(v, str) and not isinstance(v, Sym) and (v in _PLAIN_DATUM_TYPES or quantized_params(v) is not None),
+    lambda v: isinstance(v, str) and not isinstance(v, Sym)
+    and (v in _PLAIN_DATUM_TYPES or quantized_params(v) is not None),
 )
 TENSOR = AttrType("tensor", lambda v: isinstance(v, NTensor))
 
@@ -119,10 +121,10 @@ class OpDecl:
     name: str
     #: The tract registry that defines it (``extension tract_registry <r>;``), None for
     #: NNEF's own operations and fragments written into the graph.
-    registry: Optional[str]
+    registry: str | None
     attrs: Mapping[str, Attr]
     #: The output's ``(datum type, shape)`` from the operands; None: the handler says them.
-    rule: Optional[Rule] = None
+    rule: Rule | None = None
     required: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -151,7 +153,7 @@ class OpDecl:
 _TABLE: dict[str, OpDecl] = {}
 
 
-def declare(name: str, registry: Optional[str] = None, rule: Optional[Rule] = None, **attrs: Attr) -> OpDecl:
+def declare(name: str, registry: str | None = None, rule: Rule | None = None, **attrs: Attr) -> OpDecl:
     """Declare an NNEF op (user code: a tract op fastnnef does not emit itself). Declaring
     a name twice differently raises ``T2NErrorInvalidArgument``."""
     decl = OpDecl(name, registry, dict(attrs), rule)
@@ -162,7 +164,7 @@ def declare(name: str, registry: Optional[str] = None, rule: Optional[Rule] = No
     return decl
 
 
-def declared(name: str) -> Optional[OpDecl]:
+def declared(name: str) -> OpDecl | None:
     return _TABLE.get(name)
 
 
@@ -197,11 +199,12 @@ declare("slice", rule=shapes.slice_, axes=req(INTEGERS), begin=req(SIZES), end=r
 declare("tile", rule=shapes.tile, repeats=req(SIZES))
 declare("pad", padding=req(PADDING), border=opt(STRING, "constant"), value=opt(SCALAR, 0.0))
 declare("matmul", rule=shapes.matmul, transposeA=opt(LOGICAL, False), transposeB=opt(LOGICAL, False))
-_CONV = dict(border=opt(STRING, "constant"), padding=opt(PADDING, []), stride=opt(INTEGERS, []),
+# Any: mypy cannot rule out that a splatted dict names declare()'s registry or rule.
+_CONV: dict[str, Any] = dict(border=opt(STRING, "constant"), padding=opt(PADDING, []), stride=opt(INTEGERS, []),
              dilation=opt(INTEGERS, []), groups=opt(INTEGER, 1))
 declare("conv", rule=shapes.conv, **_CONV)
 declare("deconv", **_CONV, output_shape=opt(INTEGERS, []))
-_POOL = dict(size=req(INTEGERS), border=opt(STRING, "constant"), padding=opt(PADDING, []),
+_POOL: dict[str, Any] = dict(size=req(INTEGERS), border=opt(STRING, "constant"), padding=opt(PADDING, []),
              stride=opt(INTEGERS, []), dilation=opt(INTEGERS, []))
 for _name in ("max_pool", "avg_pool", "max_pool_with_index"):
     declare(_name, **_POOL)
@@ -288,7 +291,7 @@ FRAGMENTS: tuple[FragmentDecl, ...] = (
 )
 
 
-def fastnnef_fragment(name: str) -> Optional[FragmentDecl]:
+def fastnnef_fragment(name: str) -> FragmentDecl | None:
     """The declaration of a fragment fastnnef writes, None for a user's fragment."""
     return next((f for f in FRAGMENTS if name.startswith(f.prefix)), None)
 
@@ -368,7 +371,7 @@ def check(kind: str, attrs: Mapping[str, Any], fragments: Mapping[str, str]) -> 
     return decl
 
 
-def infer(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def infer(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """``(datum type, shape)`` of ``kind(args, attrs)``'s single output by its declared
     rule, or ``None`` when the op has none (or is not declared)."""
     decl = _TABLE.get(kind)

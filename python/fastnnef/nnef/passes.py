@@ -14,7 +14,8 @@ passes, so the log can say what each one changed.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NAlias, NExternal, NNEFGraph, NOp, NTensor, NVariable, Statement, Tuple

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Union
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ def quantized_datum_type(dtype: torch.dtype, scale: float, zero_point: int) -> s
     return f"{TORCH_QUANTIZED[dtype].tract_name}(Z:{int(zero_point)} S:{digits})"
 
 
-def quantized_type_line(identifier: str, datum_type: str) -> Optional[str]:
+def quantized_type_line(identifier: str, datum_type: str) -> str | None:
     """The ``graph.quant`` entry of a tensor whose datum type is quantized (an activation
     or a graph output computed by an op), ``None`` for any other type."""
     params = quantized_params(datum_type)
@@ -70,7 +70,7 @@ def quantized_type_line(identifier: str, datum_type: str) -> Optional[str]:
     return quant_format_line(identifier, qtype, scale, zero_point)
 
 
-def quantized_params(datum_type: str) -> Optional[tuple[str, int, float]]:
+def quantized_params(datum_type: str) -> tuple[str, int, float] | None:
     """``(codes datum type, zero point, scale)`` of a quantized datum type, ``None`` for
     any other type."""
     match = _QUANTIZED_TYPE.match(datum_type)
@@ -92,11 +92,11 @@ class Payload(Protocol):
         """Declared ``variable<scalar>`` (True) or ``variable`` (packed)."""
 
     @property
-    def written_format(self) -> Optional[PackedFormat]:
+    def written_format(self) -> PackedFormat | None:
         """The packed format its ``.dat`` is written in, ``None`` for plain elements."""
 
     @property
-    def held_packed(self) -> Optional[PackedFormat]:
+    def held_packed(self) -> PackedFormat | None:
         """The format of the packed blocks it holds in memory, written as they are."""
 
     @property
@@ -104,17 +104,17 @@ class Payload(Protocol):
         """The rank of the weight (of its values, for packed ones)."""
 
     @property
-    def plain_data(self) -> Optional[torch.Tensor]:
+    def plain_data(self) -> torch.Tensor | None:
         """The torch tensor written as plain elements, if it is one."""
 
-    def unpacked(self) -> Optional["AnyPayload"]:
+    def unpacked(self) -> AnyPayload | None:
         """The same weight written as its dequantized floats, where it is packed in memory
         (``None`` otherwise: plain, or streamed from its checkpoint as it is)."""
 
     def check(self, label: str) -> None:
         """Refuse, before anything is written, what cannot be written."""
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
+    def quant_entry(self, identifier: str) -> str | None:
         """The ``graph.quant`` line for this variable, if it is torch-quantized."""
 
     def write(self, artefact: Artefact, label: str) -> None:
@@ -126,20 +126,20 @@ class _PayloadDefaults:
     plain data, nothing to check, no ``graph.quant`` entry."""
 
     @property
-    def held_packed(self) -> Optional[PackedFormat]:
+    def held_packed(self) -> PackedFormat | None:
         return None
 
     @property
-    def plain_data(self) -> Optional[torch.Tensor]:
+    def plain_data(self) -> torch.Tensor | None:
         return None
 
-    def unpacked(self) -> Optional["AnyPayload"]:
+    def unpacked(self) -> AnyPayload | None:
         return None
 
     def check(self, label: str) -> None:
         pass
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
+    def quant_entry(self, identifier: str) -> str | None:
         return None
 
 
@@ -149,14 +149,14 @@ class PlainPayload(_PayloadDefaults):
     format's encoding, e.g. ``"q4_0"``, quantizes in Rust as the bytes go out)."""
 
     data: torch.Tensor
-    encoding: Optional[str] = None
+    encoding: str | None = None
 
     @property
     def nbytes(self) -> int:
         return self.data.numel() * self.data.element_size()
 
     @property
-    def written_format(self) -> Optional[PackedFormat]:
+    def written_format(self) -> PackedFormat | None:
         return of_encoding(self.encoding)
 
     @property
@@ -168,10 +168,10 @@ class PlainPayload(_PayloadDefaults):
         return self.data.dim()
 
     @property
-    def plain_data(self) -> Optional[torch.Tensor]:
+    def plain_data(self) -> torch.Tensor | None:
         return self.data
 
-    def unpacked(self) -> Optional["AnyPayload"]:
+    def unpacked(self) -> AnyPayload | None:
         return PlainPayload(self.data) if self.written_format is not None else None
 
     def write(self, artefact: Artefact, label: str) -> None:
@@ -191,11 +191,11 @@ class PackedPayload(_PayloadDefaults):
         return self.format.nbytes(self.data)
 
     @property
-    def written_format(self) -> Optional[PackedFormat]:
+    def written_format(self) -> PackedFormat | None:
         return self.format
 
     @property
-    def held_packed(self) -> Optional[PackedFormat]:
+    def held_packed(self) -> PackedFormat | None:
         return self.format
 
     @property
@@ -206,7 +206,7 @@ class PackedPayload(_PayloadDefaults):
     def rank(self) -> int:
         return self.data.dim()
 
-    def unpacked(self) -> Optional["AnyPayload"]:
+    def unpacked(self) -> AnyPayload | None:
         return PlainPayload(self.format.dequantize(self.data))
 
     def write(self, artefact: Artefact, label: str) -> None:
@@ -228,14 +228,14 @@ class TorchQuantPayload(_PayloadDefaults):
         return True
 
     @property
-    def written_format(self) -> Optional[PackedFormat]:
+    def written_format(self) -> PackedFormat | None:
         return None
 
     @property
     def rank(self) -> int:
         return self.data.dim()
 
-    def quant_entry(self, identifier: str) -> Optional[str]:
+    def quant_entry(self, identifier: str) -> str | None:
         return quant_line(identifier, self.data)
 
     def write(self, artefact: Artefact, label: str) -> None:
@@ -255,7 +255,7 @@ class OffloadedPayload(_PayloadDefaults):
         return self.tensor.numel() * self.tensor.element_size()
 
     @property
-    def written_format(self) -> Optional[PackedFormat]:
+    def written_format(self) -> PackedFormat | None:
         return of_encoding(self.encoding)
 
     @property
@@ -279,7 +279,7 @@ class OffloadedPayload(_PayloadDefaults):
         artefact.add_tensor(label, self.tensor.written_values(), encoding=self.encoding)
 
 
-AnyPayload = Union[PlainPayload, PackedPayload, TorchQuantPayload, OffloadedPayload]
+AnyPayload = PlainPayload | PackedPayload | TorchQuantPayload | OffloadedPayload
 
 
 def payload_for(data: torch.Tensor, caps: Any, where: str = "", label: str = "") -> AnyPayload:

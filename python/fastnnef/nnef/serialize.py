@@ -8,9 +8,9 @@ to Rust as views of the torch storage, one at a time (no copy, GIL released).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable, Optional
 
 from fastnnef.artefact import Artefact
 from fastnnef.log import get_logger
@@ -23,7 +23,7 @@ log = get_logger(__name__)
 #: Called after each tensor is written with (tensors done, tensors in all, bytes done,
 #: bytes in all). Set by a caller around an export (fastnnef-llm's progress line); a
 #: context variable, so concurrent exports in other threads are not affected.
-TENSOR_PROGRESS: ContextVar[Optional[Callable[[int, int, int, int], None]]] = ContextVar(
+TENSOR_PROGRESS: ContextVar[Callable[[int, int, int, int], None] | None] = ContextVar(
     "fastnnef_tensor_progress", default=None
 )
 

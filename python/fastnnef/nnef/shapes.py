@@ -12,7 +12,8 @@ arithmetic normalizes; ``UNKNOWN_DIM`` marks a dynamic dim whose expression was 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fastnnef import dim
 from fastnnef.exceptions import T2NErrorConsistency
@@ -97,7 +98,7 @@ def broadcast_shapes(shapes: Sequence[Sequence[Dim]], kind: str = "") -> Shape:
 # A rule maps ``(kind, args, attrs)`` to the ``(datum type, shape)`` of the op's single
 # output, or ``None`` where the operands do not fix it. Which op has which rule is declared
 # in nnef/op_table.py, nowhere else.
-Rule = Callable[[str, Sequence[Any], dict[str, Any]], Optional[tuple[str, Shape]]]
+Rule = Callable[[str, Sequence[Any], dict[str, Any]], tuple[str, Shape] | None]
 
 
 def _tensors(args: Sequence[Any]) -> list[NTensor]:
@@ -116,7 +117,7 @@ def _slice_len(b: Dim, e: Dim, stride: int) -> Dim:
     return UNKNOWN_DIM
 
 
-def _concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def _concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     parts = args[0] if args and isinstance(args[0], (list, tuple)) else []
     if not parts or not all(isinstance(p, NTensor) for p in parts):
         return None
@@ -129,7 +130,7 @@ def _concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[t
     return parts[0].dtype, parts[0].shape[:axis] + (length,) + parts[0].shape[axis + 1:]
 
 
-def _einsum(args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def _einsum(args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """``tract_core_einsum``: each output letter's dim (unit dims broadcast), in ``acc``."""
     parts = args[0] if args and isinstance(args[0], (list, tuple)) else []
     specs, _, out = str(attrs["expr"]).partition("->")
@@ -158,7 +159,7 @@ def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
     return (x.shape[0], w.shape[0]) + tuple(spatial)
 
 
-def elementwise(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def elementwise(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """Unary and binary ops: the first tensor's type, the operands' broadcast shape."""
     tensors = _tensors(args)
     if not tensors:
@@ -166,37 +167,37 @@ def elementwise(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Option
     return tensors[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
 
 
-def comparison(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def comparison(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     if not _tensors(args):
         return None
     return "bool", broadcast_shapes([_shape(a) for a in args], kind)
 
 
-def select(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def select(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     branches = _tensors(args[1:])
     if not branches:
         return None
     return branches[0].dtype, broadcast_shapes([_shape(a) for a in args], kind)
 
 
-def concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """``concat`` and ``stack``."""
     return _concat(kind, args, attrs)
 
 
-def einsum(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def einsum(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     return _einsum(args, attrs)
 
 
-def cast(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def cast(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     tensors = _tensors(args)
     return attrs["to"], tensors[0].shape if tensors else ()
 
 
-def _on_first(rule: Callable[[str, NTensor, list[NTensor], dict[str, Any]], Optional[tuple[str, Shape]]]) -> Rule:
+def _on_first(rule: Callable[[str, NTensor, list[NTensor], dict[str, Any]], tuple[str, Shape] | None]) -> Rule:
     """A rule over the first tensor operand (and the others); ``None`` without one."""
 
-    def apply(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+    def apply(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
         tensors = _tensors(args)
         return rule(kind, tensors[0], tensors, attrs) if tensors else None
 
@@ -211,19 +212,19 @@ def _reduced(x: NTensor, attrs: dict[str, Any]) -> Shape:
 
 
 @_on_first
-def reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """A reduction keeps its input's type; reduced axes become 1."""
     return x.dtype, _reduced(x, attrs)
 
 
 @_on_first
-def index_reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def index_reduction(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """``argmax_reduce`` / ``argmin_reduce``: i64 indices."""
     return "i64", _reduced(x, attrs)
 
 
 @_on_first
-def unsqueeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def unsqueeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     shape = list(x.shape)
     for axis in sorted(attrs["axes"]):
         shape.insert(axis, 1)
@@ -231,19 +232,19 @@ def unsqueeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, An
 
 
 @_on_first
-def squeeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def squeeze(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     axes = set(attrs["axes"])
     return x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
 @_on_first
-def transpose(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def transpose(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     perm = list(attrs["axes"])
     return x.dtype, tuple(x.shape[p] for p in perm) + tuple(x.shape[len(perm):])
 
 
 @_on_first
-def slice_(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def slice_(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     shape = list(x.shape)
     strides = attrs.get("stride") or [1] * len(attrs["axes"])
     for axis, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
@@ -252,12 +253,12 @@ def slice_(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any])
 
 
 @_on_first
-def tile(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def tile(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     return x.dtype, tuple(times(d, r) for d, r in zip(x.shape, attrs["repeats"]))
 
 
 @_on_first
-def matmul(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def matmul(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     if len(tensors) != 2 or min(t.rank for t in tensors) < 2:
         return None
     a, b = tensors
@@ -267,7 +268,7 @@ def matmul(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any])
 
 
 @_on_first
-def gather(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def gather(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     if len(tensors) != 2:
         return None
     axis = attrs["axis"]
@@ -276,35 +277,35 @@ def gather(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any])
 
 
 @_on_first
-def gather_elements(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def gather_elements(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     return (x.dtype, tensors[1].shape) if len(tensors) == 2 else None
 
 
 @_on_first
-def same_as_input(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def same_as_input(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """The input's type and shape (scatters, FFT)."""
     return x.dtype, x.shape
 
 
 @_on_first
-def broadcast(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def broadcast(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     if not isinstance(attrs.get("shape"), list):
         return None
     return x.dtype, broadcast_shapes([x.shape, tuple(attrs["shape"])], kind)
 
 
 @_on_first
-def grid_sample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def grid_sample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     return (x.dtype, x.shape[:2] + tensors[1].shape[1:-1]) if len(tensors) == 2 else None
 
 
 @_on_first
-def shape_of(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def shape_of(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     return "tdim", (x.rank,)
 
 
 @_on_first
-def conv(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def conv(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     """With explicit padding only."""
     if len(tensors) < 2 or not attrs.get("padding"):
         return None
@@ -312,7 +313,7 @@ def conv(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -
 
 
 @_on_first
-def downsample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> Optional[tuple[str, Shape]]:
+def downsample(kind: str, x: NTensor, tensors: list[NTensor], attrs: dict[str, Any]) -> tuple[str, Shape] | None:
     stride = attrs["stride"]
     shape = list(x.shape)
     n = shape[attrs["axis"]]

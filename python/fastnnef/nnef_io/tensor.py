@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import BinaryIO, Optional, Sequence, Union
+from typing import BinaryIO
 
 import torch
 
@@ -55,8 +56,8 @@ class DatBinHeader:
         item_type_vendor: bytes,
         version_maj: int = 1,
         version_min: int = 0,
-        item_type_params_deprecated: Optional[list[int]] = None,
-        padding: Optional[list[int]] = None,
+        item_type_params_deprecated: list[int] | None = None,
+        padding: list[int] | None = None,
         bits_per_item: int = 32,
         magic: str = _MAGIC,
     ):
@@ -108,7 +109,7 @@ class DatBinHeader:
         return head
 
     @property
-    def torch_dtype_or_custom(self) -> Union[torch.dtype, DatBinHeader.TractCustomTypes]:
+    def torch_dtype_or_custom(self) -> torch.dtype | DatBinHeader.TractCustomTypes:
         """The torch dtype of a standard item type, or the tract block format."""
         if self.item_type_vendor == self.TRACT_ITEM_TYPE_VENDOR:
             return self.TractCustomTypes(self.item_type)
@@ -131,7 +132,7 @@ class DatBinHeader:
         if rank > cls.MAX_TENSOR_RANK:
             raise T2NErrorMisuse(f"tensor rank {rank} exceeds the maximum, {cls.MAX_TENSOR_RANK}")
         try:
-            size: Optional[int] = os.fstat(file.fileno()).st_size if file.seekable() else None
+            size: int | None = os.fstat(file.fileno()).st_size if file.seekable() else None
         except (AttributeError, OSError):  # an in-memory or archive member stream
             size = None
         if size is not None and size != HEADER_SIZE + data_length:
@@ -146,6 +147,6 @@ class DatBinHeader:
         )
 
     @classmethod
-    def from_dat(cls, filepath: Union[str, os.PathLike]) -> DatBinHeader:
+    def from_dat(cls, filepath: str | os.PathLike) -> DatBinHeader:
         with Path(filepath).open("rb") as fh:
             return cls.from_dat_file(fh)

@@ -13,7 +13,8 @@ tensors. Handlers reach it only through ``OpContext`` (op/context.py); the conve
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ def shape_of(value: TensorValue) -> tuple[Dim, ...]:
 class GraphBuilder:
     """Builds one ``NNEFGraph``; all per-export state lives here, none in globals."""
 
-    def __init__(self, graph: NNEFGraph, caps: TargetCapabilities, naming: str, param_names: Optional[dict[int, str]] = None):
+    def __init__(self, graph: NNEFGraph, caps: TargetCapabilities, naming: str, param_names: dict[int, str] | None = None):
         self.graph = graph
         self.caps = caps
         self.naming = naming
@@ -76,7 +77,7 @@ class GraphBuilder:
         self._counter = 0
 
     # --- names ---------------------------------------------------------------------------
-    def base_name(self, node: IROp, value: Optional[TensorValue] = None) -> str:
+    def base_name(self, node: IROp, value: TensorValue | None = None) -> str:
         """A base identifier for ``value`` produced by ``node`` (the graph makes it unique)."""
         if value is not None and id(value) in self._fixed:
             return self._fixed[id(value)]
@@ -102,7 +103,7 @@ class GraphBuilder:
     def bind(self, value: IRValue, tensor: NTensor) -> None:
         self._bound[id(value)] = tensor
 
-    def bound(self, value: IRValue) -> Optional[NTensor]:
+    def bound(self, value: IRValue) -> NTensor | None:
         return self._bound.get(id(value))
 
     def mark_unexported(self, value: IRValue, where: str) -> None:
@@ -134,8 +135,8 @@ class GraphBuilder:
 
     # --- variables -----------------------------------------------------------------------
     def variable(
-        self, data: torch.Tensor, label: str, *, logical: Optional[torch.dtype] = None,
-        shape: Optional[Sequence[Dim]] = None, where: str = "",
+        self, data: torch.Tensor, label: str, *, logical: torch.dtype | None = None,
+        shape: Sequence[Dim] | None = None, where: str = "",
     ) -> NTensor:
         """Declare ``data`` as ``<label>.dat``. A label declared before returns its tensor
         (tied weights, shared constants). The payload is chosen here, once."""
@@ -172,20 +173,20 @@ class GraphBuilder:
         """Whether ``t`` is a variable (a weight or an export-time constant)."""
         return t.name in self._variables
 
-    def plain_data(self, t: NTensor) -> Optional[torch.Tensor]:
+    def plain_data(self, t: NTensor) -> torch.Tensor | None:
         """The torch data of ``t`` when it is a variable written as plain elements."""
         if t.name not in self._variables:
             return None
         var = next((v for v in self.graph.variables.values() if v.tensor is t), None)
         return var.payload.plain_data if var is not None else None
 
-    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+    def packed_format(self, t: NTensor) -> PackedFormat | None:
         """The packed format of ``t`` when it is a variable held as packed blocks (a Q4_0
         ``QTensor``), ``None`` otherwise."""
         return self._packed.get(t.name)
 
     # --- ops -----------------------------------------------------------------------------
-    def _declared(self, kind: str, attrs: dict[str, Any], by: Optional[IROp]) -> None:
+    def _declared(self, kind: str, attrs: dict[str, Any], by: IROp | None) -> None:
         """Check the statement against its declaration (nnef/op_table.py), before anything
         is added to the graph, and note the tract registry it needs. Errors name ``by``,
         the node being converted."""
@@ -199,9 +200,9 @@ class GraphBuilder:
             self.graph.use_registry(decl.registry, needed_by=kind)
 
     def op(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *, name: str,
-        dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, exact: bool = False,
-        by: Optional[IROp] = None,
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, *, name: str,
+        dtype: str | None = None, shape: Sequence[Dim] | None = None, exact: bool = False,
+        by: IROp | None = None,
     ) -> NTensor:
         """Append a single-output op, checked against its declaration (``by``: the node
         being converted, named in errors). A missing ``dtype`` or ``shape`` is derived by
@@ -219,7 +220,7 @@ class GraphBuilder:
             shape = shape if shape is not None else derived[1]
         return self.graph.op(kind, args, attrs, name=name, dtype=dtype, shape=shape, exact=exact)
 
-    def refine(self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]], traced: Sequence[Dim]) -> tuple[Dim, ...]:
+    def refine(self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None, traced: Sequence[Dim]) -> tuple[Dim, ...]:
         """The traced shape, with dims whose dynamic expression the IR lost taken from the
         op's rule where it knows them."""
         if not any(unknown(d) for d in traced):
@@ -230,8 +231,8 @@ class GraphBuilder:
         return tuple(r if unknown(t) and not unknown(r) else t for t, r in zip(traced, derived[1]))
 
     def op_multi(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: Optional[IROp] = None,
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None,
+        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: IROp | None = None,
     ) -> tuple[NTensor, ...]:
         """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
         checked against its declaration."""

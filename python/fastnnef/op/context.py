@@ -9,7 +9,8 @@ fragments with ``fragment``. It asks the target what it can do through ``caps``.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ from fastnnef.torch_graph.ir import (
     TensorValue,
 )
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 
 # torch dtype -> tract datum type (bf16 is computed in f32): one table, nnef/payload.py's.
 DTYPES = DATUM_TYPES
@@ -76,13 +77,13 @@ class OpContext:
         value the trace records no shape for, such as a nested tensor)."""
         return index < len(self.node.inputs) and isinstance(self.node.inputs[index], TensorValue)
 
-    def input_dtype(self, index: int) -> Optional[torch.dtype]:
+    def input_dtype(self, index: int) -> torch.dtype | None:
         """The torch dtype of tensor input ``index`` (complex ones included: the NNEF
         tensor of a complex value is real), ``None`` if that input is not a tensor."""
         value = self.node.inputs[index] if index < len(self.node.inputs) else None
         return value.dtype if isinstance(value, TensorValue) else None
 
-    def item_dtypes(self, index: int) -> list[Optional[torch.dtype]]:
+    def item_dtypes(self, index: int) -> list[torch.dtype | None]:
         """``input_dtype`` of each item of list input ``index``."""
         value = self.node.inputs[index]
         if not isinstance(value, ListValue):
@@ -152,9 +153,9 @@ class OpContext:
 
     # --- building ------------------------------------------------------------------------
     def emit(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, out: int = 0,
-        value: Optional[TensorValue] = None, shape: Optional[Sequence[Dim]] = None,
-        dtype: Optional[str] = None,
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, out: int = 0,
+        value: TensorValue | None = None, shape: Sequence[Dim] | None = None,
+        dtype: str | None = None,
     ) -> NTensor:
         """Emit the op that produces node output ``out`` (or list item ``value``), with the
         traced dtype and shape. ``shape`` overrides the traced one where the handler knows
@@ -182,8 +183,8 @@ class OpContext:
         return tract_dtype(value.dtype, self.node.where())
 
     def emit_multi(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]], outs: Sequence[int],
-        shapes: Optional[Sequence[Sequence[Dim]]] = None,
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None, outs: Sequence[int],
+        shapes: Sequence[Sequence[Dim]] | None = None,
     ) -> tuple[NTensor, ...]:
         """Emit one op producing several node outputs (``outs``: their indices)."""
         values = [self.out_value(i) for i in outs]
@@ -198,20 +199,20 @@ class OpContext:
         self._emitted.update((id(v), t) for v, t in zip(values, tensors))
         return tensors
 
-    def emitted(self, value: IRValue) -> Optional[NTensor]:
+    def emitted(self, value: IRValue) -> NTensor | None:
         """The tensor emitted for node output ``value`` so far, if any."""
         return self._emitted.get(id(value))
 
     def tmp(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, *,
-        dtype: Optional[str] = None, shape: Optional[Sequence[Dim]] = None, suffix: str = "",
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, *,
+        dtype: str | None = None, shape: Sequence[Dim] | None = None, suffix: str = "",
     ) -> NTensor:
         """Emit an intermediate op (named after the node, plus ``suffix``); its dtype and
         shape are derived from the operands unless given."""
         return self._b.op(kind, args, attrs, name=self.name(suffix), dtype=dtype, shape=shape, by=self.node)
 
     def tmp_multi(
-        self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]],
+        self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None,
         outputs: Sequence[tuple[str, str, Sequence[Dim]]],
     ) -> tuple[NTensor, ...]:
         """An intermediate op with several outputs, each ``(suffix, dtype, shape)``."""
@@ -224,7 +225,7 @@ class OpContext:
         base = self._b.base_name(self.node)
         return f"{base}_{suffix}" if suffix else base
 
-    def constant(self, data: torch.Tensor, label: Optional[str] = None, suffix: str = "") -> NTensor:
+    def constant(self, data: torch.Tensor, label: str | None = None, suffix: str = "") -> NTensor:
         """A tensor computed at export time, stored as a variable. With ``label``, equal
         labels share one variable (the caller encodes what the data depends on in it);
         else a new label from the node's name and ``suffix``."""
@@ -248,7 +249,7 @@ class OpContext:
         ``packed_format``)."""
         return self._b.packed_format(t) is not None
 
-    def packed_format(self, t: NTensor) -> Optional[PackedFormat]:
+    def packed_format(self, t: NTensor) -> PackedFormat | None:
         """The packed format of a weight held as packed blocks, ``None`` otherwise."""
         return self._b.packed_format(t)
 
@@ -277,7 +278,7 @@ class OpContext:
             raise self.unsupported(f"axis {dim} out of range for rank {rank}")
         return dim % rank if rank else 0
 
-    def static(self, t: NTensor, dims: Optional[Sequence[int]] = None, what: str = "this op") -> None:
+    def static(self, t: NTensor, dims: Sequence[int] | None = None, what: str = "this op") -> None:
         """Refuse dims that are dynamic (the handler needs their concrete value)."""
         for d in dims if dims is not None else range(t.rank):
             if isinstance(t.shape[d], Sym):
@@ -409,7 +410,7 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
     if kind == "O":
         if not isinstance(value, ListValue):
             raise bad("a list of tensors or None")
-        tensors: list[Optional[NTensor]] = []
+        tensors: list[NTensor | None] = []
         for item in value.items:
             if isinstance(item, Const) and item.value is None:
                 tensors.append(None)

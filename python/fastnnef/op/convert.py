@@ -3,7 +3,8 @@ extractor), name outputs."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -41,7 +42,7 @@ class Converter:
 
     def __init__(
         self, graph: NNEFGraph, caps: TargetCapabilities, registry: OpRegistry, naming: str, target: Any = None,
-        param_names: Optional[dict[int, str]] = None,
+        param_names: dict[int, str] | None = None,
     ):
         self.builder = GraphBuilder(graph, caps, naming, param_names)
         self.graph = graph
@@ -94,7 +95,8 @@ class Converter:
         if spec.since is not None and (self.caps.tract_version is None or spec.since > self.caps.tract_version):
             target = (
                 f"tract {self.caps.tract_version.to_str()}: raise the TractNNEF version"
-                if self.caps.tract_version is not None else "strict NNEF, which has no such operator: export with TractNNEF"
+                if self.caps.tract_version is not None
+                else "strict NNEF, which has no such operator: export with TractNNEF"
             )
             raise T2NErrorNotImplemented(
                 f"{node.where()}: {node.kind} needs tract >= {spec.since.to_str()} but the target is {target}"
@@ -133,6 +135,7 @@ class Converter:
     def finish_outputs(self, ir: IRGraph, names: Sequence[str]) -> None:
         """Bind graph outputs by name; alias where the producing tensor has another name."""
         for value, name in zip(ir.outputs, names):
+            tensor: NTensor | None
             if isinstance(value, Const):
                 tensor = self._constant_output(value, name)
             else:

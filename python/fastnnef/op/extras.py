@@ -39,8 +39,8 @@ import importlib
 import importlib.metadata
 import inspect
 import os
-import sys
-from typing import Any, Callable, Iterable, Optional, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import VERSION_GATES
@@ -61,7 +61,9 @@ ENTRY_POINT_GROUPS = ("torch_to_nnef.extras", "fastnnef.extras")
 _REFERENCE_PARAMETERS = frozenset({"g", "name_to_tensor", "null_ref", "torch_graph", "op_helper"})
 
 
-def register(op_name: str, args: str = "*", since: Optional[str] = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def register(
+    op_name: str, args: str = "*", since: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register the handler of ``t2n_extra::<op_name>``.
 
     ``args`` declares how the node's inputs are read (op/registry.py's argument kinds),
@@ -98,7 +100,7 @@ def _refuse_reference_style(op_name: str, fn: Callable[..., Any]) -> None:
 
 
 def extra_module_names(
-    load_extra_op_modules: Optional[Sequence[str]], discover_extra_entrypoints: bool
+    load_extra_op_modules: Sequence[str] | None, discover_extra_entrypoints: bool
 ) -> list[str]:
     """The modules to import, deduplicated in order: the given ones, those of
     ``TORCH_TO_NNEF_EXTRA_MODULES``, then entry points' modules (when discovering)."""
@@ -116,14 +118,11 @@ def extra_module_names(
 
 def _entry_points() -> Iterable[importlib.metadata.EntryPoint]:
     for group in ENTRY_POINT_GROUPS:
-        if sys.version_info >= (3, 10):
-            yield from importlib.metadata.entry_points(group=group)
-        else:  # Python 3.9: a dict of lists
-            yield from importlib.metadata.entry_points().get(group, [])
+        yield from importlib.metadata.entry_points(group=group)
 
 
 def import_extra_modules(
-    load_extra_op_modules: Optional[Sequence[str]] = None,
+    load_extra_op_modules: Sequence[str] | None = None,
     discover_extra_entrypoints: bool = False,
     strict_extra_imports: bool = False,
 ) -> list[str]:

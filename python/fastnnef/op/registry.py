@@ -39,8 +39,9 @@ input, whether an input is a tensor) the handler asks ``OpContext``: ``ctx.kind`
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 from fastnnef.exceptions import T2NErrorConsistency
 from fastnnef.inference_target.capabilities import VERSION_GATES
@@ -54,7 +55,7 @@ class HandlerSpec:
     kind: str
     fn: Callable[..., Any]
     arg_kinds: tuple[str, ...]
-    since: Optional[SemanticVersion]
+    since: SemanticVersion | None
     complex: bool = False
     overload: str = ""
 
@@ -70,7 +71,7 @@ class OpRegistry:
         self._handlers: dict[str, list[HandlerSpec]] = {}
 
     def register(
-        self, *kinds: str, args: str, since: Union[str, SemanticVersion, None] = None,
+        self, *kinds: str, args: str, since: str | SemanticVersion | None = None,
         complex: bool = False, overload: str = "",
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: ``fn`` handles ``kinds``. ``since``: the name of the version gate the
@@ -95,7 +96,7 @@ class OpRegistry:
 
         return decorate
 
-    def lookup(self, kind: str, version: Optional[SemanticVersion], complex: bool = False) -> Optional[HandlerSpec]:
+    def lookup(self, kind: str, version: SemanticVersion | None, complex: bool = False) -> HandlerSpec | None:
         """The newest handler usable at tract ``version`` (``None``: not tract, so only
         handlers without ``since``) for a node with (``complex``) or without complex
         values; in-place ``op_`` falls back to ``op``."""
@@ -123,7 +124,7 @@ class OpRegistry:
         return sorted(self._handlers)
 
 
-def _gate_version(since: Union[str, SemanticVersion, None]) -> Optional[SemanticVersion]:
+def _gate_version(since: str | SemanticVersion | None) -> SemanticVersion | None:
     """The first tract version of gate ``since`` (a ``VERSION_GATES`` name)."""
     if since is None or isinstance(since, SemanticVersion):
         return since

@@ -12,9 +12,10 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Union
+from typing import Union
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def read_peft_archive(path: PathLike) -> PeftArchive:
 
 
 def lora_merged_artefact(
-    base_artefact: PathLike, adapter: Union[PathLike, PeftArchive], scaling: Union[float, Mapping[str, float]]
+    base_artefact: PathLike, adapter: PathLike | PeftArchive, scaling: float | Mapping[str, float]
 ) -> bytes:
     """The base artefact (directory, ``.tar`` or ``.tgz``) as an uncompressed tar in memory,
     each mapped weight replaced by ``W + scaling * B @ A`` (``scaling``: one number, or one

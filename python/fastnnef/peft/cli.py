@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from fastnnef.cli_exit import run_command
 from fastnnef.peft.export import ARCHIVE_SUFFIX, export_peft
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="base weight the file must also hold, per {name} ('' for an adapter-only file)")
     parser.add_argument("-m", "--map-name", default=MAP_TENSOR_NAME,
                         help="name of the adapted weight in the base model (and its artefact), per {name}")
-    parser.add_argument("-o", "--output-archive", required=True, help=f"the archive to create, ending in {ARCHIVE_SUFFIX}")
+    parser.add_argument("-o", "--output-archive", required=True,
+                        help=f"the archive to create, ending in {ARCHIVE_SUFFIX}")
     parser.add_argument("--compression-level", type=int, default=0, choices=range(10), metavar="0..9",
                         help="gzip level of the archive (0: stored blocks, fastest)")
     parser.add_argument("--allow-pickle", action="store_true",
@@ -53,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")

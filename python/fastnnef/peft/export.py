@@ -16,7 +16,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
 
 import torch
 
@@ -62,11 +61,11 @@ class PeftExportReport:
 
 
 def export_peft(
-    read_filepath: Union[Path, str],
-    output_archive: Union[Path, str],
-    patterns: Optional[List[str]] = None,
+    read_filepath: Path | str,
+    output_archive: Path | str,
+    patterns: list[str] | None = None,
     map_name: str = MAP_TENSOR_NAME,
-    check_map_name: Optional[str] = CHECK_MAP_TENSOR_NAME,
+    check_map_name: str | None = CHECK_MAP_TENSOR_NAME,
     method_name: str = DEFAULT_METHOD_TYPE,
     *,
     weights_only: bool = True,
@@ -135,11 +134,11 @@ def _check_source(path: Path) -> None:
 
 
 # A planned member: its label, the tensor and the .dat encoding of an offloaded one.
-_Planned = Tuple[str, torch.Tensor, str]
+_Planned = tuple[str, torch.Tensor, str]
 
 
 def _plan_safetensors(
-    path: Path, patterns: list[str], map_name: str, check_map_name: Optional[str], method: str
+    path: Path, patterns: list[str], map_name: str, check_map_name: str | None, method: str
 ) -> tuple[PeftMapping, list[_Planned]]:
     ckpt = open_checkpoint(path)  # headers only
     keys = ckpt.keys()
@@ -160,7 +159,7 @@ def _plan_safetensors(
 
 
 def _plan_pickled(
-    path: Path, patterns: list[str], map_name: str, check_map_name: Optional[str], method: str, weights_only: bool
+    path: Path, patterns: list[str], map_name: str, check_map_name: str | None, method: str, weights_only: bool
 ) -> tuple[PeftMapping, list[_Planned]]:
     # Memory-mapped: tensors stay in the file's pages until written.
     tensors = dict(iter_torch_tensors_from_disk(path, weights_only=weights_only))
@@ -178,7 +177,7 @@ def _plan_pickled(
 
 
 def _checked_mapping(
-    keys: list[str], path: Path, patterns: list[str], map_name: str, check_map_name: Optional[str], method: str
+    keys: list[str], path: Path, patterns: list[str], map_name: str, check_map_name: str | None, method: str
 ) -> PeftMapping:
     mapping = plan_mapping(keys, patterns, map_name, check_map_name, method)
     missing = missing_check_tensors(mapping, keys)
@@ -191,7 +190,7 @@ def _checked_mapping(
     return mapping
 
 
-def _check_float(key: str, dtype_name: str, dtype: Optional[torch.dtype]) -> None:
+def _check_float(key: str, dtype_name: str, dtype: torch.dtype | None) -> None:
     if dtype is None or not dtype.is_floating_point:
         raise T2NErrorInvalidArgument(
             f"tensor {key!r} matched a PEFT pattern but has dtype {dtype_name}: PEFT matrices are float tensors; "

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorMisuse
 
@@ -87,7 +87,7 @@ def plan_mapping(
     keys: Iterable[str],
     patterns: Sequence[str],
     map_name: str,
-    check_map_name: Optional[str],
+    check_map_name: str | None,
     method: str,
 ) -> PeftMapping:
     """Match ``keys`` (the tensor names of the file, in file order) against ``patterns``.
@@ -101,7 +101,7 @@ def plan_mapping(
     if check_map_name:
         check_name_template("check_map_name", check_map_name)
     keys = list(keys)
-    groups: dict[str, list[Optional[str]]] = {}  # captured name -> one key per pattern
+    groups: dict[str, list[str | None]] = {}  # captured name -> one key per pattern
     for key in keys:
         for index, regex in enumerate(compiled):
             match = regex.match(key)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,7 +38,7 @@ class NamedTensor(torch.Tensor):
     nnef_name: str
 
     @staticmethod
-    def __new__(cls, fp_tensor: torch.Tensor, nnef_name: str) -> "NamedTensor":
+    def __new__(cls, fp_tensor: torch.Tensor, nnef_name: str) -> NamedTensor:
         if not isinstance(fp_tensor, torch.Tensor) or is_opaque(fp_tensor):
             # QTensor, OffloadedTensor and OpaqueTensorRef have no storage to share; they
             # carry their own nnef_name.
@@ -54,13 +54,14 @@ class NamedTensor(torch.Tensor):
 
     # Ops see a plain tensor and return plain tensors: the name is the weight's, not its
     # results'. (The reference clones the whole tensor on every op to get there.)
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    # (torch's documented idiom; its stubs type the attribute as a method.)
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
-    def detach(self) -> "NamedTensor":  # type: ignore[override]
+    def detach(self) -> NamedTensor:
         # nn.Parameter(t) keeps t's type only if t.detach() does.
         return NamedTensor(torch.Tensor.detach(self), self.nnef_name)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "NamedTensor":
+    def __deepcopy__(self, memo: dict[int, Any]) -> NamedTensor:
         if id(self) in memo:
             return memo[id(self)]
         with torch.no_grad():
@@ -72,7 +73,8 @@ class NamedTensor(torch.Tensor):
         memo[id(self)] = new
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"{torch.Tensor.__repr__(self)[:-1]}, nnef_name={self.nnef_name!r})"
 
 
@@ -98,7 +100,7 @@ def apply_name_to_tensor_in_module(model: nn.Module) -> None:
     """
     named: dict[int, torch.Tensor] = {}  # id(original) -> its NamedTensor
 
-    def name_of(tensor: torch.Tensor, path: str, is_param: bool) -> Optional[torch.Tensor]:
+    def name_of(tensor: torch.Tensor, path: str, is_param: bool) -> torch.Tensor | None:
         if is_opaque(tensor):
             return None
         if id(tensor) not in named:

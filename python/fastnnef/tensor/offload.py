@@ -45,8 +45,9 @@ import math
 import os
 import tempfile
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Protocol, Self, Union
 
 import torch
 from torch import nn
@@ -70,7 +71,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 _aten = torch.ops.aten
 
 # safetensors dtype name <-> torch dtype (one table, both directions).
-SAFETENSORS_DTYPES: Dict[str, torch.dtype] = {
+SAFETENSORS_DTYPES: dict[str, torch.dtype] = {
     "F64": torch.float64,
     "F32": torch.float32,
     "F16": torch.float16,
@@ -98,26 +99,26 @@ class MaterializationCache(Protocol):
     """What serves offloaded tensors' values inside a scope, instead of a fresh
     materialization per op: a :class:`~fastnnef.tensor.residency.TensorResidencyPool`."""
 
-    def resolve(self, source: OffloadedTensor, device: Optional[torch.device] = None) -> torch.Tensor:
+    def resolve(self, source: OffloadedTensor, device: torch.device | None = None) -> torch.Tensor:
         """``source``'s value on ``device`` (``None``: its own)."""
         ...
 
 
 # The cache this context's materializations go through and the scope's device (None: each
 # tensor's own). Owned here, where tensors materialize; residency.py sets it.
-_ACTIVE_CACHE: contextvars.ContextVar[Optional[Tuple[MaterializationCache, Optional[torch.device]]]] = (
+_ACTIVE_CACHE: contextvars.ContextVar[tuple[MaterializationCache, torch.device | None] | None] = (
     contextvars.ContextVar("fastnnef_tensor_residency", default=None)
 )
 
 
-def active_tensor_residency() -> Optional[Tuple[MaterializationCache, Optional[torch.device]]]:
+def active_tensor_residency() -> tuple[MaterializationCache, torch.device | None] | None:
     """The pool whose :meth:`~fastnnef.tensor.residency.TensorResidencyPool.scope` is active
     in this context, and the scope's device (``None``: each tensor's own), or ``None``."""
     return _ACTIVE_CACHE.get()
 
 
 @contextlib.contextmanager
-def materialize_through(cache: MaterializationCache, device: Optional[torch.device] = None) -> Iterator[None]:
+def materialize_through(cache: MaterializationCache, device: torch.device | None = None) -> Iterator[None]:
     """Inside, offloaded tensors materialize through ``cache`` (on ``device`` if given), in
     this thread or asyncio task only; scopes nest, the innermost serves."""
     token = _ACTIVE_CACHE.set((cache, device))
@@ -147,19 +148,19 @@ class OffloadedTensor(torch.Tensor):
     stored_dtype: torch.dtype
     q4_0: bool
     packed: bool
-    nnef_name: Optional[str]
-    _owned_file: Optional[str]
+    nnef_name: str | None
+    _owned_file: str | None
 
     @staticmethod
     def __new__(
         cls,
         checkpoint: _native.Checkpoint,
         key: str,
-        dtype: Optional[torch.dtype] = None,
+        dtype: torch.dtype | None = None,
         q4_0: bool = False,
         *,
-        packed_shape: Optional[Sequence[int]] = None,
-    ) -> "OffloadedTensor":
+        packed_shape: Sequence[int] | None = None,
+    ) -> OffloadedTensor:
         name, shape, path = checkpoint.info(key)
         if packed_shape is not None:
             return cls._new_packed(checkpoint, key, dtype or torch.float32, tuple(packed_shape), name, shape, path)
@@ -183,11 +184,13 @@ class OffloadedTensor(torch.Tensor):
 
     @classmethod
     def _wrap(
-        cls, shape: Tuple[int, ...], dtype: torch.dtype, checkpoint: _native.Checkpoint, key: str,
+        cls, shape: tuple[int, ...], dtype: torch.dtype, checkpoint: _native.Checkpoint, key: str,
         stored_dtype: torch.dtype, *, q4_0: bool, packed: bool,
-    ) -> "OffloadedTensor":
+    ) -> Self:
         """A ``shape``/``dtype`` tensor standing for ``key`` of ``checkpoint`` (nothing read)."""
-        self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device="cpu", requires_grad=False)
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=dtype, device=torch.device("cpu"), requires_grad=False
+        )
         self.checkpoint, self.key, self.stored_dtype = checkpoint, key, stored_dtype
         self.q4_0, self.packed = q4_0, packed
         self.nnef_name, self._owned_file = None, None
@@ -195,9 +198,9 @@ class OffloadedTensor(torch.Tensor):
 
     @classmethod
     def _new_packed(
-        cls, checkpoint: _native.Checkpoint, key: str, dtype: torch.dtype, shape: Tuple[int, ...],
+        cls, checkpoint: _native.Checkpoint, key: str, dtype: torch.dtype, shape: tuple[int, ...],
         stored_name: str, stored_shape: Sequence[int], path: str,
-    ) -> "OffloadedTensor":
+    ) -> OffloadedTensor:
         check_q4_0_shape(shape)
         nbytes = math.prod(shape) // Q4_0_GROUP * Q4_0_BLOCK_BYTES
         if stored_name != "U8" or list(stored_shape) != [nbytes]:
@@ -215,9 +218,9 @@ class OffloadedTensor(torch.Tensor):
         cls,
         tensor: torch.Tensor,
         name: str,
-        offload_dir: Optional[PathLike] = None,
+        offload_dir: PathLike | None = None,
         suffix_log_msg: str = "",
-    ) -> "OffloadedTensor":
+    ) -> OffloadedTensor:
         """Write ``tensor`` to ``<offload_dir>/<name>_<dtype>_<uuid>.safetensors`` and
         reference it (the file is deleted with the last reference). The default directory
         is a temporary one with prefix ``t2n_offload_disk``.
@@ -254,7 +257,7 @@ class OffloadedTensor(torch.Tensor):
         value."""
         return self.reload()
 
-    def reload(self, device: Union[str, int, torch.device, None] = None) -> torch.Tensor:
+    def reload(self, device: str | int | torch.device | None = None) -> torch.Tensor:
         """The reference's name for reading the values: :meth:`to_base_tensor`, moved to
         ``device`` when given (this tensor itself is unchanged: it stays on disk, with its
         dtype, including one set by ``.to(dtype)``). Inside a pool scope, the pool's value
@@ -280,8 +283,8 @@ class OffloadedTensor(torch.Tensor):
         if self.q4_0:
             # Rust quantizes and dequantizes block by block from the file's map straight
             # into the values in ``dtype``: memory for those values only, as a plain cast.
-            values = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
-            return _from_float_array(values, self.dtype).reshape(self.shape)
+            floats = self.checkpoint.q4_0_round_trip(self.key, FLOAT_DTYPE_NAMES[self.dtype])
+            return _from_float_array(floats, self.dtype).reshape(self.shape)
         raw = torch.from_numpy(self.checkpoint.raw(self.key))
         values = raw.view(self.stored_dtype).reshape(self.shape)
         return values if values.dtype == self.dtype else values.to(self.dtype)
@@ -299,7 +302,7 @@ class OffloadedTensor(torch.Tensor):
                 or self.stored_dtype == torch.bfloat16)
 
     @property
-    def packed_format(self) -> Optional[PackedFormat]:
+    def packed_format(self) -> PackedFormat | None:
         """The packed format it is written in (quantized on the way, or its blocks as they
         are when ``packed``), ``None`` when written as plain elements."""
         return Q4_0 if self.q4_0 else None
@@ -317,7 +320,7 @@ class OffloadedTensor(torch.Tensor):
             with contextlib.suppress(OSError):
                 os.unlink(owned)
 
-    def as_q4_0(self) -> "OffloadedTensor":
+    def as_q4_0(self) -> OffloadedTensor:
         """The same checkpoint tensor, written as Q4_0 quantized on the way by the Rust
         writer (min-max per block of 32); torch computes with its Q4_0 values. Nothing is
         read or written now. Raises ``T2NErrorImpossibleQuantization`` for shapes Q4_0
@@ -326,7 +329,7 @@ class OffloadedTensor(torch.Tensor):
             return self
         return self._shallow(q4_0=True)
 
-    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "OffloadedTensor":
+    def _shallow(self, dtype: torch.dtype | None = None, q4_0: bool | None = None) -> OffloadedTensor:
         if self.packed:
             new = OffloadedTensor(self.checkpoint, self.key, dtype or self.dtype, packed_shape=tuple(self.shape))
         else:
@@ -337,7 +340,8 @@ class OffloadedTensor(torch.Tensor):
             _FILE_USERS[new._owned_file] = _FILE_USERS.get(new._owned_file, 1) + 1
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         stored = "q4_0 blocks" if self.packed else self.stored_dtype
         return (
             f"OffloadedTensor(key={self.key!r}, shape={tuple(self.shape)}, dtype={self.dtype}, "
@@ -349,8 +353,12 @@ class OffloadedTensor(torch.Tensor):
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor)
 
+    # torch's stubs type Tensor.__torch_dispatch__ as the disabled impl, not as the
+    # classmethod torch calls (this signature, from torch's docs).
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in _SHARING_OPS:
             return args[0]._shallow()
@@ -397,13 +405,13 @@ class ComposedOffloadedTensor(OffloadedTensor):
     model. The export writes that value, one parameter at a time (``q4_0``: quantized by
     Rust as it goes out, as a plain tensor would be)."""
 
-    groups: Tuple[Tuple[OffloadedTensor, ...], ...]
+    groups: tuple[tuple[OffloadedTensor, ...], ...]
     stack_dim: int
-    cat_dim: Optional[int]
-    _widths: Tuple[int, ...]  # each group's extent along cat_dim
+    cat_dim: int | None
+    _widths: tuple[int, ...]  # each group's extent along cat_dim
 
     @staticmethod
-    def __new__(cls, *args: Any, **kwargs: Any) -> "ComposedOffloadedTensor":
+    def __new__(cls, *args: Any, **kwargs: Any) -> ComposedOffloadedTensor:
         raise T2NErrorInvalidArgument("build a ComposedOffloadedTensor with ComposedOffloadedTensor.compose()")
 
     @classmethod
@@ -411,10 +419,10 @@ class ComposedOffloadedTensor(OffloadedTensor):
         cls,
         groups: Sequence[Sequence[OffloadedTensor]],
         stack_dim: int,
-        cat_dim: Optional[int],
-        dtype: Optional[torch.dtype] = None,
+        cat_dim: int | None,
+        dtype: torch.dtype | None = None,
         q4_0: bool = False,
-    ) -> "ComposedOffloadedTensor":
+    ) -> ComposedOffloadedTensor:
         """``cat([stack(g, stack_dim) for g in groups], cat_dim)`` of pieces of one
         checkpoint, seen as ``dtype`` (the pieces' when None). Pieces whose shapes do not
         compose raise ``T2NErrorCheckpoint``."""
@@ -469,7 +477,7 @@ class ComposedOffloadedTensor(OffloadedTensor):
         return False  # several checkpoint tensors make one .dat: written from the value
 
     @property
-    def packed_format(self) -> Optional[PackedFormat]:
+    def packed_format(self) -> PackedFormat | None:
         """The packed format it is written in (quantized on the way, or its blocks as they
         are when ``packed``), ``None`` when written as plain elements."""
         return Q4_0 if self.q4_0 else None
@@ -477,19 +485,20 @@ class ComposedOffloadedTensor(OffloadedTensor):
     def written_values(self) -> torch.Tensor:
         return self.composed_values()
 
-    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "ComposedOffloadedTensor":
+    def _shallow(self, dtype: torch.dtype | None = None, q4_0: bool | None = None) -> ComposedOffloadedTensor:
         new = ComposedOffloadedTensor.compose(
             self.groups, self.stack_dim, self.cat_dim, dtype or self.dtype, self.q4_0 if q4_0 is None else q4_0
         )
         new.nnef_name = self.nnef_name
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"ComposedOffloadedTensor({self.key}, shape={tuple(self.shape)}, dtype={self.dtype}, q4_0={self.q4_0})"
 
 
 # Number of OffloadedTensor objects sharing a file written by from_original_tensor.
-_FILE_USERS: Dict[str, int] = {}
+_FILE_USERS: dict[str, int] = {}
 
 
 def _other_owner_alive(path: str, _tensor: OffloadedTensor) -> bool:
@@ -501,7 +510,7 @@ def _other_owner_alive(path: str, _tensor: OffloadedTensor) -> bool:
     return False
 
 
-def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: Dict[str, Any]) -> bool:
+def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: dict[str, Any]) -> bool:
     dtype = kwargs.get("dtype")
     device = kwargs.get("device")
     others = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "layout", "memory_format")}
@@ -529,12 +538,12 @@ def _from_float_array(array: Any, dtype: torch.dtype) -> torch.Tensor:
     return tensor.view(torch.bfloat16) if dtype == torch.bfloat16 else tensor
 
 
-def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
+def write_safetensors(path: PathLike, tensors: dict[str, torch.Tensor]) -> None:
     """Write ``tensors`` as a ``.safetensors`` file, one tensor at a time from its storage
     (no copy of the whole set); written beside and renamed, so a failure leaves nothing."""
-    header: Dict[str, Any] = {}
+    header: dict[str, Any] = {}
     offset = 0
-    plain: Dict[str, torch.Tensor] = {}
+    plain: dict[str, torch.Tensor] = {}
     for name, tensor in tensors.items():
         if isinstance(tensor, OffloadedTensor):
             tensor = tensor.to_base_tensor()
@@ -556,7 +565,8 @@ def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
             f.write(text)
             for tensor in plain.values():
                 if tensor.numel():
-                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))
+                    # An ndarray is a buffer; numpy's stubs say so for Python 3.12+ only.
+                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -567,10 +577,10 @@ def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
 # --- loading a model's weights as offloaded tensors --------------------------------------------
 
 
-def _module_slots(model: nn.Module) -> Dict[int, Tuple[torch.Tensor, list[Tuple[nn.Module, str, str, bool]]]]:
+def _module_slots(model: nn.Module) -> dict[int, tuple[torch.Tensor, list[tuple[nn.Module, str, str, bool]]]]:
     """Every parameter and persistent buffer by tensor identity: (tensor, [(module, attr,
     qualified name, is_parameter)]), so tied weights are loaded once and stay tied."""
-    slots: Dict[int, Tuple[torch.Tensor, list[Tuple[nn.Module, str, str, bool]]]] = {}
+    slots: dict[int, tuple[torch.Tensor, list[tuple[nn.Module, str, str, bool]]]] = {}
     for mod_name, module in model.named_modules(remove_duplicate=False):
         prefix = f"{mod_name}." if mod_name else ""
         for attr, param in module._parameters.items():
@@ -584,11 +594,11 @@ def _module_slots(model: nn.Module) -> Dict[int, Tuple[torch.Tensor, list[Tuple[
 
 def load_offloaded_checkpoint(
     model: nn.Module,
-    checkpoint: Union[PathLike, _native.Checkpoint],
+    checkpoint: PathLike | _native.Checkpoint,
     strict: bool = True,
     q4_0_module_classes: Iterable[type] = (),
-    key_map: Optional[Callable[[str], str]] = None,
-    composed: Optional[Dict[str, ComposedOffloadedTensor]] = None,
+    key_map: Callable[[str], str] | None = None,
+    composed: dict[str, ComposedOffloadedTensor] | None = None,
 ) -> nn.Module:
     """Point every parameter (and persistent buffer) of ``model`` at its tensor in
     ``checkpoint`` as an :class:`OffloadedTensor`; nothing is read but the headers.
@@ -608,7 +618,7 @@ def load_offloaded_checkpoint(
     ckpt = checkpoint if isinstance(checkpoint, _native.Checkpoint) else open_checkpoint(checkpoint)
     classes = tuple(q4_0_module_classes)
     mapping = key_map or (lambda name: name)
-    plan: list[Tuple[OffloadedTensor, list[Tuple[nn.Module, str, str, bool]]]] = []
+    plan: list[tuple[OffloadedTensor, list[tuple[nn.Module, str, str, bool]]]] = []
     problems: list[str] = []
     used: set[str] = set()
     composed = composed or {}
@@ -682,8 +692,8 @@ _DISK_VALUES = ("disk", "disk_cpu", DEFAULT_OFFLOAD_PREFIX)
 def t2n_load_checkpoint_and_dispatch(
     model: nn.Module,
     checkpoint: PathLike,
-    device_map: Union[str, Dict[str, Any], None],
-    offload_dir: Optional[PathLike],
+    device_map: str | dict[str, Any] | None,
+    offload_dir: PathLike | None,
     strict: bool = False,
     offload_at_load_state_dict: bool = False,
     weight_converters: Any = None,
@@ -736,7 +746,7 @@ def t2n_load_checkpoint_and_dispatch(
     return model
 
 
-def _placement(device_map: Union[str, Dict[str, Any], None]) -> Callable[[str], str]:
+def _placement(device_map: str | dict[str, Any] | None) -> Callable[[str], str]:
     """``weight name -> "disk" | "cpu"`` for ``device_map``; bad values raise here."""
     if device_map is None:
         return lambda name: "cpu"
@@ -749,7 +759,7 @@ def _placement(device_map: Union[str, Dict[str, Any], None]) -> Callable[[str], 
         return lambda name: "disk"
     if not isinstance(device_map, dict):
         raise T2NErrorInvalidArgument(f"device_map must be a str, a dict or None, got {type(device_map).__name__}")
-    where: Dict[str, str] = {}
+    where: dict[str, str] = {}
     for prefix, value in device_map.items():
         if str(value) in _DISK_VALUES:
             where[prefix] = "disk"

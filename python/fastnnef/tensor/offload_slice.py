@@ -10,7 +10,7 @@ value is read from the source when an op or the writer needs it, and dropped aft
 
 from __future__ import annotations
 
-from typing import Any, Optional, cast
+from typing import Any
 
 import torch
 
@@ -29,11 +29,11 @@ class OffloadedSlice(OffloadedTensor):
     step: int
 
     @staticmethod
-    def __new__(cls, *args: Any, **kwargs: Any) -> "OffloadedSlice":
+    def __new__(cls, *args: Any, **kwargs: Any) -> OffloadedSlice:
         raise T2NErrorNotImplemented("build an OffloadedSlice with OffloadedSlice.of()")
 
     @classmethod
-    def of(cls, source: OffloadedTensor, axis: int, start: int, stop: int, step: int = 1) -> "OffloadedSlice":
+    def of(cls, source: OffloadedTensor, axis: int, start: int, stop: int, step: int = 1) -> OffloadedSlice:
         """The slice ``start:stop:step`` of ``source`` along ``axis`` (nothing read). A Q4_0
         source is sliced only across whole rows (not along its last axis), so that the
         slice's Q4_0 blocks are the source's."""
@@ -43,8 +43,8 @@ class OffloadedSlice(OffloadedTensor):
         index = (slice(None),) * axis + (slice(start, stop, step),)
         shape = tuple(torch.empty(source.shape, device="meta")[index].shape)
         key = f"{source.key}[{':,' * axis}{start}:{stop}:{step}]"
-        self = cast(OffloadedSlice, cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype,
-                                              q4_0=source.q4_0, packed=False))
+        self = cls._wrap(shape, source.dtype, source.checkpoint, key, source.stored_dtype, q4_0=source.q4_0,
+                         packed=False)
         self.source, self.axis, self.start, self.stop, self.step = source, axis, start, stop, step
         self.nnef_name = None
         return self
@@ -64,11 +64,12 @@ class OffloadedSlice(OffloadedTensor):
     def written_values(self) -> torch.Tensor:
         return self.source.written_values()[self._index()].contiguous()
 
-    def _shallow(self, dtype: Optional[torch.dtype] = None, q4_0: Optional[bool] = None) -> "OffloadedSlice":
+    def _shallow(self, dtype: torch.dtype | None = None, q4_0: bool | None = None) -> OffloadedSlice:
         source = self.source._shallow(dtype, q4_0)
         new = OffloadedSlice.of(source, self.axis, self.start, self.stop, self.step)
         new.nnef_name = self.nnef_name
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"OffloadedSlice({self.key}, shape={tuple(self.shape)}, dtype={self.dtype}, q4_0={self.q4_0})"

@@ -10,7 +10,8 @@ does it only when a user calls it, and a model so wrapped exports to the same by
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,15 +29,17 @@ class OpaqueTensorRef(torch.Tensor):
     ops that keep it opaque (``detach``, a float ``.to(dtype)`` of an offloaded tensor)
     return a new ref, writes into it raise as they do on the opaque tensor."""
 
-    opaque_tensor: torch.Tensor
+    opaque_tensor: QTensor | OffloadedTensor
 
     @staticmethod
-    def __new__(cls, meta_tensor: Optional[torch.Tensor], opaque_tensor: torch.Tensor) -> "OpaqueTensorRef":
+    def __new__(cls, meta_tensor: torch.Tensor | None, opaque_tensor: torch.Tensor) -> OpaqueTensorRef:
         if not isinstance(opaque_tensor, (QTensor, OffloadedTensor)):
             raise T2NErrorInvalidArgument(
                 f"OpaqueTensorRef stands for a QTensor or an OffloadedTensor, got {type(opaque_tensor).__name__}"
             )
-        if meta_tensor is not None and (meta_tensor.shape, meta_tensor.dtype) != (opaque_tensor.shape, opaque_tensor.dtype):
+        if meta_tensor is not None and (
+            (meta_tensor.shape, meta_tensor.dtype) != (opaque_tensor.shape, opaque_tensor.dtype)
+        ):
             raise T2NErrorInvalidArgument(
                 f"meta_tensor is {tuple(meta_tensor.shape)} {meta_tensor.dtype} but the opaque tensor is "
                 f"{tuple(opaque_tensor.shape)} {opaque_tensor.dtype}; pass torch.empty(t.shape, dtype=t.dtype, "
@@ -49,22 +52,27 @@ class OpaqueTensorRef(torch.Tensor):
         return self
 
     @property
-    def nnef_name(self) -> Optional[str]:
+    def nnef_name(self) -> str | None:
         return getattr(self.opaque_tensor, "nnef_name", None)
 
     @nnef_name.setter
-    def nnef_name(self, name: Optional[str]) -> None:
+    def nnef_name(self, name: str | None) -> None:
         self.opaque_tensor.nnef_name = name
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"OpaqueTensorRef({self.opaque_tensor!r})"
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
         return traced_torch_function(func, args, kwargs, OpaqueTensorRef, opaque_to_final_tensor)
 
+    # torch's stubs type Tensor.__torch_dispatch__ as the disabled impl, not as the
+    # classmethod torch calls (this signature, from torch's docs).
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
         def inner(a: Any) -> Any:
             return a.opaque_tensor if isinstance(a, OpaqueTensorRef) else a
 
@@ -82,14 +90,15 @@ def is_opaque(tensor: Any) -> bool:
 
 def opaque_to_final_tensor(tensor: torch.Tensor) -> torch.Tensor:
     """The plain values behind ``tensor`` (dequantized, loaded); ``tensor`` if plain."""
-    while is_opaque(tensor):
+    while True:  # the kinds is_opaque names, unwrapped until a plain tensor is left
         if isinstance(tensor, OpaqueTensorRef):
             tensor = tensor.opaque_tensor
         elif isinstance(tensor, OffloadedTensor):
             tensor = tensor.to_base_tensor()
-        else:
+        elif isinstance(tensor, QTensor):
             tensor = tensor.decompress()
-    return tensor
+        else:
+            return tensor
 
 
 def export_form(tensor: torch.Tensor) -> torch.Tensor:
@@ -123,4 +132,5 @@ def set_opaque_tensor_in_params_as_ref(model: nn.Module) -> None:
                 refs[id(param)] = ref
             plan.append((module, key, refs[id(param)]))
     for module, key, ref in plan:
-        module._parameters[key] = ref
+        # A ref is a parameter to isinstance (through _is_param), not to the type check.
+        module._parameters[key] = ref  # type: ignore[assignment]

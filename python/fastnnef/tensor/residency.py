@@ -41,7 +41,8 @@ import contextlib
 import dataclasses
 import enum
 import threading
-from typing import Any, Iterator, Optional, Tuple, Union
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -52,7 +53,7 @@ from fastnnef.tensor.offload import active_tensor_residency as active_tensor_res
 
 log = get_logger()
 
-Device = Union[int, str, torch.device]
+Device = int | str | torch.device
 
 _PAGE = 4096
 
@@ -68,8 +69,8 @@ class ResidencyStrategy(enum.Enum):
 class _Entry:
     source: OffloadedTensor  # keeps the checkpoint (part of the key) alive
     device: torch.device
-    future: "concurrent.futures.Future[torch.Tensor]"
-    value: Optional[torch.Tensor] = None  # set once loaded
+    future: concurrent.futures.Future[torch.Tensor]
+    value: torch.Tensor | None = None  # set once loaded
     nbytes: int = 0
     leases: int = 0
     pinned: bool = False
@@ -79,7 +80,7 @@ class _Entry:
 class TensorPrefetch:
     """A load started by :meth:`TensorResidencyPool.prefetch` or ``pin``."""
 
-    def __init__(self, future: "concurrent.futures.Future[torch.Tensor]") -> None:
+    def __init__(self, future: concurrent.futures.Future[torch.Tensor]) -> None:
         self._future = future
 
     def wait(self) -> torch.Tensor:
@@ -94,11 +95,11 @@ class TensorPrefetch:
 class TensorResidencyLease:
     """``with pool.acquire(t) as value:`` — ``value`` stays resident inside the block."""
 
-    def __init__(self, pool: "TensorResidencyPool", source: OffloadedTensor, device: torch.device) -> None:
+    def __init__(self, pool: TensorResidencyPool, source: OffloadedTensor, device: torch.device) -> None:
         self._pool = pool
         self._source = source
         self._device = device
-        self._key: Optional[Tuple[Any, ...]] = None
+        self._key: tuple[Any, ...] | None = None
 
     def __enter__(self) -> torch.Tensor:
         if self._key is not None:
@@ -121,7 +122,7 @@ class TensorResidencyPool:
 
     def __init__(
         self,
-        max_cached_bytes: Optional[int] = None,
+        max_cached_bytes: int | None = None,
         max_workers: int = 1,
         strategy: ResidencyStrategy = ResidencyStrategy.LRU,
     ) -> None:
@@ -138,7 +139,7 @@ class TensorResidencyPool:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="fastnnef-residency")
         self._lock = threading.RLock()
         # Least recently used first: a use moves its entry to the end.
-        self._entries: collections.OrderedDict[Tuple[Any, ...], _Entry] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[tuple[Any, ...], _Entry] = collections.OrderedDict()
         self._held = 0  # bytes of the loaded values in _entries
         self._fixed = 0  # of which admitted for good by FIXED
         self._closed = False
@@ -171,12 +172,12 @@ class TensorResidencyPool:
             return entry is not None and entry.pinned
 
     # --- loading ------------------------------------------------------------------------
-    def prefetch(self, source: OffloadedTensor, device: Optional[Device] = None) -> TensorPrefetch:
+    def prefetch(self, source: OffloadedTensor, device: Device | None = None) -> TensorPrefetch:
         """Start loading ``source`` on a worker thread (reading its bytes from disk) unless
         it is resident or loading; returns a handle to wait on."""
         return TensorPrefetch(self._get(_check(source), _device(source, device), background=True)[1].future)
 
-    def resolve(self, source: OffloadedTensor, device: Optional[Device] = None) -> torch.Tensor:
+    def resolve(self, source: OffloadedTensor, device: Device | None = None) -> torch.Tensor:
         """``source``'s value: from the pool, or loaded now in this thread (what
         ``OffloadedTensor`` materialization calls inside :meth:`scope`)."""
         _, entry = self._get(_check(source), _device(source, device), background=False)
@@ -185,7 +186,8 @@ class TensorResidencyPool:
             self._evict_to_budget()
         return value
 
-    def acquire(self, source: OffloadedTensor, device: Optional[Device] = None, mode: str = "read") -> TensorResidencyLease:
+    def acquire(self, source: OffloadedTensor, device: Device | None = None,
+                mode: str = "read") -> TensorResidencyLease:
         """A lease: ``with pool.acquire(t) as value:`` keeps ``value`` resident in the block.
         Only ``mode="read"``: offloaded tensors are read-only in fastnnef."""
         if mode == "read_write":
@@ -198,7 +200,7 @@ class TensorResidencyPool:
             raise T2NErrorMisuse(f"mode must be 'read', got {mode!r}")
         return TensorResidencyLease(self, _check(source), _device(source, device))
 
-    def pin(self, source: OffloadedTensor, device: Optional[Device] = None) -> TensorPrefetch:
+    def pin(self, source: OffloadedTensor, device: Device | None = None) -> TensorPrefetch:
         """Load ``source`` (on a worker) and keep it until :meth:`unpin` (LRU only)."""
         self._lru_only("pin")
         _, entry = self._get(_check(source), _device(source, device), background=True, pin=True)
@@ -214,7 +216,7 @@ class TensorResidencyPool:
             self._entries.move_to_end(_key(source))
             self._evict_to_budget()
 
-    def flush(self, source: Optional[OffloadedTensor] = None) -> None:
+    def flush(self, source: OffloadedTensor | None = None) -> None:
         """Wait for the loads in progress (of ``source`` only, if given). Values are never
         modified, so there is nothing to write back."""
         with self._lock:
@@ -240,7 +242,7 @@ class TensorResidencyPool:
             self._drop(key)
 
     @contextlib.contextmanager
-    def scope(self, device: Optional[Device] = None) -> Iterator["TensorResidencyPool"]:
+    def scope(self, device: Device | None = None) -> Iterator[TensorResidencyPool]:
         """Inside, offloaded tensors materialize through this pool (on ``device`` if given).
         Scopes nest (the innermost pool serves) and are per thread / asyncio task."""
         self._check_open()
@@ -263,7 +265,7 @@ class TensorResidencyPool:
             self._entries.clear()
             self._held = self._fixed = 0
 
-    def __enter__(self) -> "TensorResidencyPool":
+    def __enter__(self) -> TensorResidencyPool:
         self._check_open()
         return self
 
@@ -278,7 +280,7 @@ class TensorResidencyPool:
     # --- internals ----------------------------------------------------------------------
     def _get(
         self, source: OffloadedTensor, device: torch.device, background: bool, pin: bool = False, lease: bool = False
-    ) -> Tuple[Tuple[Any, ...], _Entry]:
+    ) -> tuple[tuple[Any, ...], _Entry]:
         """The entry of ``source`` (created, and its load started, if absent)."""
         key = _key(source)
         with self._lock:
@@ -289,7 +291,9 @@ class TensorResidencyPool:
                 entry = self._entries[key] = _Entry(source, device, concurrent.futures.Future())
                 self._stats["loads"] += 1
             elif entry.device != device:
-                raise T2NErrorMisuse(f"{source.key!r} is resident on {entry.device}; evict it before asking for {device}")
+                raise T2NErrorMisuse(
+                    f"{source.key!r} is resident on {entry.device}; evict it before asking for {device}"
+                )
             else:
                 self._stats["hits"] += 1
             entry.pinned |= pin
@@ -301,7 +305,7 @@ class TensorResidencyPool:
             self._load(key, entry, False)
         return key, entry
 
-    def _load(self, key: Tuple[Any, ...], entry: _Entry, read_ahead: bool) -> None:
+    def _load(self, key: tuple[Any, ...], entry: _Entry, read_ahead: bool) -> None:
         try:
             value = entry.source._materialize()
             if value.device != entry.device:
@@ -326,7 +330,7 @@ class TensorResidencyPool:
             entry.future.set_result(value)
             self._evict_to_budget()
 
-    def _lease(self, source: OffloadedTensor, device: torch.device) -> Tuple[Tuple[Any, ...], torch.Tensor]:
+    def _lease(self, source: OffloadedTensor, device: torch.device) -> tuple[tuple[Any, ...], torch.Tensor]:
         key, entry = self._get(source, device, background=False, lease=True)
         try:
             return key, entry.future.result()
@@ -335,7 +339,7 @@ class TensorResidencyPool:
                 entry.leases -= 1
             raise
 
-    def _release(self, key: Tuple[Any, ...]) -> None:
+    def _release(self, key: tuple[Any, ...]) -> None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.leases < 1:
@@ -354,7 +358,7 @@ class TensorResidencyPool:
             if entry.value is not None and not (entry.leases or entry.pinned or entry.fixed):
                 self._drop(key)
 
-    def _drop(self, key: Tuple[Any, ...]) -> None:
+    def _drop(self, key: tuple[Any, ...]) -> None:
         entry = self._entries.pop(key)
         self._held -= entry.nbytes
         self._fixed -= entry.nbytes if entry.fixed else 0
@@ -376,13 +380,13 @@ def _check(source: Any) -> OffloadedTensor:
     return source
 
 
-def _key(source: OffloadedTensor) -> Tuple[Any, ...]:
+def _key(source: OffloadedTensor) -> tuple[Any, ...]:
     # The data, not the object: detach()/nn.Parameter() give new objects over the same
     # checkpoint tensor. The entry holds the source, hence the checkpoint: its id is stable.
     return (id(source.checkpoint), source.key, source.dtype, source.q4_0, source.packed)
 
 
-def _device(source: OffloadedTensor, device: Optional[Device]) -> torch.device:
+def _device(source: OffloadedTensor, device: Device | None) -> torch.device:
     return torch.device(device) if device is not None else source.device
 
 

@@ -5,7 +5,8 @@ the graph instead of a baked constant."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
@@ -25,16 +26,18 @@ def traced_torch_function(
         if not isinstance(value, kind):
             return value
         state = torch._C._get_tracing_state()
-        torch._C._set_tracing_state(None)  # loading or dequantizing is not part of the graph
+        # Loading or dequantizing is not part of the graph. (torch's stubs lack the private
+        # tracing-state functions of torch._C used here and below.)
+        torch._C._set_tracing_state(None)  # type: ignore[attr-defined]
         try:
             plain = to_plain(value)
         finally:
-            torch._C._set_tracing_state(state)
+            torch._C._set_tracing_state(state)  # type: ignore[attr-defined]
         try:
-            known_as = torch._C._get_value_trace(value)
+            known_as = torch._C._get_value_trace(value)  # type: ignore[attr-defined]
         except RuntimeError:
             return plain  # not a module parameter: recorded as a constant, as any tensor
-        torch._C._set_value_trace(plain, known_as)
+        torch._C._set_value_trace(plain, known_as)  # type: ignore[attr-defined]
         return plain
 
     return func(*tree_map(traced, args), **tree_map(traced, kwargs))

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -60,7 +61,7 @@ def aten_thunk(kind: str) -> Thunk:
     return lambda values: packet(*values)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _overload(schema: str) -> tuple[Any, tuple[tuple[str, bool], ...]]:
     parsed = torch._C.parse_schema(schema)
     namespace, name = parsed.name.split("::", 1)
@@ -68,7 +69,7 @@ def _overload(schema: str) -> tuple[Any, tuple[tuple[str, bool], ...]]:
     return op, tuple((a.name, a.kwarg_only) for a in parsed.arguments)
 
 
-def argument_index(schema: str, name: str) -> Optional[int]:
+def argument_index(schema: str, name: str) -> int | None:
     """The position of argument ``name`` in a traced node's schema."""
     names = [n for n, _ in _overload(schema)[1]]
     return names.index(name) if name in names else None
@@ -105,7 +106,7 @@ def python_value(value: ir_data.IRValue, weights: frozenset[str]) -> Any:
 def evaluate(
     thunk: Thunk, inputs: Sequence[ir_data.IRValue], outputs: Sequence[ir_data.IRValue], weights: frozenset[str],
     label: Callable[[], str],
-) -> Optional[list[ir_data.IRValue]]:
+) -> list[ir_data.IRValue] | None:
     """The outputs of ``thunk`` on the inputs' values as constants, or ``None`` when the op
     must stay an op (an input not constant, a result too large or not as traced)."""
     values = []
@@ -144,7 +145,7 @@ def _numel(value: Any) -> int:
     return 0
 
 
-def _constant(out: ir_data.IRValue, res: Any, budget: int, label: Callable[[], str]) -> Optional[ir_data.IRValue]:
+def _constant(out: ir_data.IRValue, res: Any, budget: int, label: Callable[[], str]) -> ir_data.IRValue | None:
     if isinstance(out, ir_data.TensorValue):
         if not isinstance(res, torch.Tensor) or res.is_complex() or res.numel() > budget \
                 or res.dtype != out.dtype or tuple(res.shape) != tuple(out.shape):

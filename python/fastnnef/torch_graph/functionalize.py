@@ -19,8 +19,8 @@ no inverse here: a write through one is refused, naming the op, the line and a w
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -32,7 +32,7 @@ from fastnnef.torch_graph.fold import Thunk, aten_thunk
 # Where an op comes from: (module path, user source line), as IROp.scope and IROp.source.
 Site = tuple[str, str]
 # Records one single-output op (or folds it) and returns its output value.
-Emit = Callable[[str, list["ir_data.IRValue"], "ir_data.TensorValue", Site, Optional[Thunk]], "ir_data.IRValue"]
+Emit = Callable[[str, list["ir_data.IRValue"], "ir_data.TensorValue", Site, Thunk | None], "ir_data.IRValue"]
 
 # View ops (output 0 shares input 0's storage), by how a write into the view reaches
 # the viewed tensor: the inverse of the view.
@@ -100,7 +100,7 @@ class ViewStep:
     template: ir_data.TensorValue  # its traced output: dtype, shape, dynamic dims
     how: str  # VIEWS' category: slice, select, narrow, diagonal, permute, unsqueeze, reshape, opaque
     site: Site
-    thunk: Optional[Thunk]  # the op on constant inputs, for folding
+    thunk: Thunk | None  # the op on constant inputs, for folding
 
 
 @dataclass(eq=False)
@@ -110,8 +110,8 @@ class Ref:
 
     value: ir_data.IRValue
     version: int = 0
-    parent: Optional[Ref] = None
-    step: Optional[ViewStep] = None
+    parent: Ref | None = None
+    step: ViewStep | None = None
     recorded: bool = False  # a root that is a tensor constant of the trace
 
     def root(self) -> Ref:
@@ -151,8 +151,8 @@ class Storages:
         ``dst.copy_(src)`` changes nothing (the ``copy_`` that ends ``y[:, a:b] += v``)."""
         if src.version != src.root().version:
             return False
-        a: Optional[Ref] = src
-        b: Optional[Ref] = dst
+        a: Ref | None = src
+        b: Ref | None = dst
         while a is not None and b is not None:
             if a is b:
                 return True
@@ -178,7 +178,7 @@ class Storages:
     def write(self, ref: Ref, new: ir_data.IRValue, kind: str, site: Site) -> None:
         """``ref``'s tensor now holds ``new``: write it back into each tensor it views,
         up to the root, whose version is bumped."""
-        step_ref: Optional[Ref] = ref
+        step_ref: Ref | None = ref
         while step_ref is not None and step_ref.step is not None:
             if step_ref.step.how == "opaque":
                 raise T2NErrorNotImplemented(
@@ -301,15 +301,18 @@ def permutation(kind: str, args: Sequence[ir_data.IRValue], rank: int) -> list[i
 def is_whole_slice(args: Sequence[ir_data.IRValue], x: ir_data.TensorValue) -> bool:
     """``x[:]`` along an axis (as ``y[:, i]`` records first): the same tensor, no view."""
     dim, start, end, step = args
-    if not all(isinstance(v, ir_data.Const) for v in args) or not isinstance(dim.value, int):  # type: ignore[union-attr]
+    Const = ir_data.Const
+    if not (isinstance(dim, Const) and isinstance(start, Const) and isinstance(end, Const)
+            and isinstance(step, Const)) or not isinstance(dim.value, int):
         return False
-    axis = dim.value % x.rank  # type: ignore[union-attr]
-    stop = end.value  # type: ignore[union-attr]
+    axis = dim.value % x.rank
+    stop = end.value
     to_end = stop is None or stop >= _TO_END or (x.dyn[axis] is None and stop >= x.shape[axis])
-    return start.value in (None, 0) and step.value == 1 and to_end  # type: ignore[union-attr]
+    return start.value in (None, 0) and step.value == 1 and to_end
 
 
-def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue], site: Site) -> list[ViewStep]:
+def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence[ir_data.IRValue],
+                    site: Site) -> list[ViewStep]:
     """The view step of each item of split/chunk/unbind: a slice (or a select) of ``x``."""
     axis = dim % x.rank
     steps = []
@@ -321,7 +324,8 @@ def list_view_steps(kind: str, x: ir_data.TensorValue, dim: int, items: Sequence
             steps.append(ViewStep("aten::select", args, item, "select", site, aten_thunk("aten::select")))
             continue
         end = begin + item.shape[axis]
-        args = [ir_data.Const("dim", axis), ir_data.Const("start", begin), ir_data.Const("end", end), ir_data.Const("step", 1)]
+        args = [ir_data.Const("dim", axis), ir_data.Const("start", begin), ir_data.Const("end", end),
+                ir_data.Const("step", 1)]
         steps.append(ViewStep("aten::slice", args, item, "slice", site, aten_thunk("aten::slice")))
         begin = end
     return steps

@@ -38,12 +38,12 @@ log = get_logger(__name__)
 
 
 def harden_jit_for_export(
-    model: "torch.jit.ScriptModule",
-    args: T.Union[T.Sequence[T.Any], "torch.Tensor"],
+    model: torch.jit.ScriptModule,
+    args: T.Sequence[T.Any] | torch.Tensor,
     *,
     freeze: bool = True,
-    diagnostics: T.Optional[T.Dict[str, T.Any]] = None,
-) -> "torch.jit.ScriptModule":
+    diagnostics: dict[str, T.Any] | None = None,
+) -> torch.jit.ScriptModule:
     """Return ``model`` specialized for ``args`` (its forward's arguments, without
     ``self``; a lone tensor means ``(tensor,)``). ``diagnostics``, when a dict, receives one
     count per pass (keyed by pass name), ``froze`` and, when the manual inline ran,
@@ -53,7 +53,7 @@ def harden_jit_for_export(
             f"harden_jit_for_export takes a torch.jit.ScriptModule, got {type(model).__name__}"
         )
     args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
-    counts: T.Dict[str, T.Any] = {"froze": False}
+    counts: dict[str, T.Any] = {"froze": False}
     if freeze:
         if model.training:
             log.warning("harden_jit_for_export: freezing needs eval mode (call model.eval()); inlining instead")
@@ -76,12 +76,13 @@ def harden_jit_for_export(
     return model
 
 
-def _own_copy(model: "torch.jit.ScriptModule") -> "torch.jit.ScriptModule":
+def _own_copy(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
     """``model`` with its own classes (so rewriting its graphs leaves the user's model
     alone), holding the user's weights and buffers: the same storage, detached (an export
     records them as constants, which must not require grad)."""
     # torch's only binding that clones a module together with its classes.
-    clone = wrap_cpp_module(torch._C._hack_do_not_use_clone_module_with_class(model._c, [], []))
+    # torch's stubs lack this private torch._C API
+    clone = wrap_cpp_module(torch._C._hack_do_not_use_clone_module_with_class(model._c, [], []))  # type: ignore[attr-defined]
     for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers()):
         *path, attr = name.split(".")
         owner = functools.reduce(getattr, path, clone)

@@ -10,7 +10,8 @@ constants are folded (``fold.py``), in-place writes and views go through the sto
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -131,7 +132,7 @@ class _Builder:
     def set(self, v: torch._C.Value, value: IRValue) -> None:
         self.values[v.unique()] = value
 
-    def tensor_value(self, v: torch._C.Value, dyn: Optional[Sequence[Optional[DimExpr]]] = None) -> IRValue:
+    def tensor_value(self, v: torch._C.Value, dyn: Sequence[DimExpr | None] | None = None) -> IRValue:
         ty = v.type()
         if isinstance(ty, torch._C.TensorType):
             sizes = ty.sizes()
@@ -478,7 +479,7 @@ class _Builder:
         flag = self.peek(ins[k]) if k is not None and k < len(ins) else None
         return isinstance(flag, Const) and flag.value is False
 
-    def view_how(self, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> Optional[str]:
+    def view_how(self, kind: str, ins: list[torch._C.Value], outs: list[torch._C.Value]) -> str | None:
         """How a write into this op's output reaches input 0 (functionalize.VIEWS), or ``None``
         when the output is a new tensor."""
         how = functionalize.VIEWS.get(kind)
@@ -512,7 +513,7 @@ class _Builder:
         self.store.write(ref, new, kind, site)
         self.store.alias(outs[0].unique(), ref)
 
-    def record(self, op: IROp, thunk: Optional[folding.Thunk], dyn: bool = True) -> list[IRValue]:
+    def record(self, op: IROp, thunk: folding.Thunk | None, dyn: bool = True) -> list[IRValue]:
         """Append ``op``, or its outputs as constants when its inputs are (fold.py); with
         ``dyn``, the outputs' dynamic dims are derived from the inputs'."""
         if thunk is not None:
@@ -525,7 +526,7 @@ class _Builder:
         return op.outputs
 
     def emit(self, kind: str, inputs: list[IRValue], output: TensorValue, site: functionalize.Site,
-             thunk: Optional[folding.Thunk]) -> IRValue:
+             thunk: folding.Thunk | None) -> IRValue:
         """One op the builder makes itself (a view taken again, a write-back): its output
         dims are known already."""
         return self.record(IROp(kind, inputs, [output], *site), thunk, dyn=False)[0]
@@ -537,7 +538,7 @@ class _Builder:
                 return
 
 
-def _layout(v: torch._C.Value) -> Optional[tuple[list[int], list[int]]]:
+def _layout(v: torch._C.Value) -> tuple[list[int], list[int]] | None:
     """The traced sizes and strides of a tensor value (``None`` where the trace lacks them)."""
     ty = v.type()
     if not isinstance(ty, torch._C.TensorType):
@@ -551,7 +552,7 @@ def _contiguous(v: torch._C.Value) -> bool:
     return layout is None or functionalize.is_contiguous(*layout)
 
 
-def _scalar_kind(v: torch._C.Value) -> Optional[bool]:
+def _scalar_kind(v: torch._C.Value) -> bool | None:
     """Whether a scalar value (a Python number or a 0-d tensor) is integral (True) or
     floating (False); None for a bool, a complex or a type the trace does not give."""
     ty = v.type()
@@ -578,6 +579,6 @@ def _source(node: torch._C.Node) -> str:
     return (user or frames or [""])[0]
 
 
-def build_ir(traced: TracedModel, dynamic_axes: Optional[dict[int, dict[int, str]]] = None) -> IRGraph:
+def build_ir(traced: TracedModel, dynamic_axes: dict[int, dict[int, str]] | None = None) -> IRGraph:
     """Build the IR in one pass; ``dynamic_axes`` maps flat input index -> {dim: symbol}."""
     return _Builder(traced, dynamic_axes or {}).build()

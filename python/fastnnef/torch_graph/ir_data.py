@@ -13,7 +13,7 @@ A tensor value carries ``dyn``: per dim, ``None`` (static), its size as a ``DimE
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,7 +36,7 @@ class TensorValue(IRValue):
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...]
-    dyn: tuple[Optional[DimExpr], ...] = ()
+    dyn: tuple[DimExpr | None, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.dyn:
@@ -46,7 +46,7 @@ class TensorValue(IRValue):
     def rank(self) -> int:
         return len(self.shape)
 
-    def is_dynamic(self, dim: Optional[int] = None) -> bool:
+    def is_dynamic(self, dim: int | None = None) -> bool:
         if dim is None:
             return any(d is not None for d in self.dyn)
         return self.dyn[dim] is not None
@@ -121,8 +121,8 @@ class IROp:
     outputs: list[IRValue]
     scope: str  # module path, e.g. "layers.0.attn" ("" at the root)
     source: str  # user source location, for errors
-    extractor: Optional[Any] = None  # a ModuleInfoExtractor that emits this op (a module call)
-    module: Optional[nn.Module] = None  # the module of a module call
+    extractor: Any | None = None  # a ModuleInfoExtractor that emits this op (a module call)
+    module: nn.Module | None = None  # the module of a module call
 
     def where(self) -> str:
         scope = self.scope or "<root module>"

@@ -15,13 +15,13 @@ traced size may equal a merged dim by chance.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from fastnnef.dim import UNKNOWN, DimExpr, Size, ceil_div, dmin, is_negative
 from fastnnef.torch_graph.ir_data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
 
 
-def _mark(size: Size) -> Optional[DimExpr]:
+def _mark(size: Size) -> DimExpr | None:
     """A dim's mark: ``None`` when its size is a constant, else its expression."""
     return None if isinstance(size, int) else size
 
@@ -84,9 +84,9 @@ def propagate_dyn(op: IROp) -> None:
         items = v.items if isinstance(v, ListValue) else [v]
         dyn_sizes |= {x.traced for x in items if isinstance(x, SymInt)}
     for out in outs:
-        dyn: list[Optional[DimExpr]] = []
+        dyn: list[DimExpr | None] = []
         for d in range(out.rank):
-            mark: Optional[DimExpr] = None
+            mark: DimExpr | None = None
             for t in dyn_inputs:
                 if t.rank == out.rank and t.dyn[d] is not None:
                     if t.shape[d] == out.shape[d]:
@@ -133,7 +133,7 @@ def _arange_dyn(op: IROp) -> bool:
     return True
 
 
-def _int_expr(value: IRValue) -> Optional[Size]:
+def _int_expr(value: IRValue) -> Size | None:
     """The expression of a size argument (a static int or a known dynamic size), else None."""
     if isinstance(value, SymInt):
         return None if value.expr.is_unknown else value.expr
@@ -157,7 +157,7 @@ def _cat_dyn(op: IROp) -> bool:
     total: Size = 0
     for t in parts:
         total = total + _size(t, axis)
-    dyn: list[Optional[DimExpr]] = []
+    dyn: list[DimExpr | None] = []
     for d in range(out.rank):
         if d == axis:
             dyn.append(_mark(total))
@@ -184,13 +184,13 @@ def _fill_dyn(op: IROp) -> bool:
     return True
 
 
-def _size_list_dyn(sizes: IRValue, rank: int) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _size_list_dyn(sizes: IRValue, rank: int) -> tuple[DimExpr | None, ...] | None:
     """The dims of a size list: ``None`` for a non-negative constant, the expression of a
     dynamic size (``?`` when unknown); ``None`` for the whole list if anything else (-1)."""
     items = sizes.items if isinstance(sizes, ListValue) else []
     if len(items) != rank:
         return None
-    dyn: list[Optional[DimExpr]] = []
+    dyn: list[DimExpr | None] = []
     for item in items:
         if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
             dyn.append(None)
@@ -214,7 +214,7 @@ def const_ints(value: IRValue) -> list[int]:
     return [int(v.value) for v in items if isinstance(v, Const)]
 
 
-def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """Reshape: static dims in the common prefix/suffix stay static; the window between is
     dynamic-unknown if it takes a dynamic input dim. A dynamic dim never counts as kept
     because its traced size matches: a size traced at 1 matches every unit dim, and any
@@ -230,13 +230,13 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
     ):
         suf += 1
     window_dyn = any(x.dyn[d] is not None for d in range(pre, x.rank - suf))
-    dyn: list[Optional[DimExpr]] = list(x.dyn[:pre])
+    dyn: list[DimExpr | None] = list(x.dyn[:pre])
     dyn += [UNKNOWN if window_dyn else None] * (out.rank - pre - suf)
     dyn += list(x.dyn[x.rank - suf :]) if suf else []
     return tuple(dyn)
 
 
-def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """view/reshape with an explicit size list: each output dim is static or carries its
     size's expression, and a -1 what is left of x's volume where that is known; else the
     window rule."""
@@ -255,7 +255,7 @@ def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
     return _window_dyn(x, out, args) if dyn is None else dyn
 
 
-def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[DimExpr]:
+def _remaining(x: TensorValue, others: Sequence[IRValue]) -> DimExpr | None:
     """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
     given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
     are x's minus at most that one and the static parts divide; else unknown."""
@@ -280,7 +280,7 @@ def _remaining(x: TensorValue, others: Sequence[IRValue]) -> Optional[DimExpr]:
     return UNKNOWN if len(left) > 1 else _mark(left[0] * factor)
 
 
-def _volume_mark(x: TensorValue, dims: Sequence[int]) -> Optional[DimExpr]:
+def _volume_mark(x: TensorValue, dims: Sequence[int]) -> DimExpr | None:
     """The mark of the product of ``x``'s ``dims``: static, a linear expression when at
     most one of them is dynamic (``4*TILES``), else unknown."""
     total: Size = 1
@@ -291,7 +291,7 @@ def _volume_mark(x: TensorValue, dims: Sequence[int]) -> Optional[DimExpr]:
     return _mark(total)
 
 
-def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """flatten(x, start, end): the merged dims' product, the others unchanged (by their
     positions, never by their traced sizes: a dynamic axis traced at 1 stays dynamic)."""
     bounds = [const_ints(a) for a in args[:2]]
@@ -303,7 +303,7 @@ def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> O
     return x.dyn[:start] + (_volume_mark(x, range(start, end + 1)),) + x.dyn[end + 1 :]
 
 
-def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """unflatten(x, dim, sizes): the sizes' marks in place of ``dim``, a -1 taking the
     rest of the dim where the other sizes divide it exactly (else unknown)."""
     dims = const_ints(args[0]) if args else []
@@ -324,7 +324,7 @@ def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return x.dyn[:a] + marks + x.dyn[a + 1 :]
 
 
-def _exact_quotient(size: Size, k: int) -> Optional[Size]:
+def _exact_quotient(size: Size, k: int) -> Size | None:
     """``size / k`` when ``k`` divides ``size`` at every length of its axes, else None."""
     if k <= 0 or size == UNKNOWN:
         return None
@@ -332,7 +332,7 @@ def _exact_quotient(size: Size, k: int) -> Optional[Size]:
     return quotient if quotient * k == size else None
 
 
-def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """squeeze(x[, dims]): x's marks without the dims the trace removed (the named ones, or
     all, of traced size 1), chosen by position, not by matching sizes."""
     chosen = range(x.rank) if not args or (isinstance(args[0], Const) and args[0].value is None) else [
@@ -350,7 +350,7 @@ def _reduction(dim_arg: int) -> DynRule:
     dims become static (1, or gone without keepdim), the others keep their marks. By the
     dims named, not by sizes: a dynamic axis traced at 1 is then reduced or kept as asked."""
 
-    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
         if out.rank == 0:
             return ()
         arg = args[dim_arg] if len(args) > dim_arg else None
@@ -371,19 +371,19 @@ def _reduction(dim_arg: int) -> DynRule:
     return rule
 
 
-def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
     return _size_list_dyn(args[0], out.rank) if args else None
 
 
-def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
     expression, a constant is static."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
     if len(items) != out.rank or out.rank < x.rank:
         return None
     lead = out.rank - x.rank
-    dyn: list[Optional[DimExpr]] = []
+    dyn: list[DimExpr | None] = []
     for d, item in enumerate(items):
         if isinstance(item, SymInt):
             dyn.append(item.expr)
@@ -396,7 +396,7 @@ def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Op
     return tuple(dyn)
 
 
-def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
     other = args[0] if args else None
     if isinstance(other, TensorValue) and other.rank == out.rank:
@@ -406,12 +406,12 @@ def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return None
 
 
-def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     perm = [p % x.rank for p in const_ints(args[0])]
     return tuple(x.dyn[p] for p in perm)
 
 
-def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     if x.rank < 2:
         return x.dyn
     a, b = (const_ints(args[0]) + const_ints(args[1])) if len(args) >= 2 else (0, 1)
@@ -421,34 +421,34 @@ def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return tuple(dyn)
 
 
-def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """select(x, dim, index): x's dims without the selected one."""
     a = const_ints(args[0])[0] % x.rank
     return x.dyn[:a] + x.dyn[a + 1 :]
 
 
-def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """movedim(x, source, destination): the moved dims land at their destinations, the
     others fill the remaining places in order (torch's definition)."""
     src = [s % x.rank for s in const_ints(args[0])]
-    order: list[Optional[int]] = [None] * x.rank
+    order: list[int | None] = [None] * x.rank
     for s, d in zip(src, const_ints(args[1])):
         order[d % x.rank] = s
     rest = iter(a for a in range(x.rank) if a not in src)
     return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
 
 
-def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """mT, mH, adjoint: the last two dims swapped."""
     return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
 
 
-def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """numpy_T (x.T): every dim reversed."""
     return x.dyn[::-1]
 
 
-def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
     k, dims = const_ints(args[0])[0], [d % x.rank for d in const_ints(args[1])]
     dyn = list(x.dyn)
@@ -457,7 +457,7 @@ def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
     return tuple(dyn)
 
 
-def _windows(size: Optional[DimExpr], frame: int, step: int) -> Optional[DimExpr]:
+def _windows(size: DimExpr | None, frame: int, step: int) -> DimExpr | None:
     """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
     ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
     if size is None or size == UNKNOWN:
@@ -465,7 +465,7 @@ def _windows(size: Optional[DimExpr], frame: int, step: int) -> Optional[DimExpr
     return _mark((size - frame) // step + 1)
 
 
-def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
     if x.rank == 0:
         return (None,)
@@ -476,7 +476,7 @@ def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn) + (None,)
 
 
-def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
     length follows a dynamic plane only when both its dims are the same expression."""
     offset, d1, d2 = (const_ints(a)[0] for a in args[:3])
@@ -490,7 +490,7 @@ def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> 
     return rest + (UNKNOWN,)
 
 
-def _position(v: IRValue, size: Size, default: Size) -> Optional[Size]:
+def _position(v: IRValue, size: Size, default: Size) -> Size | None:
     """A slice bound as torch reads it: None -> ``default``, INT64_MAX -> the end,
     negative -> from the end (clamped where the size is static), or a size expression."""
     if isinstance(v, Const) and v.value is None:
@@ -509,7 +509,7 @@ def _position(v: IRValue, size: Size, default: Size) -> Optional[Size]:
     return size + k if k < 0 else k
 
 
-def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
     with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
     a = const_ints(args[0])[0] % x.rank
@@ -526,7 +526,7 @@ def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opt
     return x.dyn[:a] + (_mark(ceil_div(end - begin, step)),) + x.dyn[a + 1 :]
 
 
-def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """narrow(x, dim, start, length): the length, constant or a dynamic size."""
     a = const_ints(args[0])[0] % x.rank
     length = args[2]
@@ -534,7 +534,7 @@ def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Op
     return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
 
 
-def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
     ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
@@ -552,7 +552,7 @@ def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optio
     return tuple(dyn)
 
 
-def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
     dynamic L (padded by n_fft//2 each side when centred)."""
     if out.rank != x.rank + 1 or x.dyn[-1] is None:
@@ -561,25 +561,25 @@ def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     hop_arg = args[1]
     hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
     center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
-    length: Optional[DimExpr] = x.dyn[-1]
+    length: DimExpr | None = x.dyn[-1]
     if center_overload and isinstance(args[4], Const) and args[4].value:
         length = x.dyn[-1] + 2 * (n_fft // 2)  # type: ignore[assignment]
     return x.dyn[:-1] + (None, _windows(length, n_fft, hop))
 
 
-def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     d = const_ints(args[0])[0] % out.rank
     return x.dyn[:d] + (None,) + x.dyn[d:]
 
 
-def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """embedding(weight, indices): the indices' dims, then the embedding's."""
     idx = args[0]
     assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
     return idx.dyn + weight.dyn[1:]
 
 
-def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
     idx = args[1]
     assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
@@ -587,7 +587,7 @@ def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue])
     return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
 
 
-def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """matmul: broadcast batch dims, then a's rows and b's columns (the contracted dim,
     dynamic or not, never reaches the output)."""
     b = args[0]
@@ -596,9 +596,9 @@ def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
         return b.dyn[:-2] + b.dyn[-1:] if b.rank > 1 else ()
     if b.rank == 1:  # matrix @ vector: a's batch dims and rows
         return a.dyn[:-1]
-    dyn: list[Optional[DimExpr]] = []
+    dyn: list[DimExpr | None] = []
     for d in range(out.rank - 2):
-        mark: Optional[DimExpr] = None
+        mark: DimExpr | None = None
         for t in (a, b):
             k = d - (out.rank - t.rank)
             if k >= 0 and t.dyn[k] is not None and t.shape[k] == out.shape[d]:
@@ -607,7 +607,7 @@ def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn) + (a.dyn[-2], b.dyn[-1])
 
 
-def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
+def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """scaled_dot_product_attention: the query's dims, with the values' last one (the
     mask's key axis never reaches the output)."""
     v = args[1]
@@ -615,7 +615,7 @@ def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return q.dyn[:-1] + v.dyn[-1:]
 
 
-def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Optional[tuple[Optional[DimExpr], ...]]:
+def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
     as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
     d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
@@ -627,8 +627,8 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     if len(args) < 4:
         return None
     stride, padding = args[2], args[3]
-    dilation: Optional[IRValue] = args[4] if len(args) > 4 else None
-    output_padding: Optional[IRValue] = None
+    dilation: IRValue | None = args[4] if len(args) > 4 else None
+    output_padding: IRValue | None = None
     transposed = False
     if len(args) >= 8 and isinstance(args[5], Const) and isinstance(args[5].value, bool):  # _convolution
         output_padding, transposed = args[6], args[5].value
@@ -641,7 +641,7 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     if None in (strides, dilations, pads, out_pads):
         return None
     kernel = weight.shape[2:]
-    dyn: list[Optional[DimExpr]] = [x.dyn[0], None]
+    dyn: list[DimExpr | None] = [x.dyn[0], None]
     for a in range(n):
         size = x.dyn[a + 2]
         if size is None or size == UNKNOWN or same:
@@ -656,7 +656,7 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
     return tuple(dyn)
 
 
-def _per_axis(value: Optional[IRValue], n: int, default: int) -> Optional[list[int]]:
+def _per_axis(value: IRValue | None, n: int, default: int) -> list[int] | None:
     """A convolution's per-axis ints (one value expands to every axis); None if unknown."""
     if value is None or (isinstance(value, Const) and value.value is None):
         return [default] * n
@@ -668,7 +668,7 @@ def _per_axis(value: Optional[IRValue], n: int, default: int) -> Optional[list[i
     return items if len(items) == n else None
 
 
-DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], Optional[tuple[Optional[DimExpr], ...]]]
+DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[DimExpr | None, ...] | None]
 # A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
 _DYN_RULES: dict[str, DynRule] = {
     "aten::view": _sizes_dyn,

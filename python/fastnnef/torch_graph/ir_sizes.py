@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from fastnnef.dim import UNKNOWN, Size, ceil_div
 from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
@@ -66,7 +67,7 @@ def _traced(value: IRValue) -> Any:
     return value.value if isinstance(value, Const) else value.traced  # type: ignore[attr-defined]
 
 
-def _expr(value: IRValue) -> Optional[Size]:
+def _expr(value: IRValue) -> Size | None:
     """The integer expression of a number or size; None for a ratio, a float, an unknown."""
     if isinstance(value, SymInt):
         return None if value.expr.is_unknown else value.expr
@@ -77,13 +78,13 @@ def _expr(value: IRValue) -> Optional[Size]:
     return None
 
 
-def _positive(value: IRValue) -> Optional[int]:
+def _positive(value: IRValue) -> int | None:
     """A constant positive integer divisor, else None."""
     k = _expr(value)
     return k if isinstance(k, int) and k > 0 else None
 
 
-def size(name: str, traced: Any, expr: Optional[Size]) -> IRValue:
+def size(name: str, traced: Any, expr: Size | None) -> IRValue:
     """A size value: a constant when the symbols cancelled out, ``UNKNOWN`` when no
     expression could be written."""
     if isinstance(expr, int):
@@ -91,7 +92,7 @@ def size(name: str, traced: Any, expr: Optional[Size]) -> IRValue:
     return SymInt(name, traced, UNKNOWN if expr is None else expr)
 
 
-def ratio(name: str, traced: Any, num: Optional[Size], den: int) -> IRValue:
+def ratio(name: str, traced: Any, num: Size | None, den: int) -> IRValue:
     """``num / den`` exactly: an integer size when ``den`` divides the numerator."""
     if num is None:
         return SymInt(name, traced, UNKNOWN)
@@ -125,7 +126,7 @@ def arithmetic(kind: str, values: list[IRValue], name: str) -> IRValue:
     if a is None or b is None:
         return SymInt(name, traced, UNKNOWN)
     k = _positive(a_b[1])
-    expr: Optional[Size]
+    expr: Size | None
     if kind == "aten::add":
         expr = a + b
     elif kind == "aten::sub":
@@ -146,7 +147,7 @@ def arithmetic(kind: str, values: list[IRValue], name: str) -> IRValue:
     return size(name, traced, expr)
 
 
-def _ratio_arithmetic(kind: str, a_b: list[IRValue], name: str, traced: Any, mode: Optional[str]) -> IRValue:
+def _ratio_arithmetic(kind: str, a_b: list[IRValue], name: str, traced: Any, mode: str | None) -> IRValue:
     """A ratio ``n / d`` plus, minus or times an integer size, or divided by a constant."""
     if kind == "aten::neg":
         r = a_b[0]
@@ -194,7 +195,7 @@ def rounding(kind: str, value: IRValue, name: str, floating: bool) -> IRValue:
     return size(name, traced, value.num // value.den)
 
 
-def cast(value: IRValue, name: str, integral: Optional[bool]) -> IRValue:
+def cast(value: IRValue, name: str, integral: bool | None) -> IRValue:
     """A scalar converted: to an integer (truncated), to a float, or kept (``None``)."""
     if isinstance(value, Const):
         if integral is None:

@@ -12,7 +12,7 @@ when the module is not frozen (``freeze=False``, or freezing failed).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -39,7 +39,7 @@ def class_is_importable(qualified_name: str) -> bool:
     return isinstance(getattr(module, class_name, None), type)
 
 
-def _module_of(value: torch._C.Value, model: torch.nn.Module) -> Optional[Any]:
+def _module_of(value: torch._C.Value, model: torch.nn.Module) -> Any | None:
     """The submodule of ``model`` that ``value`` holds, following its ``prim::GetAttr``
     chain back to the graph's first input (``self``); ``None`` if it comes from elsewhere."""
     path: list[str] = []
@@ -64,7 +64,8 @@ def inline_unresolvable_submodules(graph: torch._C.Graph, model: torch.nn.Module
             (
                 (n, module) for n in walk_nodes(graph)
                 if n.kind() == "prim::CallMethod"
-                and not class_is_importable(n.inputsAt(0).type().qualified_name())
+                # JitType.qualified_name is missing from torch's stubs
+                and not class_is_importable(n.inputsAt(0).type().qualified_name())  # type: ignore[attr-defined]
                 # a module picked from a list or passed around has no path: the call stays
                 and (module := _module_of(n.inputsAt(0), model)) is not None
             ),

@@ -30,7 +30,8 @@ enclosing ``If`` is folded.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Iterator, Sequence, Union
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ __all__ = [
     "walk_nodes",
 ]
 
-Block = Union[torch._C.Graph, torch._C.Block]
+Block = torch._C.Graph | torch._C.Block
 
 
 # --- graph helpers (shared with jit_inline and jit_mutation) ------------------------------------
@@ -72,14 +73,16 @@ def is_primitive(ty: torch._C.JitType) -> bool:
     if kind in ("IntType", "FloatType", "BoolType", "StringType", "NoneType", "NumberType", "DeviceObjType"):
         return True
     if kind in ("ListType", "TupleType", "OptionalType"):
-        return all(is_primitive(t) for t in ty.containedTypes())
+        # torch's stubs lack JitType.containedTypes
+        return all(is_primitive(t) for t in ty.containedTypes())  # type: ignore[attr-defined]
     return False
 
 
 def constant_before(graph: torch._C.Graph, node: torch._C.Node, value: Any) -> torch._C.Value:
     """A ``prim::Constant`` holding ``value``, inserted just before ``node``."""
     with graph.insert_point_guard(node):
-        return graph.insertConstant(value)
+        # torch's stubs lack Graph.insertConstant
+        return graph.insertConstant(value)  # type: ignore[attr-defined]
 
 
 def replace_node(node: torch._C.Node, values: Sequence[torch._C.Value]) -> None:
@@ -104,7 +107,8 @@ def evaluate(graph: torch._C.Graph, values: Sequence[torch._C.Value], example_in
     for value in values:
         graph.registerOutput(value)
     try:
-        results = torch._C._jit_interpret_graph(graph, tuple(example_inputs))
+        # torch's stubs lack the private torch._C._jit_interpret_graph
+        results = torch._C._jit_interpret_graph(graph, tuple(example_inputs))  # type: ignore[attr-defined]
     except RuntimeError as err:
         raise T2NErrorInvalidArgument(
             f"running the TorchScript graph on the example inputs failed: {err}. Give the "
@@ -248,7 +252,8 @@ def fold_tuple_index_through_tuple_construct(graph: torch._C.Graph) -> int:
         if construct is None or not is_constant(node.inputsAt(1)):
             continue
         items = list(construct.inputs())
-        replace_node(node, [items[node.inputsAt(1).toIValue() % len(items)]])
+        # torch's stubs type toIValue() as an opaque IValue (it is the Python value)
+        replace_node(node, [items[node.inputsAt(1).toIValue() % len(items)]])  # type: ignore[operator]
         count += 1
     return count
 

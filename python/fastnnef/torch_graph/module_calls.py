@@ -16,8 +16,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +32,7 @@ _LIB = torch.library.Library("fastnnef", "DEF")
 _LIB.define("module_call(Tensor[] inputs, int key) -> Tensor[]")
 
 _keys = itertools.count()
-_live: dict[int, "ModuleCall"] = {}  # key -> call, while its trace runs
+_live: dict[int, ModuleCall] = {}  # key -> call, while its trace runs
 _live_lock = threading.Lock()
 
 
@@ -80,7 +81,7 @@ _LIB.impl("module_call", _kernel, "CompositeExplicitAutograd")
 
 
 @contextlib.contextmanager
-def kept_whole(model: nn.Module, extractor_of: Callable[[nn.Module], Optional[Any]]) -> Iterator[dict[int, ModuleCall]]:
+def kept_whole(model: nn.Module, extractor_of: Callable[[nn.Module], Any | None]) -> Iterator[dict[int, ModuleCall]]:
     """Within this block, submodules of ``model`` that ``extractor_of`` gives an extractor
     run through ``fastnnef::module_call``; yields ``{key: ModuleCall}`` for the IR."""
     calls: dict[int, ModuleCall] = {}

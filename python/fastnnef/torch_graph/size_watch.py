@@ -22,8 +22,9 @@ from __future__ import annotations
 import linecache
 import re
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any
 
 import torch
 
@@ -60,7 +61,7 @@ class ConversionLog:
         self._show = warnings.showwarning
 
     def __call__(self, message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                 line: Optional[str] = None) -> None:
+                 line: str | None = None) -> None:
         if not issubclass(category, torch.jit.TracerWarning):
             self._show(message, category, filename, lineno, file, line)
             return

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -37,13 +38,13 @@ class TracedModel:
     """The result of tracing: the inlined graph and what is needed to read it."""
 
     graph: torch._C.Graph
-    wrapper: nn.Module
+    wrapper: _FlatIO
     flat_inputs: list[torch.Tensor]
     flat_outputs: list[torch.Tensor]
     input_names: list[str]
     output_names: list[str]
     has_self: bool = True  # graph input 0 is the wrapper module (False for TorchScript)
-    names_from: Optional[nn.Module] = None  # where parameter names come from
+    names_from: nn.Module | None = None  # where parameter names come from
     module_calls: dict[int, ModuleCall] = field(default_factory=dict)  # kept whole for extractors
     # Sizes the model turned into Python numbers while traced (size_watch.py).
     size_conversions: list[SizeConversion] = field(default_factory=list)
@@ -53,15 +54,17 @@ class _FlatIO(nn.Module):
     """Calls the user's model with structured args rebuilt from flat tensors, and returns
     its outputs flattened. Holds the model by reference: the user's model is untouched."""
 
+    model: nn.Module
+
     def __init__(self, model: nn.Module, leaves: list[Any], spec: Any, tensor_slots: list[int]):
         super().__init__()
         self.model = model
         self._leaves = leaves
         self._spec = spec
         self._tensor_slots = tensor_slots
-        self.captured: Optional[list[torch.Tensor]] = None
+        self.captured: list[torch.Tensor] | None = None
         self.out_spec: Any = None
-        self.conversions: Optional[size_watch.ConversionLog] = None  # sizes frozen (size_watch.py)
+        self.conversions: size_watch.ConversionLog | None = None  # sizes frozen (size_watch.py)
         self.frozen: list[SizeConversion] = []
 
     def call_model(self, *args: Any) -> Any:
@@ -93,7 +96,8 @@ class _ScriptCall(_FlatIO):
 
     def call_model(self, *args: Any) -> Any:
         script = self.model
-        return torch._C._jit_interpret_graph(script.graph, (script._c, *args))
+        # torch's stubs lack the private torch._C._jit_interpret_graph
+        return torch._C._jit_interpret_graph(script.graph, (script._c, *args))  # type: ignore[attr-defined]
 
 
 def normalize_args(args: Any) -> tuple[Any, ...]:
@@ -110,7 +114,7 @@ def normalize_args(args: Any) -> tuple[Any, ...]:
 
 
 def _expand_names(
-    names: Optional[Sequence[str]], top_level: Sequence[Any], n_flat: int, prefix: str, what: str
+    names: Sequence[str] | None, top_level: Sequence[Any], n_flat: int, prefix: str, what: str
 ) -> list[str]:
     """Names for the flat IO: as given, or derived per top-level item (``name_0``, dict keys)."""
     if names is None:
@@ -181,10 +185,10 @@ _TRACE_LOCK = threading.Lock()
 def trace_model(
     model: nn.Module,
     args: Any,
-    input_names: Optional[Sequence[str]],
-    output_names: Optional[Sequence[str]],
-    names_from: Optional[nn.Module] = None,
-    extractor_of: Optional[Callable[[nn.Module], Optional[Any]]] = None,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    names_from: nn.Module | None = None,
+    extractor_of: Callable[[nn.Module], Any | None] | None = None,
     watch_sizes: bool = False,
 ) -> TracedModel:
     """Trace ``model(*args)`` once; return the inlined graph and the flat IO.
@@ -219,7 +223,7 @@ def trace_model(
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
             if conversions is not None:  # every conversion the tracer warns about, even one shown before
                 warnings.simplefilter("always", torch.jit.TracerWarning)
-                wrapper.conversions = warnings.showwarning = conversions  # type: ignore[assignment]
+                wrapper.conversions = warnings.showwarning = conversions
             # The model may write into its inputs: trace on copies, keep the user's tensors.
             trace_inputs = tuple(t.clone() for t in flat_inputs)
             try:

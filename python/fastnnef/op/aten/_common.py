@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any, overload
 
 import torch
 
@@ -10,7 +11,7 @@ from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.context import DTYPES, FLOAT_DTYPES, OpContext
 
-Operand = Union[NTensor, int, float, bool]
+Operand = NTensor | int | float | bool
 _TORCH_OF = {tag: dtype for dtype, tag in DTYPES.items() if dtype != torch.bfloat16}
 
 
@@ -33,7 +34,7 @@ def promote(operands: Sequence[Operand]) -> str:
     return tag
 
 
-def literal(value: Union[int, float, bool], dtype: str) -> Union[int, float, bool]:
+def literal(value: int | float | bool, dtype: str) -> int | float | bool:
     """A Python scalar as a literal of the computation dtype (no f64 constant tensors)."""
     if dtype == "bool":
         return bool(value)
@@ -42,9 +43,14 @@ def literal(value: Union[int, float, bool], dtype: str) -> Union[int, float, boo
     return int(value)
 
 
-def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Operand]:
+@overload
+def operands(ctx: OpContext, values: Sequence[NTensor], dtype: str, rank: int) -> list[NTensor]: ...
+@overload
+def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Operand]: ...
+def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -> list[Any]:
     """Cast tensors to ``dtype`` and align ranks (tract broadcasts trailing, torch leading);
-    scalars become literals of ``dtype`` (typed explicitly where tract would read a TDim)."""
+    scalars become literals of ``dtype`` (typed explicitly where tract would read a TDim).
+    Tensors in, tensors out (the overloads say so to the type check)."""
     out: list[Operand] = []
     for v in values:
         if isinstance(v, NTensor):
@@ -61,7 +67,7 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     compute = compute or ctx.out_dtype()
     args = operands(ctx, values, compute, len(ctx.out_shape()))
     square = kind == "sqr" or kind == "mul" and len(args) == 2 and args[0] is args[1]
-    if square and compute not in FLOAT_DTYPES and compute != "bool":
+    if square and isinstance(args[0], NTensor) and compute not in FLOAT_DTYPES and compute != "bool":
         # tract has no integer square kernel (and turns x * x into one): square in f64,
         # exact below 2**53, and cast back.
         wide = ctx.cast(args[0], "f64")
@@ -69,13 +75,13 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     return ctx.emit(kind, args)
 
 
-def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str) -> Union[int, float, bool, NTensor]:
+def typed_scalar(ctx: OpContext, value: int | float | bool | Sym, dtype: str) -> int | float | bool | NTensor:
     """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
     (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
     int or a symbol as a TDim, so other dtypes get an explicit cast of the literal (strict
     NNEF, which has no cast: a 0-d constant of that dtype)."""
     if isinstance(value, Sym):
-        scalar: Union[int, float, bool, Sym] = value
+        scalar: int | float | bool | Sym = value
         natural = "tdim"
     else:
         scalar = literal(value, dtype)
@@ -88,7 +94,7 @@ def typed_scalar(ctx: OpContext, value: Union[int, float, bool, Sym], dtype: str
 
 
 def finish(
-    ctx: OpContext, kind: str, args: Sequence[Any], like: Union[NTensor, str], attrs: Optional[dict[str, Any]] = None,
+    ctx: OpContext, kind: str, args: Sequence[Any], like: NTensor | str, attrs: dict[str, Any] | None = None,
 ) -> NTensor:
     """The node's output op; when ``like`` (a tensor, or a dtype) is computed in another
     dtype than the traced output (f32 norms of an f16 model), the op is an intermediate and

@@ -16,7 +16,8 @@ the digits a cancellation needs.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,7 @@ from fastnnef.nnef.op_table import infer
 from fastnnef.op.aten._common import Operand, operands, torch_dtype, typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 
-Scalar = Union[int, float, bool]
+Scalar = int | float | bool
 
 
 def float_compute(ctx: OpContext) -> str:

@@ -5,8 +5,6 @@ into the traced pieces."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from fastnnef.dim import dmin, is_negative
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import plus, unknown
@@ -16,7 +14,7 @@ from fastnnef.op.context import OpContext
 TO_END = 2**62
 
 
-def slice_bound(ctx: OpContext, v: Optional[Dim], n: Dim, traced: int, default: Dim, what: str) -> Dim:
+def slice_bound(ctx: OpContext, v: Dim | None, n: Dim, traced: int, default: Dim, what: str) -> Dim:
     """A torch begin/end as tract needs it: non-negative and within the axis, since tract's
     slice computes the length from the raw values (it only clamps the read window)."""
     if v is None:
@@ -67,7 +65,7 @@ def index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim
     return plus(n, index), plus(n, index + 1)
 
 
-def single(v: Optional[list[Dim]]) -> Optional[Dim]:
+def single(v: list[Dim] | None) -> Dim | None:
     """The one dim of an optional ``SymInt?`` read as a list (``D?``)."""
     return None if v is None else v[0]
 

@@ -13,7 +13,7 @@ modules (nnq.Hardswish, ReLU6, LeakyReLU, Sigmoid, ELU, CELU) reuse the float ha
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten._common import (
@@ -67,7 +67,7 @@ def tanh(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 # --- clamps ----------------------------------------------------------------------------
-def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+def _clamp(ctx: OpContext, x: NTensor, lo: Operand | None, hi: Operand | None) -> NTensor:
     """torch.clamp: ``min(max(x, lo), hi)`` (so lo > hi gives hi, as torch does)."""
     if lo is None and hi is None:
         raise ctx.unsupported("clamp with neither min nor max", "give at least one bound")
@@ -81,7 +81,8 @@ def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Opera
         return ctx.emit("max" if lo is not None else "min", [x, limits[0]])
     dtype = ctx.out_dtype()
     rank = len(ctx.out_shape())
-    x, *bounds = operands(ctx, [x] + [b for b in (lo, hi) if b is not None], dtype, rank)
+    (x,) = operands(ctx, [x], dtype, rank)
+    bounds = operands(ctx, [b for b in (lo, hi) if b is not None], dtype, rank)
     lo_op = bounds.pop(0) if lo is not None else None
     hi_op = bounds.pop(0) if hi is not None else None
     if lo_op is not None and hi_op is not None:
@@ -90,7 +91,7 @@ def _clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Opera
 
 
 @handler("aten::clamp", "aten::clip", args="t x? x?")
-def clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+def clamp(ctx: OpContext, x: NTensor, lo: Operand | None, hi: Operand | None) -> NTensor:
     """aten::clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor  (also .Tensor)"""
     return _clamp(ctx, x, lo, hi)
 
@@ -120,13 +121,13 @@ def relu6(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("quantized::relu6", args="t b?")
-def quantized_relu6(ctx: OpContext, x: NTensor, inplace: Optional[bool]) -> NTensor:
+def quantized_relu6(ctx: OpContext, x: NTensor, inplace: bool | None) -> NTensor:
     """quantized::relu6(Tensor qx, bool inplace=False) -> Tensor  (x's grid)"""
     return _clamp(ctx, x, 0.0, 6.0)
 
 
 @handler("quantized::clamp", args="t x? x?")
-def quantized_clamp(ctx: OpContext, x: NTensor, lo: Optional[Operand], hi: Optional[Operand]) -> NTensor:
+def quantized_clamp(ctx: OpContext, x: NTensor, lo: Operand | None, hi: Operand | None) -> NTensor:
     """quantized::clamp(Tensor qx, Scalar? min=None, Scalar? max=None) -> Tensor qy  (x's grid)"""
     return _clamp(ctx, x, lo, hi)
 
@@ -143,7 +144,7 @@ def threshold(ctx: OpContext, x: NTensor, th: float, value: float) -> NTensor:
 # --- ReLU variants ---------------------------------------------------------------------
 @handler("aten::leaky_relu", args="t f?")
 @torch_quantized("dequantize")
-def leaky_relu(ctx: OpContext, x: NTensor, slope: Optional[float]) -> NTensor:
+def leaky_relu(ctx: OpContext, x: NTensor, slope: float | None) -> NTensor:
     """aten::leaky_relu(Tensor self, Scalar negative_slope=0.01) -> Tensor"""
     return ctx.emit("leaky_relu", [_input(ctx, x)], {"alpha": 0.01 if slope is None else float(slope)})
 
@@ -166,7 +167,7 @@ def prelu(ctx: OpContext, x: NTensor, weight: NTensor) -> NTensor:
 # --- smooth activations ----------------------------------------------------------------
 @handler("aten::gelu", args="t s?")
 @torch_quantized("dequantize")
-def gelu(ctx: OpContext, x: NTensor, approximate: Optional[str]) -> NTensor:
+def gelu(ctx: OpContext, x: NTensor, approximate: str | None) -> NTensor:
     """aten::gelu(Tensor self, *, str approximate='none') -> Tensor"""
     x = _input(ctx, x)
     if approximate in (None, "none"):
@@ -193,7 +194,8 @@ def silu(ctx: OpContext, x: NTensor) -> NTensor:
 
 def _softplus(ctx: OpContext, x: NTensor, suffix: str) -> NTensor:
     """log(1 + exp(x)) without overflow: max(x, 0) + log(1 + exp(-|x|))."""
-    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix=f"{suffix}_abs")], suffix=f"{suffix}_nabs")], suffix=f"{suffix}_exp")
+    e = ctx.tmp("exp", [ctx.tmp("neg", [ctx.tmp("abs", [x], suffix=f"{suffix}_abs")], suffix=f"{suffix}_nabs")],
+                suffix=f"{suffix}_exp")
     tail = ctx.tmp("log", [ctx.tmp("add", [e, 1.0], suffix=f"{suffix}_1p")], suffix=f"{suffix}_log")
     return ctx.tmp("add", [ctx.tmp("max", [x, literal(0, x.dtype)], suffix=f"{suffix}_pos"), tail], suffix=suffix)
 
@@ -206,7 +208,7 @@ def mish(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::softplus", args="t f? f?")
-def softplus(ctx: OpContext, x: NTensor, beta: Optional[float], thresh: Optional[float]) -> NTensor:
+def softplus(ctx: OpContext, x: NTensor, beta: float | None, thresh: float | None) -> NTensor:
     """aten::softplus(Tensor self, Scalar beta=1, Scalar threshold=20) -> Tensor
     (x where beta*x > threshold, else log(1 + exp(beta*x)) / beta)"""
     x = _input(ctx, x)
@@ -234,7 +236,7 @@ def _elu(ctx: OpContext, x: NTensor, alpha: float, scale: float, input_scale: fl
 
 
 @handler("aten::elu", args="t f? f? f?")
-def elu(ctx: OpContext, x: NTensor, alpha: Optional[float], scale: Optional[float], input_scale: Optional[float]) -> NTensor:
+def elu(ctx: OpContext, x: NTensor, alpha: float | None, scale: float | None, input_scale: float | None) -> NTensor:
     """aten::elu(Tensor self, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
     return _elu(ctx, x, 1.0 if alpha is None else alpha, 1.0 if scale is None else scale,
                 1.0 if input_scale is None else input_scale)
@@ -247,7 +249,7 @@ def selu(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::celu", args="t f?")
-def celu(ctx: OpContext, x: NTensor, alpha: Optional[float]) -> NTensor:
+def celu(ctx: OpContext, x: NTensor, alpha: float | None) -> NTensor:
     """aten::celu(Tensor self, Scalar alpha=1.0) -> Tensor  (elu with input_scale 1/alpha)"""
     alpha = 1.0 if alpha is None else alpha
     if alpha == 0:
@@ -286,7 +288,7 @@ def hardsigmoid(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::hardshrink", args="t f?")
-def hardshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
+def hardshrink(ctx: OpContext, x: NTensor, lambd: float | None) -> NTensor:
     """aten::hardshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (|x| > lambd ? x : 0)"""
     x = _input(ctx, x)
     lambd = 0.5 if lambd is None else lambd
@@ -295,7 +297,7 @@ def hardshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
 
 
 @handler("aten::softshrink", args="t f?")
-def softshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
+def softshrink(ctx: OpContext, x: NTensor, lambd: float | None) -> NTensor:
     """aten::softshrink(Tensor self, Scalar lambd=0.5) -> Tensor  (x - clamp(x, -lambd, lambd))"""
     x = _input(ctx, x)
     lambd = 0.5 if lambd is None else lambd
@@ -304,7 +306,7 @@ def softshrink(ctx: OpContext, x: NTensor, lambd: Optional[float]) -> NTensor:
 
 
 @handler("aten::glu", args="t i?")
-def glu(ctx: OpContext, x: NTensor, dim: Optional[int]) -> NTensor:
+def glu(ctx: OpContext, x: NTensor, dim: int | None) -> NTensor:
     """aten::glu(Tensor self, int dim=-1) -> Tensor  (a * sigmoid(b), a|b the halves along dim)"""
     x = _input(ctx, x)
     axis = ctx.axis(-1 if dim is None else dim, x.rank)
@@ -351,7 +353,8 @@ def log_softmax(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     return ctx.emit("sub", [shifted, ctx.tmp("log", [total], suffix="log")])
 
 
-@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?", since="native_log_softmax")
+@handler("aten::log_softmax", "aten::_log_softmax", "aten::special_log_softmax", args="t i n?",
+         since="native_log_softmax")
 def log_softmax_native(ctx: OpContext, x: NTensor, dim: int, _dtype: Any) -> NTensor:
     """aten::log_softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"""
     x, axes = _softmax_input(ctx, x, dim)
@@ -374,19 +377,19 @@ def quantized_sigmoid(ctx: OpContext, x: NTensor, scale: float, zero_point: int)
 @handler("quantized::leaky_relu", args="t f b f i")
 def quantized_leaky_relu(ctx: OpContext, x: NTensor, slope: float, inplace: bool, scale: float,
                          zero_point: int) -> NTensor:
-    """quantized::leaky_relu(Tensor qx, Scalar negative_slope, bool inplace, float output_scale, int output_zero_point) -> Tensor"""
+    """quantized::leaky_relu(Tensor qx, Scalar negative_slope, bool inplace, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
     return dequantized(ctx, leaky_relu, x, slope, out_type=quantized_output_type(ctx, scale, zero_point))
 
 
 @handler("quantized::elu", args="t f i f? f? f?")
-def quantized_elu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: Optional[float],
-                  scale: Optional[float], input_scale: Optional[float]) -> NTensor:
-    """quantized::elu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""
+def quantized_elu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: float | None,
+                  scale: float | None, input_scale: float | None) -> NTensor:
+    """quantized::elu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1, Scalar scale=1, Scalar input_scale=1) -> Tensor"""  # noqa: E501
     return dequantized(ctx, elu, x, alpha, scale, input_scale,
                        out_type=quantized_output_type(ctx, out_scale, zero_point))
 
 
 @handler("quantized::celu", args="t f i f?")
-def quantized_celu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: Optional[float]) -> NTensor:
+def quantized_celu(ctx: OpContext, x: NTensor, out_scale: float, zero_point: int, alpha: float | None) -> NTensor:
     """quantized::celu(Tensor self, float output_scale, int output_zero_point, Scalar alpha=1) -> Tensor"""
     return dequantized(ctx, celu, x, alpha, out_type=quantized_output_type(ctx, out_scale, zero_point))

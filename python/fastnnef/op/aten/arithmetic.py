@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten import _math
@@ -27,7 +26,7 @@ def _scaled(ctx: OpContext, value: Operand, alpha: float) -> Operand:
 
 
 @handler("aten::add", args="x x f?")
-def add(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+def add(ctx: OpContext, a: Operand, b: Operand, alpha: float | None) -> NTensor:
     """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor  (or on bools)"""
     if ctx.out_dtype() == "bool":  # torch adds bools as a logical or; tract has no bool add
         return ctx.emit("or", _bool_operands(ctx, a, b))
@@ -35,13 +34,13 @@ def add(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTens
 
 
 @handler("aten::sub", args="x x f?")
-def sub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+def sub(ctx: OpContext, a: Operand, b: Operand, alpha: float | None) -> NTensor:
     """aten::sub(Tensor self, Tensor other, Scalar alpha=1) -> Tensor"""
     return elementwise(ctx, "sub", [a, _scaled(ctx, b, alpha if alpha is not None else 1)])
 
 
 @handler("aten::rsub", args="x x f?")
-def rsub(ctx: OpContext, a: Operand, b: Operand, alpha: Optional[float]) -> NTensor:
+def rsub(ctx: OpContext, a: Operand, b: Operand, alpha: float | None) -> NTensor:
     """aten::rsub(Tensor self, Scalar other, Scalar alpha=1) -> Tensor  (other - self*alpha)"""
     return elementwise(ctx, "sub", [b, _scaled(ctx, a, alpha if alpha is not None else 1)])
 
@@ -55,7 +54,7 @@ def mul(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
 
 
 @handler("aten::div", "aten::divide", "aten::true_divide", args="x x s?")
-def div(ctx: OpContext, a: Operand, b: Operand, rounding_mode: Optional[str]) -> NTensor:
+def div(ctx: OpContext, a: Operand, b: Operand, rounding_mode: str | None) -> NTensor:
     """aten::div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor"""
     out = ctx.out_dtype()
     if rounding_mode is None or out in FLOAT_DTYPES and rounding_mode is None:
@@ -124,31 +123,31 @@ def pow_(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
 
 
 for _aten, _nnef in (("maximum", "max"), ("minimum", "min"), ("fmax", "max"), ("fmin", "min")):
-    def _make(kind: str) -> None:
-        @handler(f"aten::{_aten}", args="x x")
+    def _make(aten: str, kind: str) -> None:
+        @handler(f"aten::{aten}", args="x x")
         def _minmax(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::maximum/minimum(Tensor self, Tensor other) -> Tensor"""
             if ctx.out_dtype() == "bool":
                 return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b])
-    _make(_nnef)
+    _make(_aten, _nnef)
 
 for _aten, _nnef in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("gt", "gt"), ("le", "le"), ("ge", "ge"),
                      ("greater", "gt"), ("less", "lt"), ("greater_equal", "ge"), ("less_equal", "le"),
                      ("not_equal", "ne")):
-    def _make_cmp(kind: str) -> None:
-        @handler(f"aten::{_aten}", args="x x")
+    def _make_cmp(aten: str, kind: str) -> None:
+        @handler(f"aten::{aten}", args="x x")
         def _compare(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
             """aten::eq/ne/lt/gt/le/ge(Tensor self, Tensor other) -> Tensor (bool)"""
             if promote([a, b]) == "bool":
                 return bool_logic(ctx, kind, a, b)
             return elementwise(ctx, kind, [a, b], compute=promote([a, b]))
-    _make_cmp(_nnef)
+    _make_cmp(_aten, _nnef)
 
 
 def _bool_operands(ctx: OpContext, a: Operand, b: Operand) -> list[Operand]:
     rank = len(ctx.out_shape())
-    out = []
+    out: list[Operand] = []
     for v in (a, b):
         if isinstance(v, NTensor) and v.dtype != "bool":
             v = ctx.tmp("ne", [v, 0.0 if v.dtype in FLOAT_DTYPES else 0], suffix="nz")
@@ -263,7 +262,7 @@ def erf(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::round", args="t i?")
-def round_(ctx: OpContext, x: NTensor, decimals: Optional[int]) -> NTensor:
+def round_(ctx: OpContext, x: NTensor, decimals: int | None) -> NTensor:
     """aten::round(Tensor self) -> Tensor  (also round.decimals; halves go to the even integer)"""
     (x,) = operands(ctx, [x], ctx.out_dtype(), x.rank)
     scale = 10.0 ** decimals if decimals else 1.0

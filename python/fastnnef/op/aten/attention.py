@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -46,10 +46,10 @@ def _repeat_heads(ctx: OpContext, t: NTensor, groups: int, suffix: str) -> NTens
 
 @handler("aten::scaled_dot_product_attention", args="t t t t? f b f? b?")
 def scaled_dot_product_attention(
-    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], dropout_p: float,
-    is_causal: bool, scale: Optional[float], enable_gqa: Optional[bool],
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: NTensor | None, dropout_p: float,
+    is_causal: bool, scale: float | None, enable_gqa: bool | None,
 ) -> NTensor:
-    """aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""
+    """aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"""  # noqa: E501
     if dropout_p != 0.0:
         raise ctx.unsupported(
             f"dropout_p={dropout_p} (attention dropout is random, even in eval mode)",
@@ -94,7 +94,7 @@ def _reifiable(
 
 
 def _reified(
-    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], is_causal: bool,
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: NTensor | None, is_causal: bool,
     scale: float, inner: str, out_dtype: str,
 ) -> NTensor:
     """One ``tract_transformers_sdpa`` (q, k, v[, mask] positional; scale always given).
@@ -120,7 +120,7 @@ def _reified(
 
 
 def _decomposed(
-    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: Optional[NTensor], is_causal: bool,
+    ctx: OpContext, q: NTensor, k: NTensor, v: NTensor, mask: NTensor | None, is_causal: bool,
     scale: float, inner: str, out_dtype: str, groups: int,
 ) -> NTensor:
     """softmax(q·kᵀ·scale + bias)·v in ``inner``, cast back to the output dtype."""
@@ -133,7 +133,7 @@ def _decomposed(
     scores_shape = batch + (rows, cols)
     scores = ctx.tmp("matmul", [q, k], {"transposeA": False, "transposeB": True}, suffix="scores")
     scores = ctx.tmp("mul", [scores, float(scale)], suffix="scaled")
-    bias: Optional[NTensor] = None
+    bias: NTensor | None = None
     if is_causal and _static(rows) and _static(cols):
         bias = _causal_bias(ctx, int(rows), int(cols), inner)
     elif is_causal:

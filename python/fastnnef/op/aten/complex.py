@@ -13,7 +13,6 @@ trailing axis.
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
 
 import torch
 
@@ -25,7 +24,7 @@ from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
 # A real part or an imaginary part: a tensor, a Python number, or None for an exact zero.
-Part = Union[NTensor, float, None]
+Part = NTensor | float | None
 
 
 # --- reading complex inputs ---------------------------------------------------------------
@@ -136,8 +135,10 @@ def _finish_parts(ctx: OpContext, re: Part, im: Part) -> NTensor:
     target = broadcast_shapes([re_t.shape, im_t.shape])
     if any(unknown(d) for d in target) and re_t.shape != im_t.shape:
         raise ctx.unsupported("a complex result whose parts broadcast along a dynamic axis of unknown size")
-    re_t, im_t = (t if t.shape == target else ctx.tmp("tract_core_broadcast", [t], {"shape": list(target)}, suffix="bcast")
-                  for t in (re_t, im_t))
+    re_t, im_t = (
+        t if t.shape == target else ctx.tmp("tract_core_broadcast", [t], {"shape": list(target)}, suffix="bcast")
+        for t in (re_t, im_t)
+    )
     return ctx.emit("stack", [[re_t, im_t]], {"axis": rank})
 
 
@@ -186,8 +187,8 @@ def sgn(ctx: OpContext, z: NTensor) -> NTensor:
     axis = z.rank - 1
     power = ctx.tmp("sum_reduce", [ctx.tmp("sqr", [z], suffix="sq")], {"axes": [axis]}, suffix="power")
     magnitude = ctx.tmp("sqrt", [power], suffix="magnitude")
-    safe = ctx.tmp("select", [ctx.tmp("eq", [magnitude, 0.0], suffix="zero"), typed_scalar(ctx, 1.0, z.dtype), magnitude],
-                   suffix="divisor")
+    is_zero = ctx.tmp("eq", [magnitude, 0.0], suffix="zero")
+    safe = ctx.tmp("select", [is_zero, typed_scalar(ctx, 1.0, z.dtype), magnitude], suffix="divisor")
     return ctx.emit("div", [z, safe])
 
 
@@ -263,19 +264,19 @@ def _sum(ctx: OpContext, kind: str, alpha: float, first: int = 0) -> NTensor:
 
 
 @handler("aten::add", args="_ _ f?", complex=True)
-def add(ctx: OpContext, alpha: Optional[float]) -> NTensor:
+def add(ctx: OpContext, alpha: float | None) -> NTensor:
     """aten::add(Tensor self, Tensor other, Scalar alpha=1) -> Tensor  (complex)"""
     return _sum(ctx, "add", 1.0 if alpha is None else alpha)
 
 
 @handler("aten::sub", args="_ _ f?", complex=True)
-def sub(ctx: OpContext, alpha: Optional[float]) -> NTensor:
+def sub(ctx: OpContext, alpha: float | None) -> NTensor:
     """aten::sub(Tensor self, Tensor other, Scalar alpha=1) -> Tensor  (complex)"""
     return _sum(ctx, "sub", 1.0 if alpha is None else alpha)
 
 
 @handler("aten::rsub", args="_ _ f?", complex=True)
-def rsub(ctx: OpContext, alpha: Optional[float]) -> NTensor:
+def rsub(ctx: OpContext, alpha: float | None) -> NTensor:
     """aten::rsub(Tensor self, Scalar other, Scalar alpha=1) -> Tensor  (complex: other - self*alpha)"""
     return _sum(ctx, "sub", 1.0 if alpha is None else alpha, first=1)
 
@@ -290,7 +291,7 @@ def mul(ctx: OpContext) -> NTensor:
 
 
 @handler("aten::div", "aten::divide", "aten::true_divide", args="_ _ s?", complex=True)
-def div(ctx: OpContext, rounding_mode: Optional[str]) -> NTensor:
+def div(ctx: OpContext, rounding_mode: str | None) -> NTensor:
     """aten::div(Tensor self, Tensor other) -> Tensor  ((a+bi)/(c+di) = ((ac+bd) + (bc-ad)i) / (c²+d²))"""
     if rounding_mode is not None:
         raise ctx.unsupported(f"complex division with rounding_mode={rounding_mode!r}")
@@ -337,7 +338,7 @@ def matmul(ctx: OpContext) -> NTensor:
 
 
 # --- reductions -----------------------------------------------------------------------------
-def _reduce(ctx: OpContext, kind: str, z: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
+def _reduce(ctx: OpContext, kind: str, z: NTensor, dims: list[int] | None, keepdim: bool | None) -> NTensor:
     """``kind`` over torch's dims (none or empty: every axis but the pair's)."""
     if not reduce.dim_form(ctx):  # the (self, dtype) overloads reduce every axis
         dims, keepdim = None, False
@@ -347,13 +348,13 @@ def _reduce(ctx: OpContext, kind: str, z: NTensor, dims: Optional[list[int]], ke
 
 
 @handler("aten::sum", args="t I? b? n?", complex=True)
-def sum_(ctx: OpContext, z: NTensor, dims: Optional[list[int]], keepdim: Optional[bool], _dtype: object) -> NTensor:
-    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (complex)"""
+def sum_(ctx: OpContext, z: NTensor, dims: list[int] | None, keepdim: bool | None, _dtype: object) -> NTensor:
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (complex)"""  # noqa: E501
     return _reduce(ctx, "sum_reduce", z, dims, keepdim)
 
 
 @handler("aten::mean", args="t I? b? n?", complex=True)
-def mean(ctx: OpContext, z: NTensor, dims: Optional[list[int]], keepdim: Optional[bool], _dtype: object) -> NTensor:
+def mean(ctx: OpContext, z: NTensor, dims: list[int] | None, keepdim: bool | None, _dtype: object) -> NTensor:
     """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (complex)"""
     return _reduce(ctx, "mean_reduce", z, dims, keepdim)
 
@@ -394,7 +395,7 @@ def t(ctx: OpContext, z: NTensor) -> NTensor:
 
 
 @handler("aten::squeeze", args="t I?", complex=True)
-def squeeze(ctx: OpContext, z: NTensor, dims: Optional[list[int]]) -> NTensor:
+def squeeze(ctx: OpContext, z: NTensor, dims: list[int] | None) -> NTensor:
     """aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)  (complex; the pair axis is never 1)"""
     rank = logical_rank(ctx)
     return shape.squeeze(ctx, z, None if dims is None else [ctx.axis(d, max(rank, 1)) for d in dims])
@@ -446,9 +447,9 @@ def unbind(ctx: OpContext, z: NTensor, dim: int) -> list[NTensor]:
 
 
 @handler("aten::slice", args="t i D? D? i", complex=True)
-def slice_(ctx: OpContext, z: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]],
+def slice_(ctx: OpContext, z: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None,
            step: int) -> NTensor:
-    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)  (complex)"""
+    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)  (complex)"""  # noqa: E501
     return indexing.slice_(ctx, z, ctx.axis(dim, logical_rank(ctx)), start, end, step)
 
 
@@ -487,7 +488,7 @@ def roll(ctx: OpContext, z: NTensor, shifts: list[int], dims: list[int]) -> NTen
 
 
 @handler("aten::pad", args="t I s? f?", complex=True)
-def pad(ctx: OpContext, z: NTensor, padding: list[int], mode: Optional[str], value: Optional[float]) -> NTensor:
+def pad(ctx: OpContext, z: NTensor, padding: list[int], mode: str | None, value: float | None) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor  (complex)"""
     if value:
         raise ctx.unsupported(f"padding a complex tensor with {value}", "pad with zeros")
@@ -496,7 +497,7 @@ def pad(ctx: OpContext, z: NTensor, padding: list[int], mode: Optional[str], val
 
 
 @handler("aten::constant_pad_nd", args="t I f?", complex=True)
-def constant_pad_nd(ctx: OpContext, z: NTensor, padding: list[int], value: Optional[float]) -> NTensor:
+def constant_pad_nd(ctx: OpContext, z: NTensor, padding: list[int], value: float | None) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor  (complex)"""
     return pad(ctx, z, padding, "constant", value)
 

@@ -10,7 +10,8 @@ left empty. Non-zero ``padding_mode`` (reflect/replicate/circular) traces as an
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.aten._common import accumulation_dtype
@@ -28,7 +29,7 @@ def _spatial(values: Sequence[int], n: int, what: str, ctx: OpContext) -> list[i
     return values
 
 
-def _bias(ctx: OpContext, bias: Optional[NTensor], dtype: str) -> Union[NTensor, float]:
+def _bias(ctx: OpContext, bias: NTensor | None, dtype: str) -> NTensor | float:
     """NNEF wants the bias as ``[1, C]``; no bias is the literal 0.0."""
     if bias is None:
         return 0.0
@@ -71,8 +72,8 @@ def _emit(ctx: OpContext, kind: str, args: Sequence[Any], attrs: dict[str, Any],
 
 
 def _conv(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
-    padding: Union[str, Sequence[int]], dilation: Sequence[int], groups: int,
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: Sequence[int],
+    padding: str | Sequence[int], dilation: Sequence[int], groups: int,
 ) -> NTensor:
     dtype = accumulation_dtype(ctx, ctx.out_dtype())
     n, stride, dilation = _geometry(ctx, x, weight, stride, dilation, "convolution")
@@ -117,7 +118,7 @@ def _deconv_filter(ctx: OpContext, weight: NTensor, groups: int, dtype: str) -> 
 
 
 def _deconv(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: Sequence[int],
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: Sequence[int],
     padding: Sequence[int], dilation: Sequence[int], output_padding: Sequence[int], groups: int,
 ) -> NTensor:
     dtype = accumulation_dtype(ctx, ctx.out_dtype())
@@ -147,10 +148,10 @@ def _deconv(
 
 @handler("aten::_convolution", args="t t t? I I I b I i *")
 def convolution(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: list[int], dilation: list[int], transposed: bool, output_padding: list[int], groups: int,
 ) -> NTensor:
-    """aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor"""
+    """aten::_convolution(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride, SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding, SymInt groups, bool benchmark, bool deterministic, bool cudnn_enabled, bool allow_tf32) -> Tensor"""  # noqa: E501
     if transposed:
         return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
     return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
@@ -158,29 +159,29 @@ def convolution(
 
 @handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I I I i")
 def conv_nd(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
-    padding: Union[str, list[int]], dilation: list[int], groups: int,
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
+    padding: str | list[int], dilation: list[int], groups: int,
 ) -> NTensor:
-    """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""
+    """aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, SymInt groups=1) -> Tensor  (also the str-padding overloads)"""  # noqa: E501
     return _conv(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
 @handler("aten::_convolution_mode", "aten::conv1d", "aten::conv2d", "aten::conv3d", args="t t t? I s I i",
          overload="padding")
 def conv_nd_padding(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: str, dilation: list[int], groups: int,
 ) -> NTensor:
-    """aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""
+    """aten::conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding="valid", SymInt[2] dilation=1, SymInt groups=1) -> Tensor"""  # noqa: E501
     return conv_nd(ctx, x, weight, bias, stride, padding, dilation, groups)
 
 
 @handler("aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d", args="t t t? I I I i I")
 def conv_transpose_nd(
-    ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor], stride: list[int],
+    ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None, stride: list[int],
     padding: list[int], output_padding: list[int], groups: int, dilation: list[int],
 ) -> NTensor:
-    """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""
+    """aten::conv_transpose2d.input(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] output_padding=0, SymInt groups=1, SymInt[2] dilation=1) -> Tensor"""  # noqa: E501
     return _deconv(ctx, x, weight, bias, stride, padding, dilation, output_padding, groups)
 
 

@@ -8,7 +8,8 @@ constant tensor is written and dynamic shapes work; the dtype comes from the tra
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -18,10 +19,10 @@ from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-Number = Union[int, float, bool]
+Number = int | float | bool
 
 
-def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Optional[NTensor] = None) -> NTensor:
+def _fill(ctx: OpContext, value: Number | Sym, shape: Sequence[Dim], x: NTensor | None = None) -> NTensor:
     """``value`` broadcast to ``shape`` as the node output, in the traced dtype. With ``x``
     given and dims of unknown expression, the shape is taken from ``x`` at run time.
     Strict NNEF (no broadcast op): a one-element constant tiled to the static shape."""
@@ -41,7 +42,7 @@ def _fill(ctx: OpContext, value: Union[Number, Sym], shape: Sequence[Dim], x: Op
     return ctx.emit("tract_core_broadcast", [scalar], {"shape": list(shape)}, shape=shape)
 
 
-def _number(ctx: OpContext, value: object) -> Union[Number, Sym]:
+def _number(ctx: OpContext, value: object) -> Number | Sym:
     if isinstance(value, (int, float, bool)):
         return value
     raise ctx.unsupported(f"fill value {value!r}", "use a Python number")
@@ -49,43 +50,43 @@ def _number(ctx: OpContext, value: object) -> Union[Number, Sym]:
 
 @handler("aten::zeros", "aten::ones", "aten::empty", args="D *")
 def zeros(ctx: OpContext, size: list[Dim]) -> NTensor:
-    """aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (ones, empty)"""
+    """aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (ones, empty)"""  # noqa: E501
     return _fill(ctx, 1 if ctx.kind == "aten::ones" else 0, size)
 
 
 @handler("aten::full", args="D n *")
 def full(ctx: OpContext, size: list[Dim], value: object) -> NTensor:
-    """aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, _number(ctx, value), size)
 
 
 @handler("aten::new_zeros", "aten::new_ones", "aten::new_empty", args="t D *")
 def new_zeros(ctx: OpContext, _x: NTensor, size: list[Dim]) -> NTensor:
-    """aten::new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, 1 if ctx.kind == "aten::new_ones" else 0, size)
 
 
 @handler("aten::new_full", args="t D n *")
 def new_full(ctx: OpContext, _x: NTensor, size: list[Dim], value: object) -> NTensor:
-    """aten::new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, _number(ctx, value), size)
 
 
 @handler("aten::zeros_like", "aten::ones_like", "aten::empty_like", args="t *")
 def zeros_like(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    """aten::zeros_like(Tensor self, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, 1 if ctx.kind == "aten::ones_like" else 0, x.shape, x)
 
 
 @handler("aten::full_like", args="t n *")
 def full_like(ctx: OpContext, x: NTensor, value: object) -> NTensor:
-    """aten::full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""
+    """aten::full_like(Tensor self, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None, MemoryFormat? memory_format=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, _number(ctx, value), x.shape, x)
 
 
 @handler("aten::scalar_tensor", args="v *")
 def scalar_tensor(ctx: OpContext, value: Any) -> NTensor:
-    """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
     return _fill(ctx, value if isinstance(value, Sym) else _number(ctx, value), ())
 
@@ -99,7 +100,7 @@ def tensor(ctx: OpContext, data: Any) -> NTensor:
 
 
 # --- arange -----------------------------------------------------------------------------
-Bound = Union[Number, Sym, NTensor]
+Bound = Number | Sym | NTensor
 
 
 def _arange_bound(ctx: OpContext, v: Any) -> Bound:
@@ -109,7 +110,7 @@ def _arange_bound(ctx: OpContext, v: Any) -> Bound:
     raise ctx.unsupported(f"arange with a bound {v!r}", "use numbers, x.size(i) or 0-d tensors")
 
 
-def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]], dtype: str) -> NTensor:
+def _arange_of_tensors(ctx: OpContext, bounds: list[Number | Sym | NTensor], dtype: str) -> NTensor:
     """arange whose bounds are read from tensors: tract computes the length when it runs
     (its range op takes three scalars of one type), so nothing of the traced values stays."""
     if any(isinstance(b, Sym) for b in bounds):
@@ -127,7 +128,7 @@ def _arange_of_tensors(ctx: OpContext, bounds: list[Union[Number, Sym, NTensor]]
 
 @handler("aten::arange", args="v v v _ _ _ _")
 def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
-    """aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::arange.start_step(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     bounds = [_arange_bound(ctx, v) for v in (start, end, step)]
     dtype = ctx.out_dtype()
     if any(isinstance(b, NTensor) for b in bounds):
@@ -139,7 +140,7 @@ def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
     if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
         # Static float range (or any static range in strict NNEF, which has no range op):
         # torch's exact values, stored as a constant.
-        return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))  # type: ignore[arg-type]
+        return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))
     if any(isinstance(v, float) for v in (start, end, step)):
         raise ctx.unsupported("arange with float bounds and a dynamic end", "use integer bounds and scale the result")
     if isinstance(step, Sym) or step == 0:
@@ -152,20 +153,20 @@ def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
 
 @handler("aten::arange", args="v v _ _ _ _", overload="start")
 def arange_start(ctx: OpContext, start: Any, end: Any) -> NTensor:
-    """aten::arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::arange.start(Scalar start, Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return arange(ctx, start, end, 1)
 
 
 @handler("aten::arange", args="v _ _ _ _", overload="end")
 def arange_end(ctx: OpContext, end: Any) -> NTensor:
-    """aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::arange(Scalar end, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return arange(ctx, 0, end, 1)
 
 
 # --- casts ------------------------------------------------------------------------------
 @handler("aten::to", "aten::type_as", "aten::_to_copy", "aten::to_dtype", args="t *")
 def to(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)  (every overload: the traced dtype decides)"""
+    """aten::to.dtype(Tensor(a) self, ScalarType dtype, bool non_blocking=False, bool copy=False, MemoryFormat? memory_format=None) -> Tensor(a)  (every overload: the traced dtype decides)"""  # noqa: E501
     dtype = ctx.out_dtype()
     if x.dtype == dtype:
         return ctx.emit("copy", [x])
@@ -193,12 +194,12 @@ def _numbers(ctx: OpContext, count: int, what: str) -> list[Number]:
     values = [ctx.arg(i, "n") for i in range(count)]
     if not all(isinstance(v, (int, float)) for v in values):
         raise ctx.unsupported(f"{what} with tensor bounds", "use Python numbers")
-    return values  # type: ignore[return-value]
+    return values
 
 
 @handler("aten::eye", args="*")
 def eye(ctx: OpContext) -> NTensor:
-    """aten::eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also eye(n))"""
+    """aten::eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also eye(n))"""  # noqa: E501
     n = ctx.arg(0, "D")[0]
     m = ctx.arg(1, "D")[0] if ctx.n_inputs == 6 else n
     if not isinstance(n, Sym) and not isinstance(m, Sym):
@@ -216,21 +217,21 @@ def eye(ctx: OpContext) -> NTensor:
 
 @handler("aten::linspace", args="*")
 def linspace(ctx: OpContext) -> NTensor:
-    """aten::linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     start, end = _numbers(ctx, 2, "linspace")
     return ctx.constant(torch.linspace(start, end, ctx.arg(2, "i"), dtype=ctx.out_torch_dtype()))
 
 
 @handler("aten::logspace", args="*")
 def logspace(ctx: OpContext) -> NTensor:
-    """aten::logspace(Scalar start, Scalar end, int steps, float base=10., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""
+    """aten::logspace(Scalar start, Scalar end, int steps, float base=10., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     start, end = _numbers(ctx, 2, "logspace")
     return ctx.constant(torch.logspace(start, end, ctx.arg(2, "i"), ctx.arg(3, "f"), dtype=ctx.out_torch_dtype()))
 
 
 @handler("aten::tril_indices", "aten::triu_indices", args="i i i *")
 def tril_indices(ctx: OpContext, row: int, col: int, offset: int) -> NTensor:
-    """aten::tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (and triu_indices)"""
+    """aten::tril_indices(int row, int col, int offset=0, *, ScalarType? dtype=4, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (and triu_indices)"""  # noqa: E501
     fn = torch.tril_indices if ctx.kind == "aten::tril_indices" else torch.triu_indices
     return ctx.constant(fn(row, col, offset, dtype=ctx.out_torch_dtype()))
 
@@ -258,7 +259,7 @@ def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[N
 
 
 @handler("aten::meshgrid", args="L s?")
-def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: Optional[str]) -> list[NTensor]:
+def meshgrid(ctx: OpContext, tensors: list[NTensor], indexing: str | None) -> list[NTensor]:
     """aten::meshgrid.indexing(Tensor[] tensors, *, str indexing) -> Tensor[]  (also meshgrid(tensors): 'ij')"""
     lines, shape = _grid(ctx, tensors, indexing or "ij")
     out = []
@@ -293,8 +294,8 @@ def combinations(ctx: OpContext, x: NTensor, r: int, with_replacement: bool) -> 
     table = torch.combinations(torch.arange(int(x.shape[0])), r, with_replacement)
     if table.numel() == 0 or table.dim() != 2:
         raise ctx.unsupported(f"combinations of {x.shape[0]} elements taken {r} at a time, which is empty")
-    return ctx.emit("tract_core_gather", [x, ctx.constant(table, label=f"combinations_{x.shape[0]}_{r}_{with_replacement}")],
-                    {"axis": 0})
+    indices = ctx.constant(table, label=f"combinations_{x.shape[0]}_{r}_{with_replacement}")
+    return ctx.emit("tract_core_gather", [x, indices], {"axis": 0})
 
 
 @handler("aten::one_hot", args="t i")
@@ -312,8 +313,8 @@ def one_hot(ctx: OpContext, x: NTensor, num_classes: int) -> NTensor:
 
 
 @handler("aten::fill", args="t x")
-def fill(ctx: OpContext, x: NTensor, value: Union[NTensor, Number]) -> NTensor:
-    """aten::fill.Scalar(Tensor self, Scalar value) -> Tensor  (also fill.Tensor, and fill_ through the in-place fallback)"""
+def fill(ctx: OpContext, x: NTensor, value: NTensor | Number) -> NTensor:
+    """aten::fill.Scalar(Tensor self, Scalar value) -> Tensor  (also fill.Tensor, and fill_ through the in-place fallback)"""  # noqa: E501
     if not isinstance(value, NTensor):
         return _fill(ctx, value, x.shape, x)
     if value.rank != 0:

@@ -10,7 +10,7 @@ running value as scan state; the step is an NNEF fragment. The axis may be dynam
 from __future__ import annotations
 
 import hashlib
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from fastnnef.exceptions import T2NErrorStrictNNEFSpec
 from fastnnef.nnef.graph import NTensor, Tuple
@@ -96,14 +96,14 @@ def _compute(ctx: OpContext) -> str:
 
 
 @handler("aten::cumsum", args="t i n?")
-def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTensor:
+def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: int | None) -> NTensor:
     """aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor  (a scan: tract before 0.23.9)"""
     c = m.Calc(ctx, _compute(ctx))
     return c.result(scan_running(ctx, ctx.cast(x, c.dtype), ctx.axis(dim, x.rank), "sum"))
 
 
 @handler("aten::cumprod", args="t i n?")
-def cumprod(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTensor:
+def cumprod(ctx: OpContext, x: NTensor, dim: int, _dtype: int | None) -> NTensor:
     """aten::cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
     c = m.Calc(ctx, _compute(ctx))
     return c.result(scan_running(ctx, ctx.cast(x, c.dtype), ctx.axis(dim, x.rank), "prod"))

@@ -8,8 +8,6 @@ must be static while any other axis may be dynamic.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import NTensor, Tuple
@@ -92,7 +90,7 @@ def trace(ctx: OpContext, x: NTensor) -> NTensor:
     return ctx.emit("squeeze", [total], {"axes": [0]})
 
 
-def _embed(ctx: OpContext, v: NTensor, n: int, m: int, offset: int, base: Optional[NTensor], final: bool) -> NTensor:
+def _embed(ctx: OpContext, v: NTensor, n: int, m: int, offset: int, base: NTensor | None, final: bool) -> NTensor:
     """An [..., n, m] plane holding ``v`` ([..., L]) on its ``offset`` diagonal and ``base``
     (zeros when None) elsewhere: ``v`` is laid along the rows (offset >= 0) or the columns,
     and a constant mask picks the diagonal."""
@@ -122,7 +120,7 @@ def _diag_embed(ctx: OpContext, v: NTensor, offset: int, dim1: int, dim2: int) -
     a, b = ctx.axis(dim1, rank), ctx.axis(dim2, rank)
     if a == b:
         raise ctx.unsupported(f"diag_embed over the same dim twice ({dim1}, {dim2})")
-    perm: list[Optional[int]] = [None] * rank
+    perm: list[int | None] = [None] * rank
     perm[a], perm[b] = rank - 2, rank - 1
     lead = iter(range(rank - 2))
     axes = [p if p is not None else next(lead) for p in perm]

@@ -7,8 +7,6 @@ loses the small distances to cancellation.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import NTensor
@@ -69,8 +67,8 @@ def dist(ctx: OpContext, a: NTensor, b: NTensor, p: float) -> NTensor:
 
 
 @handler("aten::cdist", args="t t f i?")
-def cdist(ctx: OpContext, x1: NTensor, x2: NTensor, p: float, _compute_mode: Optional[int]) -> NTensor:
-    """aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor  ([*, P, M] x [*, R, M] -> [*, P, R])"""
+def cdist(ctx: OpContext, x1: NTensor, x2: NTensor, p: float, _compute_mode: int | None) -> NTensor:
+    """aten::cdist(Tensor x1, Tensor x2, float p=2, int? compute_mode=None) -> Tensor  ([*, P, M] x [*, R, M] -> [*, P, R])"""  # noqa: E501
     c = m.Calc(ctx, m.float_compute(ctx))
     rank = max(x1.rank, x2.rank)
     x1, x2 = c.inputs(x1, x2, rank=rank)

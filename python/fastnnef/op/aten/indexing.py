@@ -4,7 +4,7 @@ masked_fill/where, scatter, index_fill, flip, roll, tril/triu, cumsum, diff."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -66,8 +66,8 @@ def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -
 
 
 @handler("aten::slice", args="t i D? D? i")
-def slice_(ctx: OpContext, x: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int) -> NTensor:
-    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""
+def slice_(ctx: OpContext, x: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int) -> NTensor:
+    """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     traced = ctx.traced_shape(0)[axis]
@@ -127,7 +127,7 @@ def index_select(ctx: OpContext, x: NTensor, dim: int, index: NTensor) -> NTenso
 
 @handler("aten::embedding", args="t t *")
 def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
-    """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""
+    """aten::embedding(Tensor weight, Tensor indices, SymInt padding_idx=-1, bool scale_grad_by_freq=False, bool sparse=False) -> Tensor"""  # noqa: E501
     indices = _indices(ctx, indices)
     if ctx.strict:
         return _one_hot_gather(ctx, weight, 0, indices)
@@ -139,7 +139,7 @@ def embedding(ctx: OpContext, weight: NTensor, indices: NTensor) -> NTensor:
 
 
 @handler("aten::gather", args="t i t b?")
-def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: Optional[bool]) -> NTensor:
+def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: bool | None) -> NTensor:
     """aten::gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     return ctx.emit("tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis})
@@ -171,7 +171,7 @@ def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) 
     rank = len(bshape)
     idxs = [ctx.to_rank(i, rank) for i in idxs]
     # zeros of shape B (from the indices themselves: B may hold dynamic dims), added to each index.
-    zero: Optional[NTensor] = None
+    zero: NTensor | None = None
     for n, i in enumerate(idxs):
         term = ctx.tmp("mul", [i, typed_scalar(ctx, 0, "i64")], suffix=f"z{n}")
         zero = term if zero is None else ctx.tmp("add", [zero, term], suffix=f"zs{n}")
@@ -196,7 +196,7 @@ def _index_nd(ctx: OpContext, x: NTensor, axes: list[int], idxs: list[NTensor]) 
 
 
 @handler("aten::index", args="t O")
-def index(ctx: OpContext, x: NTensor, indices: list[Optional[NTensor]]) -> NTensor:
+def index(ctx: OpContext, x: NTensor, indices: list[NTensor | None]) -> NTensor:
     """aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"""
     tensors = [(k, t) for k, t in enumerate(indices) if t is not None]
     if not tensors:
@@ -277,7 +277,7 @@ def masked_fill(ctx: OpContext, x: NTensor, mask: NTensor, value: Operand) -> NT
 
 
 @handler("aten::where", args="t x? x?")
-def where(ctx: OpContext, cond: NTensor, a: Optional[Operand], b: Optional[Operand]) -> NTensor:
+def where(ctx: OpContext, cond: NTensor, a: Operand | None, b: Operand | None) -> NTensor:
     """aten::where.self(Tensor condition, Tensor self, Tensor other) -> Tensor  (also Scalar forms)"""
     if a is None or b is None:
         raise ctx.unsupported(
@@ -312,8 +312,8 @@ def index_fill(ctx: OpContext, x: NTensor, dim: int, index: NTensor, value: Oper
 
 
 @handler("aten::scatter", args="t i t x s?")
-def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: Optional[str]) -> NTensor:
-    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""
+def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, reduce: str | None) -> NTensor:
+    """aten::scatter.src(Tensor self, int dim, Tensor index, Tensor src) -> Tensor  (also .value, and .reduce / .value_reduce with reduce='add'|'multiply')"""  # noqa: E501
     if reduce is not None:
         return legacy_scatter(ctx, x, dim, _indices(ctx, index), src, reduce)
     axis = ctx.axis(dim, x.rank)
@@ -334,7 +334,7 @@ def scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Operand, 
 
 @handler("aten::index_put", args="t O t b")
 def index_put(
-    ctx: OpContext, x: NTensor, indices: list[Optional[NTensor]], values: NTensor, accumulate: bool,
+    ctx: OpContext, x: NTensor, indices: list[NTensor | None], values: NTensor, accumulate: bool,
 ) -> NTensor:
     """aten::index_put(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False) -> Tensor"""
     if accumulate:
@@ -439,7 +439,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
         ctx.static(x, [x.rank - 2, x.rank - 1], "tril/triu in strict NNEF")
         rows, cols = int(x.shape[-2]), int(x.shape[-1])
         ones = torch.ones(rows, cols, dtype=torch.bool)
-        mask = ctx.constant(ones.triu(diagonal) if upper else ones.tril(diagonal),
+        mask = ctx.constant(ones.triu(int(diagonal)) if upper else ones.tril(int(diagonal)),
                             f"{'triu' if upper else 'tril'}_mask_{rows}x{cols}_{diagonal}")
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
         return ctx.emit("select", [ctx.to_rank(mask, x.rank), x, typed_scalar(ctx, zero, x.dtype)])
@@ -448,7 +448,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
 
 
 @handler("aten::cumsum", args="t i n?", since="native_cumsum")
-def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTensor:
+def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: int | None) -> NTensor:
     """aten::cumsum(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     return ctx.emit("tract_core_cumsum", [ctx.cast(x, ctx.out_dtype())],
@@ -456,7 +456,7 @@ def cumsum(ctx: OpContext, x: NTensor, dim: int, _dtype: Optional[int]) -> NTens
 
 
 @handler("aten::diff", args="t i i t? t?")
-def diff(ctx: OpContext, x: NTensor, n: int, dim: int, prepend: Optional[NTensor], append: Optional[NTensor]) -> NTensor:
+def diff(ctx: OpContext, x: NTensor, n: int, dim: int, prepend: NTensor | None, append: NTensor | None) -> NTensor:
     """aten::diff(Tensor self, int n=1, int dim=-1, Tensor? prepend=None, Tensor? append=None) -> Tensor"""
     dtype = ctx.out_dtype()
     if dtype == "bool":

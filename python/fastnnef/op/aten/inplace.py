@@ -6,8 +6,6 @@ exactly the positions ``aten::slice``/``aten::select`` read (the same bound rule
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import Dim, NTensor
@@ -44,7 +42,7 @@ def _assign(ctx: OpContext, dst: NTensor, src: Operand) -> NTensor:
 
 @handler("aten::copy_", "aten::fill_", args="t x *")
 def copy_(ctx: OpContext, dst: NTensor, src: Operand) -> NTensor:
-    """aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)  (and fill_.Scalar/.Tensor): the value left in self"""
+    """aten::copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)  (and fill_.Scalar/.Tensor): the value left in self"""  # noqa: E501
     return _assign(ctx, dst, src)
 
 
@@ -71,9 +69,9 @@ def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim)
 
 @handler("fastnnef::slice_scatter", args="t t i D? D? i")
 def slice_scatter(
-    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: Optional[list[Dim]], end: Optional[list[Dim]], step: int,
+    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int,
 ) -> NTensor:
-    """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
+    """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     traced = ctx.traced_shape(0)[axis]

@@ -5,7 +5,7 @@ block_diag, and torch's ``*_copy`` forms of view ops (same handlers as the views
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -125,7 +125,7 @@ def movedim(ctx: OpContext, x: NTensor, source: list[int], destination: list[int
     if len(source) != len(destination):
         raise ctx.unsupported("movedim with a different number of source and destination dims")
     src = [ctx.axis(s, x.rank) for s in source]
-    perm: list[Optional[int]] = [None] * x.rank
+    perm: list[int | None] = [None] * x.rank
     for s, d in zip(src, destination):
         perm[ctx.axis(d, x.rank)] = s
     rest = iter(a for a in range(x.rank) if a not in src)
@@ -250,12 +250,13 @@ def _interleave_indices(ctx: OpContext, repeats: NTensor, n: int, total: int) ->
 
 
 @handler("aten::repeat_interleave", args="x x? i? *")
-def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: Optional[int]) -> NTensor:
-    """aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor  (also .self_Tensor, .Tensor)"""
+def repeat_interleave(ctx: OpContext, x: NTensor, repeats: object, dim: int | None) -> NTensor:
+    """aten::repeat_interleave.self_int(Tensor self, SymInt repeats, int? dim=None, *, SymInt? output_size=None) -> Tensor  (also .self_Tensor, .Tensor)"""  # noqa: E501
     if ctx.n_inputs == 2:  # .Tensor(repeats): the indices themselves
         ctx.static(x, what="repeat_interleave(repeats)")
         idx = _interleave_indices(ctx, x, int(x.shape[0]) if x.rank else 1, int(ctx.out_shape()[0]))
-        return ctx.emit("copy", [idx]) if ctx.out_dtype() == "i64" else ctx.emit("tract_core_cast", [idx], {"to": ctx.out_dtype()})
+        return (ctx.emit("copy", [idx]) if ctx.out_dtype() == "i64"
+                else ctx.emit("tract_core_cast", [idx], {"to": ctx.out_dtype()}))
     if dim is None:
         x, axis = _flat(ctx, x), 0
     else:

@@ -6,7 +6,8 @@ experts of mixture-of-experts layers, rows grouped by expert)."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -39,6 +40,8 @@ def torch_matmul(ctx: OpContext, a: NTensor, b: NTensor, transpose_b: bool = Fal
         squeeze.append(-1)
     rank = max(a.rank, b.rank)
     a, b = ctx.to_rank(a, rank), ctx.to_rank(b, rank)
+    args: list[Any]
+    attrs: dict[str, Any]
     if acc != dtype:
         batch = "abcdefgh"[: rank - 2]
         expr = f"{batch}mk,{batch}{'nk' if transpose_b else 'kn'}->{batch}mn"
@@ -61,7 +64,7 @@ def matmul(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 
 @handler("aten::linear", args="t t t?")
-def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor]) -> NTensor:
+def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: NTensor | None) -> NTensor:
     """aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"""
     if bias is None:
         return torch_matmul(ctx, x, weight, transpose_b=True)
@@ -71,7 +74,7 @@ def linear(ctx: OpContext, x: NTensor, weight: NTensor, bias: Optional[NTensor])
 
 
 @handler("aten::addmm", "aten::baddbmm", "aten::addbmm", args="t t t f? f?")
-def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     if ctx.kind == "aten::addbmm":
         raise ctx.unsupported("addbmm (a sum over the batch) is not supported", "use bmm(...).sum(0) + bias")
@@ -85,7 +88,7 @@ def addmm(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[
 
 
 @handler("aten::einsum", args="s L I?")
-def einsum(ctx: OpContext, equation: str, tensors: list[NTensor], _path: Optional[list[int]]) -> NTensor:
+def einsum(ctx: OpContext, equation: str, tensors: list[NTensor], _path: list[int] | None) -> NTensor:
     """aten::einsum(str equation, Tensor[] tensors, *, int[]? path=None) -> Tensor"""
     dtype = ctx.out_dtype()
     expr = equation.replace(" ", "")
@@ -206,7 +209,7 @@ def outer(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     return c.out("mul", c("unsqueeze", a, axes=[1]), c("unsqueeze", b, axes=[0]))
 
 
-def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """``beta * bias + alpha * product`` as the node output; ``beta == 0`` ignores ``bias``
     (NaN in it included), as torch does."""
     if alpha is not None and alpha != 1:
@@ -220,14 +223,15 @@ def _scaled_sum(c: m.Calc, bias: NTensor, product: NTensor, beta: Optional[float
 
 
 @handler("aten::addmv", args="t t t f? f?")
-def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addmv(ctx: OpContext, bias: NTensor, mat: NTensor, vec: NTensor, beta: float | None,
+          alpha: float | None) -> NTensor:
     """aten::addmv(Tensor self, Tensor mat, Tensor vec, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     c = _product_calc(ctx)
     return _scaled_sum(c, bias, _tensordot(c, mat, vec, [1], [0]), beta, alpha)
 
 
 @handler("aten::addr", args="t t t f? f?")
-def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[float], alpha: Optional[float]) -> NTensor:
+def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: float | None, alpha: float | None) -> NTensor:
     """aten::addr(Tensor self, Tensor vec1, Tensor vec2, *, Scalar beta=1, Scalar alpha=1) -> Tensor"""
     if ctx.out_dtype() == "bool":
         raise ctx.unsupported("addr of bool tensors (torch's logical form)", "cast the vectors to an integer type")
@@ -237,7 +241,7 @@ def addr(ctx: OpContext, bias: NTensor, a: NTensor, b: NTensor, beta: Optional[f
 
 @handler("aten::chain_matmul", "aten::linalg_multi_dot", args="L")
 def multi_dot(ctx: OpContext, tensors: list[NTensor]) -> NTensor:
-    """aten::linalg_multi_dot(Tensor[] tensors) -> Tensor  (and chain_matmul; a 1-D first or last operand is a row or column vector)"""
+    """aten::linalg_multi_dot(Tensor[] tensors) -> Tensor  (and chain_matmul; a 1-D first or last operand is a row or column vector)"""  # noqa: E501
     if not tensors:
         raise ctx.unsupported("a product of no matrices")
     c = _product_calc(ctx)
@@ -254,7 +258,8 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     rank = max(a.rank, b.rank)
     a, b = c.inputs(a, b, rank=rank)
     # Interleave: a as [a0, 1, a1, 1, ...], b as [1, b0, 1, b1, ...]; the product's axis pairs merge.
-    wide = c("mul", c("unsqueeze", a, axes=list(range(1, 2 * rank, 2))), c("unsqueeze", b, axes=list(range(0, 2 * rank, 2))))
+    wide = c("mul", c("unsqueeze", a, axes=list(range(1, 2 * rank, 2))),
+             c("unsqueeze", b, axes=list(range(0, 2 * rank, 2))))
     sizes: list[Dim] = []
     for da, db in zip(a.shape, b.shape):
         if is_static(da) and is_static(db):
@@ -267,8 +272,8 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 
 @handler("aten::cross", "aten::linalg_cross", args="t t i?")
-def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: Optional[int]) -> NTensor:
-    """aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor  (and cross, whose dim=None is the first axis of size 3)"""
+def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: int | None) -> NTensor:
+    """aten::linalg_cross(Tensor self, Tensor other, *, int dim=-1) -> Tensor  (and cross, whose dim=None is the first axis of size 3)"""  # noqa: E501
     out_shape = ctx.out_shape()
     if dim is None:
         dim = next((i for i, d in enumerate(out_shape) if d == 3), -1)
@@ -284,7 +289,7 @@ def cross(ctx: OpContext, a: NTensor, b: NTensor, dim: Optional[int]) -> NTensor
     return c.out("concat", comps, axis=axis)
 
 
-def _vector_or_matrix(ctx: OpContext, x: NTensor, ord: object, dims: Optional[list[int]]) -> bool:
+def _vector_or_matrix(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None) -> bool:
     """linalg.norm's rule: a matrix norm for a string ord, two dims, or an ord with no dims
     on a 2-D input; a vector norm otherwise."""
     if isinstance(ord, str):
@@ -306,9 +311,9 @@ def _matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: Sequence[int], k
         r = m.norm(c, x, 2, sorted((rows, cols)))
     elif ord in (1, -1, math.inf, -math.inf):
         # ord 1: the largest column sum of |x| (summed along the rows), inf: the largest row sum.
-        summed, over = (rows, cols) if abs(ord) == 1 else (cols, rows)  # type: ignore[arg-type]
+        summed, over = (rows, cols) if abs(ord) == 1 else (cols, rows)
         sums = c("sum_reduce", c("abs", x), axes=[summed])
-        r = c("max_reduce" if ord > 0 else "min_reduce", sums, axes=[over])  # type: ignore[operator]
+        r = c("max_reduce" if ord > 0 else "min_reduce", sums, axes=[over])
     else:
         raise ctx.unsupported(
             f"matrix norm ord={ord!r}",
@@ -319,7 +324,7 @@ def _matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: Sequence[int], k
     return c.out("squeeze", r, axes=sorted((rows, cols)))
 
 
-def _vector_norm(ctx: OpContext, x: NTensor, ord: Optional[float], dims: Optional[list[int]], keepdim: bool) -> NTensor:
+def _vector_norm(ctx: OpContext, x: NTensor, ord: float | None, dims: list[int] | None, keepdim: bool) -> NTensor:
     c = m.Calc(ctx, m.float_compute(ctx))
     x = ctx.cast(x, c.dtype)
     axes = sorted({ctx.axis(d, x.rank) for d in dims}) if dims else list(range(x.rank))
@@ -330,16 +335,18 @@ def _vector_norm(ctx: OpContext, x: NTensor, ord: Optional[float], dims: Optiona
 
 
 @handler("aten::linalg_norm", args="t n I? b n?")
-def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: Optional[list[int]], keepdim: bool, _dtype: object) -> NTensor:
-    """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""
+def linalg_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int] | None, keepdim: bool,
+                _dtype: object) -> NTensor:
+    """aten::linalg_norm(Tensor self, Scalar? ord=None, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .ord_str)"""  # noqa: E501
     if _vector_or_matrix(ctx, x, ord, dims):
         return _matrix_norm(ctx, x, "fro" if ord is None else ord, dims or [-2, -1], keepdim)
     return _vector_norm(ctx, x, ord, dims, keepdim)  # type: ignore[arg-type]
 
 
 @handler("aten::linalg_matrix_norm", args="t n I b n?")
-def linalg_matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int], keepdim: bool, _dtype: object) -> NTensor:
-    """aten::linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .str_ord)"""
+def linalg_matrix_norm(ctx: OpContext, x: NTensor, ord: object, dims: list[int], keepdim: bool,
+                       _dtype: object) -> NTensor:
+    """aten::linalg_matrix_norm(Tensor self, Scalar ord, int[] dim=[-2,-1], bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also .str_ord)"""  # noqa: E501
     return _matrix_norm(ctx, x, ord, dims, keepdim)
 
 
@@ -362,18 +369,18 @@ def renorm(ctx: OpContext, x: NTensor, p: float, dim: int, maxnorm: float) -> NT
 
 
 @handler("aten::vander", args="t i? b")
-def vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> NTensor:
+def vander(ctx: OpContext, x: NTensor, n: int | None, increasing: bool) -> NTensor:
     """aten::vander(Tensor x, int? N=None, bool increasing=False) -> Tensor"""
     return _vander(ctx, x, n, increasing)
 
 
 @handler("aten::linalg_vander", args="t i?")
-def linalg_vander(ctx: OpContext, x: NTensor, n: Optional[int]) -> NTensor:
+def linalg_vander(ctx: OpContext, x: NTensor, n: int | None) -> NTensor:
     """aten::linalg_vander(Tensor x, *, SymInt? N=None) -> Tensor  (increasing powers, batched)"""
     return _vander(ctx, x, n, True)
 
 
-def _vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> NTensor:
+def _vander(ctx: OpContext, x: NTensor, n: int | None, increasing: bool) -> NTensor:
     """The powers ``x^0 .. x^(N-1)`` on a new last axis, by repeated products (exact for
     integers, and for negative bases)."""
     c = m.Calc(ctx, ctx.out_dtype())
@@ -393,15 +400,16 @@ def _vander(ctx: OpContext, x: NTensor, n: Optional[int], increasing: bool) -> N
 
 
 @handler("aten::bilinear", args="t t t t?")
-def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: Optional[NTensor]) -> NTensor:
-    """aten::bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor  (y_o = x1 W_o x2 + b_o)"""
+def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: NTensor | None) -> NTensor:
+    """aten::bilinear(Tensor input1, Tensor input2, Tensor weight, Tensor? bias=None) -> Tensor  (y_o = x1 W_o x2 + b_o)"""  # noqa: E501
     c = m.Calc(ctx, m.float_compute(ctx))
     rank = max(x1.rank, x2.rank)
     x1, x2 = (ctx.to_rank(ctx.cast(t, c.dtype), rank) for t in (x1, x2))
     batch = "abcdefgh"[:rank - 1]
     if len(batch) != rank - 1:
         raise ctx.unsupported(f"bilinear on rank-{rank} inputs")
-    y = c("tract_core_einsum", [x1, ctx.cast(weight, c.dtype), x2], expr=f"{batch}i,oij,{batch}j->{batch}o", acc=c.dtype)
+    y = c("tract_core_einsum", [x1, ctx.cast(weight, c.dtype), x2], expr=f"{batch}i,oij,{batch}j->{batch}o",
+          acc=c.dtype)
     if bias is None:
         return c.result(y)
     (b,) = c.inputs(bias, rank=y.rank)
@@ -409,8 +417,8 @@ def bilinear(ctx: OpContext, x1: NTensor, x2: NTensor, weight: NTensor, bias: Op
 
 
 @handler("aten::_grouped_mm", args="t t t? t? *")
-def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: Optional[NTensor], bias: Optional[NTensor]) -> NTensor:
-    """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""
+def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: NTensor | None, bias: NTensor | None) -> NTensor:
+    """aten::_grouped_mm(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, ScalarType? out_dtype=None) -> Tensor"""  # noqa: E501
     # transformers' grouped experts: rows of x sorted by expert, offs the end of each
     # expert's rows (histc + cumsum). Every expert runs on every row and each row keeps
     # its own expert's result: E times the arithmetic of the routed rows, with no
@@ -443,4 +451,5 @@ def grouped_mm(ctx: OpContext, x: NTensor, weights: NTensor, offs: Optional[NTen
     kept = ctx.tmp("mul", [every, ctx.tmp("tract_core_cast", [own], {"to": dtype}, suffix="ownf")], suffix="kept")
     total = ctx.tmp("sum_reduce", [kept], {"axes": [0]}, suffix="total")
     out = ctx.tmp("squeeze", [total], {"axes": [0]}, suffix="rows")
-    return ctx.emit("copy", [out]) if ctx.out_dtype() == dtype else ctx.emit("tract_core_cast", [out], {"to": ctx.out_dtype()})
+    return (ctx.emit("copy", [out]) if ctx.out_dtype() == dtype
+            else ctx.emit("tract_core_cast", [out], {"to": ctx.out_dtype()}))

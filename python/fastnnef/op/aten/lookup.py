@@ -8,8 +8,6 @@ boundary, summed), which is exact for sorted boundaries and needs no loop.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from fastnnef.nnef.graph import NTensor
@@ -40,7 +38,7 @@ def take(ctx: OpContext, x: NTensor, index: NTensor) -> NTensor:
 
 
 @handler("aten::take_along_dim", args="t t i?")
-def take_along_dim(ctx: OpContext, x: NTensor, indices: NTensor, dim: Optional[int]) -> NTensor:
+def take_along_dim(ctx: OpContext, x: NTensor, indices: NTensor, dim: int | None) -> NTensor:
     """aten::take_along_dim(Tensor self, Tensor indices, int? dim=None) -> Tensor"""
     if dim is None:  # both flattened
         flat = _flat(ctx, x, "flat")
@@ -69,9 +67,9 @@ _MODES = {0: "sum", 1: "mean", 2: "max"}
 @handler("aten::embedding_bag", "aten::_embedding_bag", args="t t t b i b t? b i?")
 def embedding_bag(
     ctx: OpContext, weight: NTensor, indices: NTensor, offsets: NTensor, _scale_grad: bool, mode: int,
-    _sparse: bool, per_sample_weights: Optional[NTensor], include_last_offset: bool, padding_idx: Optional[int],
-) -> list[Optional[NTensor]]:
-    """aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)"""
+    _sparse: bool, per_sample_weights: NTensor | None, include_last_offset: bool, padding_idx: int | None,
+) -> list[NTensor | None]:
+    """aten::embedding_bag.padding_idx(Tensor weight, Tensor indices, Tensor offsets, bool scale_grad_by_freq, int mode, bool sparse, Tensor? per_sample_weights, bool include_last_offset, int? padding_idx) -> (Tensor, Tensor, Tensor, Tensor)"""  # noqa: E501
     if mode not in _MODES:
         raise ctx.unsupported(f"embedding_bag mode {mode}")
     if indices.rank != 1 or offsets.rank != 1:
@@ -92,8 +90,8 @@ def embedding_bag(
                         {"axes": [0]}, suffix="posr")
     started = ctx.tmp("le", [ctx.tmp("unsqueeze", [ctx.cast(offsets, "i64")], {"axes": [1]}, suffix="offc"), positions],
                       suffix="started")
-    count = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [started], {"to": "i64"}, suffix="startn")], {"axes": [0]},
-                    suffix="count")
+    started_n = ctx.tmp("tract_core_cast", [started], {"to": "i64"}, suffix="startn")
+    count = ctx.tmp("sum_reduce", [started_n], {"axes": [0]}, suffix="count")
     bag = ctx.tmp("sub", [count, typed_scalar(ctx, 1, "i64")], suffix="bag")  # [1, N]
     members = ctx.tmp("eq", [bag, ctx.constant(torch.arange(bags).unsqueeze(1), label=f"bag_ids_{bags}")],
                       suffix="members")  # [B, N]
@@ -103,7 +101,8 @@ def embedding_bag(
     how = _MODES[mode]
     if per_sample_weights is not None:
         if how != "sum":
-            raise ctx.unsupported(f"embedding_bag per_sample_weights with mode {how!r}", "torch allows them in sum mode only")
+            raise ctx.unsupported(f"embedding_bag per_sample_weights with mode {how!r}",
+                                  "torch allows them in sum mode only")
         psw = ctx.tmp("unsqueeze", [ctx.cast(per_sample_weights, dtype)], {"axes": [1]}, suffix="psw")
         rows = ctx.tmp("mul", [rows, psw], suffix="weighted")
     zero = typed_scalar(ctx, 0, dtype)
@@ -132,6 +131,7 @@ def _search(ctx: OpContext, seq: NTensor, values: Operand, right: bool) -> NTens
     ``seq`` is [..., K] sorted on its last axis, ``values`` [..., M] (or a number)."""
     dtype = promote([seq, values])
     seq = ctx.cast(seq, dtype)
+    v: Operand
     if isinstance(values, NTensor):
         v = ctx.tmp("unsqueeze", [ctx.cast(values, dtype)], {"axes": [values.rank]}, suffix="vals")  # [..., M, 1]
         if seq.rank > 1:  # one sorted row per leading index: [..., 1, K]
@@ -150,16 +150,16 @@ def _search(ctx: OpContext, seq: NTensor, values: Operand, right: bool) -> NTens
 
 @handler("aten::bucketize", args="x t b b")
 def bucketize(ctx: OpContext, x: Operand, boundaries: NTensor, _out_int32: bool, right: bool) -> NTensor:
-    """aten::bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor  (also .Scalar)"""
+    """aten::bucketize.Tensor(Tensor self, Tensor boundaries, *, bool out_int32=False, bool right=False) -> Tensor  (also .Scalar)"""  # noqa: E501
     if boundaries.rank != 1:
         raise ctx.unsupported("bucketize with boundaries that are not 1-D", "torch needs 1-D boundaries")
     return _search(ctx, boundaries, x, right)
 
 
 @handler("aten::searchsorted", args="t x b b s? t?")
-def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, right: bool, side: Optional[str],
-                 sorter: Optional[NTensor]) -> NTensor:
-    """aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor  (also .Scalar)"""
+def searchsorted(ctx: OpContext, seq: NTensor, x: Operand, _out_int32: bool, right: bool, side: str | None,
+                 sorter: NTensor | None) -> NTensor:
+    """aten::searchsorted.Tensor(Tensor sorted_sequence, Tensor self, *, bool out_int32=False, bool right=False, str? side=None, Tensor? sorter=None) -> Tensor  (also .Scalar)"""  # noqa: E501
     if sorter is not None:  # the sequence in sorted order
         seq = ctx.tmp("tract_core_gather_elements", [seq, _index(ctx, sorter)], {"axis": seq.rank - 1}, suffix="sorted")
     if isinstance(x, NTensor) and seq.rank > 1 and x.rank != seq.rank:
@@ -211,7 +211,7 @@ _INSTEAD = {
 
 @handler(*_INSTEAD, args="*")
 def data_dependent(ctx: OpContext) -> NTensor:
-    """aten::nonzero(Tensor self) -> Tensor  (refused, as masked_select, argwhere, unique*: output sizes that depend on the data)"""
+    """aten::nonzero(Tensor self) -> Tensor  (refused, as masked_select, argwhere, unique*: output sizes that depend on the data)"""  # noqa: E501
     raise ctx.unsupported(
         "its output size depends on the values of its input, which an exported graph cannot express",
         _INSTEAD[ctx.kind],

@@ -14,7 +14,6 @@ sample is handled as a batch of one.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten import _math as m
@@ -87,8 +86,9 @@ def smooth_l1_loss(ctx: OpContext, x: NTensor, y: NTensor, reduction: int, beta:
 
 
 @handler("aten::poisson_nll_loss", args="t t b b f i")
-def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, full: bool, eps: float, reduction: int) -> NTensor:
-    """aten::poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor"""
+def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, full: bool, eps: float,
+                     reduction: int) -> NTensor:
+    """aten::poisson_nll_loss(Tensor input, Tensor target, bool log_input, bool full, float eps, int reduction) -> Tensor"""  # noqa: E501
     c = _calc(ctx)
     x, y = _pair(c, x, y)
     if log_input:
@@ -102,7 +102,7 @@ def poisson_nll_loss(ctx: OpContext, x: NTensor, y: NTensor, log_input: bool, fu
 
 
 # --- binary classification ------------------------------------------------------------------
-def _weighted(c: m.Calc, loss: NTensor, weight: Optional[NTensor]) -> NTensor:
+def _weighted(c: m.Calc, loss: NTensor, weight: NTensor | None) -> NTensor:
     if weight is None:
         return loss
     (w,) = c.inputs(weight, rank=loss.rank)
@@ -110,8 +110,8 @@ def _weighted(c: m.Calc, loss: NTensor, weight: Optional[NTensor]) -> NTensor:
 
 
 @handler("aten::binary_cross_entropy", args="t t t? i")
-def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: Optional[NTensor], reduction: int) -> NTensor:
-    """aten::binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor  (logs clamped at -100)"""
+def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: NTensor | None, reduction: int) -> NTensor:
+    """aten::binary_cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean) -> Tensor  (logs clamped at -100)"""  # noqa: E501
     c = _calc(ctx)
     x, y = _pair(c, x, y)
     log_p = c("max", c("log", x), _LOG_CLAMP)
@@ -122,11 +122,11 @@ def binary_cross_entropy(ctx: OpContext, x: NTensor, y: NTensor, weight: Optiona
 
 @handler("aten::binary_cross_entropy_with_logits", args="t t t? t? i")
 def binary_cross_entropy_with_logits(
-    ctx: OpContext, x: NTensor, y: NTensor, weight: Optional[NTensor], pos_weight: Optional[NTensor], reduction: int,
+    ctx: OpContext, x: NTensor, y: NTensor, weight: NTensor | None, pos_weight: NTensor | None, reduction: int,
 ) -> NTensor:
     """aten::binary_cross_entropy_with_logits(Tensor self, Tensor target, Tensor? weight=None, Tensor? pos_weight=None, int reduction=Mean) -> Tensor
 
-    ``(1 - y) x - (1 + (pos_weight - 1) y) log_sigmoid(x)``, log_sigmoid without overflow."""
+    ``(1 - y) x - (1 + (pos_weight - 1) y) log_sigmoid(x)``, log_sigmoid without overflow."""  # noqa: E501
     c = _calc(ctx)
     x, y = _pair(c, x, y)
     log_sigmoid = c("neg", m.softplus(c, c("neg", x)))
@@ -149,7 +149,7 @@ def _batched(c: m.Calc, x: NTensor, target: NTensor, same_rank: bool) -> tuple[N
             c("unsqueeze", target, axes=[0]) if unbatch_target else target, True)
 
 
-def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: Optional[NTensor], ignore_index: int,
+def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: NTensor | None, ignore_index: int,
             ) -> tuple[NTensor, NTensor]:
     """(-w[t] * logp[t] per sample, w[t] per sample), both 0 where t == ignore_index."""
     ctx = c.ctx
@@ -165,8 +165,9 @@ def _picked(c: m.Calc, logp: NTensor, target: NTensor, weight: Optional[NTensor]
 
 
 @handler("aten::nll_loss_nd", "aten::nll_loss", "aten::nll_loss2d", args="t t t? i i")
-def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: Optional[NTensor], reduction: int, ignore_index: int) -> NTensor:
-    """aten::nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor  (also nll_loss, nll_loss2d)"""
+def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: NTensor | None, reduction: int,
+             ignore_index: int) -> NTensor:
+    """aten::nll_loss_nd(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100) -> Tensor  (also nll_loss, nll_loss2d)"""  # noqa: E501
     c = _calc(ctx)
     logp, target, unbatched = _batched(c, logp, target, same_rank=False)
     loss, w = _picked(c, logp, target, weight, ignore_index)
@@ -175,13 +176,13 @@ def nll_loss(ctx: OpContext, logp: NTensor, target: NTensor, weight: Optional[NT
 
 @handler("aten::cross_entropy_loss", args="t t t? i i f")
 def cross_entropy_loss(
-    ctx: OpContext, x: NTensor, target: NTensor, weight: Optional[NTensor], reduction: int, ignore_index: int,
+    ctx: OpContext, x: NTensor, target: NTensor, weight: NTensor | None, reduction: int, ignore_index: int,
     label_smoothing: float,
 ) -> NTensor:
     """aten::cross_entropy_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=Mean, SymInt ignore_index=-100, float label_smoothing=0.0) -> Tensor
 
     Class indices: nll of log_softmax; smoothing mixes in ``-sum_c w_c logp_c / C`` with the
-    same reductions. Class probabilities: ``-sum_c w_c t_c logp_c``, the mean over samples."""
+    same reductions. Class probabilities: ``-sum_c w_c t_c logp_c``, the mean over samples."""  # noqa: E501
     c = _calc(ctx)
     probabilities = target.dtype in ("f16", "f32", "f64")
     x, target, unbatched = _batched(c, x, target, same_rank=probabilities)
@@ -227,7 +228,7 @@ def kl_div(ctx: OpContext, x: NTensor, target: NTensor, reduction: int, log_targ
 # --- margins -------------------------------------------------------------------------------------
 @handler("aten::hinge_embedding_loss", args="t t f i")
 def hinge_embedding_loss(ctx: OpContext, x: NTensor, y: NTensor, margin: float, reduction: int) -> NTensor:
-    """aten::hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) -> Tensor  (x where y == 1, max(0, margin - x) where y == -1)"""
+    """aten::hinge_embedding_loss(Tensor self, Tensor target, float margin=1.0, int reduction=Mean) -> Tensor  (x where y == 1, max(0, margin - x) where y == -1)"""  # noqa: E501
     c = _calc(ctx)
     x, y = _pair(c, x, y)
     beyond = c.select(c("ne", y, 1.0), c("max", c("sub", margin, x), 0.0), 0.0)
@@ -237,7 +238,7 @@ def hinge_embedding_loss(ctx: OpContext, x: NTensor, y: NTensor, margin: float, 
 
 @handler("aten::margin_ranking_loss", args="t t t f i")
 def margin_ranking_loss(ctx: OpContext, a: NTensor, b: NTensor, y: NTensor, margin: float, reduction: int) -> NTensor:
-    """aten::margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor"""
+    """aten::margin_ranking_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor"""  # noqa: E501
     c = _calc(ctx)
     rank = max(a.rank, b.rank, y.rank)
     a, b, y = c.inputs(a, b, y, rank=rank)
@@ -258,7 +259,7 @@ def cosine_embedding_loss(ctx: OpContext, a: NTensor, b: NTensor, y: NTensor, ma
     """aten::cosine_embedding_loss(Tensor input1, Tensor input2, Tensor target, float margin=0.0, int reduction=Mean) -> Tensor
 
     torch's cosine here: ``a.b / sqrt((|a|^2 + 1e-12)(|b|^2 + 1e-12))`` over the last axis;
-    ``1 - cos`` where y == 1, ``max(0, cos - margin)`` where y == -1."""
+    ``1 - cos`` where y == 1, ``max(0, cos - margin)`` where y == -1."""  # noqa: E501
     c = _calc(ctx)
     rank = max(a.rank, b.rank)
     a, b = c.inputs(a, b, rank=rank)
@@ -280,7 +281,7 @@ def triplet_margin_loss(
     ctx: OpContext, anchor: NTensor, positive: NTensor, negative: NTensor, margin: float, p: float, eps: float,
     swap: bool, reduction: int,
 ) -> NTensor:
-    """aten::triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0, float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor"""
+    """aten::triplet_margin_loss(Tensor anchor, Tensor positive, Tensor negative, float margin=1.0, float p=2, float eps=1e-06, bool swap=False, int reduction=Mean) -> Tensor"""  # noqa: E501
     c = _calc(ctx)
 
     def distance(u: NTensor, v: NTensor) -> NTensor:
@@ -302,11 +303,11 @@ def _class_positions(c: m.Calc, n: object, rank: int, axis: int) -> NTensor:
 
 @handler("aten::multi_margin_loss", args="t t f f t? i")
 def multi_margin_loss(
-    ctx: OpContext, x: NTensor, target: NTensor, p: float, margin: float, weight: Optional[NTensor], reduction: int,
+    ctx: OpContext, x: NTensor, target: NTensor, p: float, margin: float, weight: NTensor | None, reduction: int,
 ) -> NTensor:
     """aten::multi_margin_loss(Tensor self, Tensor target, Scalar p=1, Scalar margin=1, Tensor? weight=None, int reduction=Mean) -> Tensor
 
-    Per sample: ``sum over i != y of max(0, margin - x[y] + x[i])^p * w[y] / C``."""
+    Per sample: ``sum over i != y of max(0, margin - x[y] + x[i])^p * w[y] / C``."""  # noqa: E501
     if p not in (1, 2):
         raise ctx.unsupported(f"multi_margin_loss with p={p}", "torch only allows p = 1 or 2")
     c = _calc(ctx)

@@ -9,7 +9,7 @@ axes keep working; tract folds the parameter-only arithmetic at load. With
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -34,7 +34,7 @@ def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
 
 
 def _scale_shift(
-    ctx: OpContext, x: NTensor, inv: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
+    ctx: OpContext, x: NTensor, inv: NTensor, weight: NTensor | None, bias: NTensor | None,
 ) -> NTensor:
     """``x * inv [* weight] [+ bias]`` (operands broadcastable to ``x``); the last op is
     the node output (cast back to the traced dtype when computed in f32)."""
@@ -58,18 +58,18 @@ def _param(ctx: OpContext, p: NTensor, dtype: str) -> NTensor:
     return ctx.cast(p, dtype, convert_constant=True)
 
 
-def _channel(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
+def _channel(ctx: OpContext, p: NTensor | None, dtype: str, rank: int) -> NTensor | None:
     return None if p is None else channel_param(ctx, _param(ctx, p, dtype), rank)
 
 
-def _trailing(ctx: OpContext, p: Optional[NTensor], dtype: str, rank: int) -> Optional[NTensor]:
+def _trailing(ctx: OpContext, p: NTensor | None, dtype: str, rank: int) -> NTensor | None:
     return None if p is None else ctx.to_rank(_param(ctx, p, dtype), rank)
 
 
 @handler("aten::batch_norm", args="t t? t? t? t? b f f *")
 def batch_norm(
-    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
-    mean: Optional[NTensor], var: Optional[NTensor], training: bool, _momentum: float, eps: float,
+    ctx: OpContext, x: NTensor, weight: NTensor | None, bias: NTensor | None,
+    mean: NTensor | None, var: NTensor | None, training: bool, _momentum: float, eps: float,
 ) -> NTensor:
     """aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
     Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor"""
@@ -80,7 +80,8 @@ def batch_norm(
     if training or mean is None or var is None:
         # torch normalizes with the batch statistics here (the output does not depend on momentum).
         centered, inv = normalize(ctx, xc, [0] + list(range(2, x.rank)), eps)
-        return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank), _channel(ctx, bias, dtype, x.rank))
+        return _scale_shift(ctx, centered, inv, _channel(ctx, weight, dtype, x.rank),
+                            _channel(ctx, bias, dtype, x.rank))
     # Eval: scale = weight / sqrt(running_var + eps), shift = bias - running_mean * scale,
     # computed on the [C] parameters (tract folds it), then one multiply-add on the input.
     var_c, mean_c = _param(ctx, var, dtype), _param(ctx, mean, dtype)
@@ -95,8 +96,8 @@ def batch_norm(
 
 @handler("aten::instance_norm", args="t t? t? t? t? b f f *")
 def instance_norm(
-    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor],
-    mean: Optional[NTensor], var: Optional[NTensor], use_input_stats: bool, momentum: float, eps: float,
+    ctx: OpContext, x: NTensor, weight: NTensor | None, bias: NTensor | None,
+    mean: NTensor | None, var: NTensor | None, use_input_stats: bool, momentum: float, eps: float,
 ) -> NTensor:
     """aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean,
     Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor"""
@@ -134,7 +135,7 @@ def _grouped(ctx: OpContext, x: NTensor, groups: int, eps: float) -> tuple[NTens
     return normed, mean, inv, axes, dtype
 
 
-def _affine(ctx: OpContext, normed: NTensor, weight: Optional[NTensor], bias: Optional[NTensor], dtype: str) -> NTensor:
+def _affine(ctx: OpContext, normed: NTensor, weight: NTensor | None, bias: NTensor | None, dtype: str) -> NTensor:
     """``normed [* weight] [+ bias]`` per channel, as the node output."""
     w, b = _channel(ctx, weight, dtype, normed.rank), _channel(ctx, bias, dtype, normed.rank)
     if w is None and b is None:
@@ -146,7 +147,7 @@ def _affine(ctx: OpContext, normed: NTensor, weight: Optional[NTensor], bias: Op
 
 @handler("aten::group_norm", args="t i t? t? f *")
 def group_norm(
-    ctx: OpContext, x: NTensor, groups: int, weight: Optional[NTensor], bias: Optional[NTensor], eps: float,
+    ctx: OpContext, x: NTensor, groups: int, weight: NTensor | None, bias: NTensor | None, eps: float,
 ) -> NTensor:
     """aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None,
     float eps=1e-05, bool cudnn_enabled=True) -> Tensor"""
@@ -156,8 +157,8 @@ def group_norm(
 
 @handler("aten::layer_norm", args="t I t? t? f *")
 def layer_norm(
-    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor],
-    bias: Optional[NTensor], eps: float,
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: NTensor | None,
+    bias: NTensor | None, eps: float,
 ) -> NTensor:
     """aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
     Tensor? bias=None, float eps=1e-05, bool cudnn_enable=True) -> Tensor"""
@@ -171,7 +172,7 @@ def layer_norm(
 
 @handler("aten::rms_norm", args="t I t? f?")
 def rms_norm(
-    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor], eps: Optional[float],
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: NTensor | None, eps: float | None,
 ) -> NTensor:
     """aten::rms_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None,
     float? eps=None) -> Tensor  (x * rsqrt(mean(x^2) + eps) * weight; eps None = finfo.eps)"""
@@ -217,8 +218,8 @@ def _stat_output(ctx: OpContext, stat: NTensor, out: int, squeeze: Sequence[int]
 
 @handler("aten::native_layer_norm", args="t I t? t? f")
 def native_layer_norm(
-    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: Optional[NTensor],
-    bias: Optional[NTensor], eps: float,
+    ctx: OpContext, x: NTensor, normalized_shape: list[int], weight: NTensor | None,
+    bias: NTensor | None, eps: float,
 ) -> list[NTensor]:
     """aten::native_layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight,
     Tensor? bias, float eps) -> (Tensor, Tensor mean, Tensor rstd)  (statistics keep the
@@ -234,7 +235,7 @@ def native_layer_norm(
 
 @handler("aten::native_group_norm", args="t t? t? _ _ _ i f")
 def native_group_norm(
-    ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor], groups: int, eps: float,
+    ctx: OpContext, x: NTensor, weight: NTensor | None, bias: NTensor | None, groups: int, eps: float,
 ) -> list[NTensor]:
     """aten::native_group_norm(Tensor input, Tensor? weight, Tensor? bias, SymInt N, SymInt C,
     SymInt HxW, int group, float eps) -> (Tensor, Tensor mean, Tensor rstd)  (statistics [N, group])"""

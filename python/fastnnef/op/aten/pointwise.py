@@ -11,7 +11,7 @@ Classification is written with plain NNEF comparisons against ``inf`` where it c
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any
 
 import torch
 
@@ -22,7 +22,7 @@ from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
 
-def _float(ctx: OpContext, *values: Operand) -> tuple[m.Calc, list[Operand]]:
+def _float(ctx: OpContext, *values: Operand) -> tuple[m.Calc, list[Any]]:
     """A float ``Calc`` for the node and its inputs cast to its compute dtype."""
     c = m.Calc(ctx, m.float_compute(ctx))
     return c, c.inputs(*values)
@@ -40,7 +40,7 @@ def _abs(c: m.Calc, v: Operand) -> Operand:
 
 # --- fused arithmetic ---------------------------------------------------------------------
 @handler("aten::addcmul", "aten::addcdiv", args="t t t f?")
-def addcmul(ctx: OpContext, x: NTensor, t1: NTensor, t2: NTensor, value: Optional[float]) -> NTensor:
+def addcmul(ctx: OpContext, x: NTensor, t1: NTensor, t2: NTensor, value: float | None) -> NTensor:
     """aten::addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor  (and addcdiv)"""
     c = _compute(ctx)
     x, a, b = c.inputs(x, t1, t2)
@@ -186,7 +186,7 @@ def logaddexp(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
 
 @handler("aten::float_power", args="x x")
 def float_power(ctx: OpContext, a: Operand, b: Operand) -> NTensor:
-    """aten::float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor  (computed in f64; also the Scalar overloads)"""
+    """aten::float_power.Tensor_Tensor(Tensor self, Tensor exponent) -> Tensor  (computed in f64; also the Scalar overloads)"""  # noqa: E501
     c = m.Calc(ctx, ctx.out_dtype())
     return c.out("pow", *c.inputs(a, b))
 
@@ -294,7 +294,7 @@ def isclose(ctx: OpContext, a: NTensor, b: NTensor, rtol: float, atol: float, eq
 
 
 @handler("aten::nan_to_num", args="t f? f? f?")
-def nan_to_num(ctx: OpContext, x: NTensor, nan: Optional[float], posinf: Optional[float], neginf: Optional[float]) -> NTensor:
+def nan_to_num(ctx: OpContext, x: NTensor, nan: float | None, posinf: float | None, neginf: float | None) -> NTensor:
     """aten::nan_to_num(Tensor self, float? nan=None, float? posinf=None, float? neginf=None) -> Tensor
 
     NaN -> ``nan`` (0), +inf -> ``posinf``, -inf -> ``neginf`` (the dtype's largest finite

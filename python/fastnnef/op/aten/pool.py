@@ -9,7 +9,8 @@ that the pool ignores (``border='ignore'``), so the window count matches the tra
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
 from fastnnef.nnef.shapes import add_dims, unknown
@@ -32,8 +33,8 @@ def _pairs(ctx: OpContext, pad: Sequence[Dim], rank: int) -> list[tuple[Dim, Dim
     return pairs
 
 
-def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[int, int]]) -> tuple[Dim, ...]:
-    return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))  # type: ignore[operator]
+def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[Dim, Dim]]) -> tuple[Dim, ...]:
+    return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))
 
 
 def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: str) -> NTensor:
@@ -152,7 +153,7 @@ def _dim_times(d: Dim, k: int) -> Dim:
     return d * k
 
 
-def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: Optional[float]) -> NTensor:
+def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: float | None) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
         if not all(_static(a) and _static(b) for a, b in pairs):
@@ -171,7 +172,7 @@ def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value:
         if border != "constant":
             return _pad_by_gather(ctx, x, grow, mode)
         return _pad_by_concat(ctx, x, grow, float(value or 0.0))
-    attrs = {"padding": [Tuple(p) for p in grow], "border": border}
+    attrs: dict[str, Any] = {"padding": [Tuple(p) for p in grow], "border": border}
     if border == "constant":
         attrs["value"] = float(value or 0.0)
     if not any(a or b for a, b in crop):
@@ -192,14 +193,14 @@ def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value:
 
 @handler("aten::pad", args="t D s f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: Optional[float]) -> NTensor:
+def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: float | None) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     return pad_tensor(ctx, x, padding, mode, value)
 
 
 @handler("aten::constant_pad_nd", args="t D f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: Optional[float]) -> NTensor:
+def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: float | None) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
     return pad_tensor(ctx, x, padding, "constant", value)
 
@@ -305,7 +306,7 @@ def _max_pool_with_indices(ctx: OpContext, x: NTensor, attrs: dict) -> list[NTen
 def _max_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool, with_indices: bool,
-) -> Union[NTensor, list[NTensor]]:
+) -> NTensor | list[NTensor]:
     n = _n_spatial(ctx)
     kernel = _expand(ctx, kernel, n, "kernel_size", [])
     stride = _expand(ctx, stride, n, "stride", kernel)
@@ -333,7 +334,7 @@ def max_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool,
 ) -> NTensor:
-    """aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor"""
+    """aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> Tensor"""  # noqa: E501
     out = _max_pool(ctx, x, kernel, stride, padding, dilation, ceil_mode, False)
     assert isinstance(out, NTensor)
     return out
@@ -345,7 +346,7 @@ def max_pool_with_indices(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
     dilation: list[int], ceil_mode: bool,
 ) -> list[NTensor]:
-    """aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)"""
+    """aten::max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)"""  # noqa: E501
     out = _max_pool(ctx, x, kernel, stride, padding, dilation, ceil_mode, True)
     assert isinstance(out, list)
     return out
@@ -355,9 +356,9 @@ def max_pool_with_indices(
 @torch_quantized("dequantize")
 def avg_pool(
     ctx: OpContext, x: NTensor, kernel: list[int], stride: list[int], padding: list[int],
-    ceil_mode: bool, count_include_pad: bool, divisor_override: Optional[int],
+    ceil_mode: bool, count_include_pad: bool, divisor_override: int | None,
 ) -> NTensor:
-    """aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""
+    """aten::avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor"""  # noqa: E501
     n = _n_spatial(ctx)
     kernel = _expand(ctx, kernel, n, "kernel_size", [])
     stride = _expand(ctx, stride, n, "stride", kernel)
@@ -393,7 +394,7 @@ def avg_pool(
 # adaptive pooling
 
 
-def _adaptive(ctx: OpContext, x: NTensor, output_size: list[Optional[int]], kind: str) -> NTensor:
+def _adaptive(ctx: OpContext, x: NTensor, output_size: list[int], kind: str) -> NTensor:
     """Adaptive pooling axis by axis (max and mean over a rectangle are separable).
 
     Per axis: same size -> nothing; output 1 -> a reduce (dynamic sizes fine); an exact
@@ -446,7 +447,7 @@ def adaptive_avg_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> NTe
 
 
 @handler("aten::adaptive_max_pool1d", "aten::adaptive_max_pool2d", "aten::adaptive_max_pool3d", args="t I")
-def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> list[Optional[NTensor]]:
+def adaptive_max_pool(ctx: OpContext, x: NTensor, output_size: list[int]) -> Sequence[NTensor | None]:
     """aten::adaptive_max_pool2d(Tensor self, int[2] output_size) -> (Tensor, Tensor)"""
     n = _n_spatial(ctx)
     axes = list(range(x.rank - n, x.rank))

@@ -33,7 +33,8 @@ tanh, hardsigmoid: torch's fixed output quantization) or the one the op names
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import torch
 
@@ -77,9 +78,9 @@ class _Recomputed(OpContext):
     def out_dtype(self, index: int = 0) -> str:
         return self._dtype
 
-    def emit(self, kind: str, args: Sequence[Any], attrs: Optional[dict[str, Any]] = None, out: int = 0,
-             value: Optional[Any] = None, shape: Optional[Sequence[Any]] = None,
-             dtype: Optional[str] = None) -> NTensor:
+    def emit(self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, out: int = 0,
+             value: Any | None = None, shape: Sequence[Any] | None = None,
+             dtype: str | None = None) -> NTensor:
         if self._final:
             return self._outer.emit(kind, args, attrs, out, value, shape, dtype or self._dtype)
         return self._outer.tmp(kind, args, attrs, dtype=dtype or self._dtype,
@@ -122,7 +123,7 @@ def fixed_grid(ctx: OpContext, x: NTensor, grid: FixedGrid) -> str:
     return quantized_output_type(ctx, scale, zero_point)
 
 
-def torch_quantized(mode: str, grid: Optional[FixedGrid] = None) -> Callable[[Handler], Handler]:
+def torch_quantized(mode: str, grid: FixedGrid | None = None) -> Callable[[Handler], Handler]:
     """Lets a float handler take torch-quantized inputs (its first argument, a tensor or a
     list of tensors, quantized): ``mode`` ``"codes"`` (``on_codes``) or ``"dequantize"``
     (``dequantized``, to ``grid`` if given, else to the first quantized input's type).
@@ -176,7 +177,7 @@ def _requantized(ctx: OpContext, kind: str, args: Sequence[Any], attrs: dict[str
     return _quantize(ctx, ctx.cast(y, "f32"), out_type, True)
 
 
-def _packed(ctx: OpContext, packed: Any, what: str) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def _packed(ctx: OpContext, packed: Any, what: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(quantized weight, float bias) of a packed-params script object."""
     try:
         weight, bias = packed.unpack()
@@ -202,13 +203,13 @@ def _per_channel_weight(ctx: OpContext, weight: torch.Tensor) -> NTensor:
     return ctx.tmp("mul", [ctx.tmp("sub", [codes, zero_points], suffix="w_centered"), scales], suffix="w_f32")
 
 
-def _bias_codes(ctx: OpContext, bias: Optional[torch.Tensor], channels: int, scale: float) -> NTensor:
+def _bias_codes(ctx: OpContext, bias: torch.Tensor | None, channels: int, scale: float) -> NTensor:
     """The bias as i32 codes of the accumulator's scale (input scale x weight scale)."""
     data = torch.zeros(channels) if bias is None else bias.detach().float()
     return ctx.constant(torch.round(data / scale).to(torch.int32), suffix="bias")
 
 
-def _float_bias(ctx: OpContext, bias: Optional[torch.Tensor], channels: int) -> NTensor:
+def _float_bias(ctx: OpContext, bias: torch.Tensor | None, channels: int) -> NTensor:
     return ctx.constant(torch.zeros(channels) if bias is None else bias.detach().float(), suffix="bias")
 
 
@@ -266,7 +267,7 @@ def linear(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: in
 
 @handler("quantized::linear_relu", args="t n f i")
 def linear_relu(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-    """quantized::linear_relu(Tensor X, LinearPackedParamsBase W_prepack, float Y_scale_i, int Y_zero_point_i) -> Tensor Y"""
+    """quantized::linear_relu(Tensor X, LinearPackedParamsBase W_prepack, float Y_scale_i, int Y_zero_point_i) -> Tensor Y"""  # noqa: E501
     return _linear(ctx, x, packed, scale, zero_point, relu=True)
 
 
@@ -309,12 +310,12 @@ for _n in (1, 2):
     def _register(n: int) -> None:
         @handler(f"quantized::conv{n}d", args="t n f i")
         def conv(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-            """quantized::conv2d(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""
+            """quantized::conv2d(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
             return _conv(ctx, x, packed, scale, zero_point, n, relu=False)
 
         @handler(f"quantized::conv{n}d_relu", args="t n f i")
         def conv_relu(ctx: OpContext, x: NTensor, packed: Any, scale: float, zero_point: int) -> NTensor:
-            """quantized::conv2d_relu(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""
+            """quantized::conv2d_relu(Tensor qx, Conv2dPackedParamsBase packed_weight, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
             return _conv(ctx, x, packed, scale, zero_point, n, relu=True)
 
     _register(_n)
@@ -349,7 +350,7 @@ def mul(ctx: OpContext, a: NTensor, b: NTensor, scale: float, zero_point: int) -
 
 
 @handler("quantized::cat", args="L i f? i?")
-def cat(ctx: OpContext, parts: list[NTensor], dim: int, scale: Optional[float], zero_point: Optional[int]) -> NTensor:
+def cat(ctx: OpContext, parts: list[NTensor], dim: int, scale: float | None, zero_point: int | None) -> NTensor:
     """quantized::cat(Tensor[] qx, int dim, float? scale, int? zero_point) -> Tensor  (no
     scale: the first input's)"""
     first = _input_params(ctx, parts[0])
@@ -406,9 +407,9 @@ def mul_scalar(ctx: OpContext, x: NTensor, scalar: float) -> NTensor:
 
 # --- normalization (an unfused BatchNorm after convert) -----------------------------------------
 @handler("quantized::batch_norm1d", "quantized::batch_norm2d", "quantized::batch_norm3d", args="t t? t? t t f f i")
-def batch_norm(ctx: OpContext, x: NTensor, weight: Optional[NTensor], bias: Optional[NTensor], mean: NTensor,
+def batch_norm(ctx: OpContext, x: NTensor, weight: NTensor | None, bias: NTensor | None, mean: NTensor,
                var: NTensor, eps: float, scale: float, zero_point: int) -> NTensor:
-    """quantized::batch_norm2d(Tensor qx, Tensor? weight, Tensor? bias, Tensor mean, Tensor var, float eps, float output_scale, int output_zero_point) -> Tensor"""
+    """quantized::batch_norm2d(Tensor qx, Tensor? weight, Tensor? bias, Tensor mean, Tensor var, float eps, float output_scale, int output_zero_point) -> Tensor"""  # noqa: E501
     _input_params(ctx, x)
     xf = ctx.cast(x, "f32")
     lead = [0] + list(range(2, xf.rank))  # [C] -> [1, C, 1, ...]

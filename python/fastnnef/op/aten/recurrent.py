@@ -18,10 +18,11 @@ Gate layouts are torch's: LSTM (i, f, g, o), ``c' = f*c + i*g``, ``h' = o*tanh(c
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastnnef.nnef.graph import NTensor, Tuple
+from fastnnef.nnef.graph import Dim, NTensor, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
@@ -132,7 +133,7 @@ def _direction(
     chunk = -1 if reverse else 1  # negative: tract scans back to front, and writes back in place
     names = step.params()
     results = step.results()
-    specs = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
+    specs: list[tuple[str, str, Sequence[Dim]]] = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
     specs += [(f"{tag}_{r[0]}", dtype, s.shape) for r, s in zip(results[1:], states)]
     return list(ctx.tmp_multi("tract_core_scan", [], {
         "body": body,
@@ -148,7 +149,7 @@ def recurrent(
     ctx: OpContext, x: NTensor, hx: Any, params: list[NTensor], has_biases: bool, num_layers: int, dropout: float,
     train: bool, bidirectional: bool, batch_first: bool,
 ) -> list[NTensor]:
-    """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""
+    """aten::lstm.input(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) -> (Tensor, Tensor, Tensor)"""  # noqa: E501
     kind = ctx.kind.split("::")[-1]
     if train and dropout:
         raise ctx.unsupported("dropout between layers in training mode", "export the model in eval()")
@@ -174,7 +175,7 @@ def recurrent(
         raise ctx.unsupported(f"{len(params)} weight tensors for {count} layer directions")
     per += proj
 
-    step = _Step(kind, params[1].shape[0] // _GATES[kind], proj, has_biases and kind == "gru")
+    step = _Step(kind, int(params[1].shape[0]) // _GATES[kind], proj, has_biases and kind == "gru")
     body = _declare(ctx, step)
     layer_in = x
     finals: list[list[NTensor]] = [[] for _ in initial]  # h_n (and c_n) of every layer direction
@@ -203,7 +204,7 @@ def recurrent(
 
 @handler("aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu", args="t t v L b i f b b", overload="data")
 def recurrent_packed(ctx: OpContext, *_: Any) -> list[NTensor]:
-    """aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)"""
+    """aten::lstm.data(Tensor data, Tensor batch_sizes, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout, bool train, bool bidirectional) -> (Tensor, Tensor, Tensor)"""  # noqa: E501
     raise ctx.unsupported(
         "packed sequences (the batch_sizes overload)",
         "pass a padded tensor to the recurrent layer instead of a PackedSequence",

@@ -7,7 +7,7 @@ NNEF reductions keep the reduced axes as size 1; ``keepdim=False`` adds a squeez
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from fastnnef.nnef.graph import NTensor, Sym
 from fastnnef.op.aten._common import elementwise
@@ -16,7 +16,7 @@ from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
-DimArg = Union[None, int, Sequence[int]]
+DimArg = None | int | Sequence[int]
 
 
 def _axes(ctx: OpContext, x: NTensor, dims: DimArg) -> list[int]:
@@ -30,7 +30,7 @@ def _axes(ctx: OpContext, x: NTensor, dims: DimArg) -> list[int]:
 
 
 def reduce_to_output(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bool, dtype: str,
-            attrs: Optional[dict] = None, out: int = 0) -> NTensor:
+            attrs: dict | None = None, out: int = 0) -> NTensor:
     """``kind(x, axes)`` as node output ``out``, squeezed unless ``keepdim``."""
     attrs = {"axes": axes, **(attrs or {})}
     if not axes:  # a 0-d input: reducing nothing
@@ -53,7 +53,7 @@ def dim_form(ctx: OpContext) -> bool:
     return ctx.n_inputs > 2
 
 
-def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
+def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: bool | None) -> NTensor:
     """A reduction computed in the output dtype; the (self, dtype) overloads reduce all axes."""
     dtype = ctx.out_dtype()
     if not dim_form(ctx):
@@ -62,21 +62,21 @@ def _reduce(ctx: OpContext, kind: str, x: NTensor, dims: DimArg, keepdim: Option
 
 
 @handler("aten::sum", args="t I? b? n?")
-def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
-    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""
+def sum_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool | None, _dtype) -> NTensor:
+    """aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also sum(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "sum_reduce", x, dims, keepdim)
 
 
 @handler("aten::mean", args="t I? b? n?")
 @torch_quantized("dequantize")
-def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
-    """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""
+def mean(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool | None, _dtype) -> NTensor:
+    """aten::mean.dim(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also mean(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "mean_reduce", x, dims, keepdim)
 
 
 @handler("aten::prod", args="t I? b? n?")
-def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: Optional[bool], _dtype) -> NTensor:
-    """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""
+def prod(ctx: OpContext, x: NTensor, dim: DimArg, keepdim: bool | None, _dtype) -> NTensor:
+    """aten::prod.dim_int(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (also prod(self, dtype))"""  # noqa: E501
     return _reduce(ctx, "tract_core_product_reduce", x, dim, keepdim)
 
 
@@ -101,15 +101,15 @@ def _extreme(ctx: OpContext, kind: str, x: NTensor, axes: list[int], keepdim: bo
 
 
 @handler("aten::amax", "aten::amin", args="t I? b?")
-def amax(ctx: OpContext, x: NTensor, dims: Optional[list[int]], keepdim: Optional[bool]) -> NTensor:
+def amax(ctx: OpContext, x: NTensor, dims: list[int] | None, keepdim: bool | None) -> NTensor:
     """aten::amax(Tensor self, int[1] dim=[], bool keepdim=False) -> Tensor  (and aten::amin)"""
     kind = "max_reduce" if ctx.kind == "aten::amax" else "min_reduce"
     return _extreme(ctx, kind, x, _axes(ctx, x, dims), bool(keepdim), x.dtype)
 
 
 @handler("aten::max", "aten::min", args="t x? b?")
-def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Optional[bool]) -> Union[NTensor, list[NTensor]]:
-    """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""
+def max_(ctx: OpContext, x: NTensor, dim: None | int | NTensor, keepdim: bool | None) -> NTensor | list[NTensor]:
+    """aten::max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)  (also max(self), max.other)"""  # noqa: E501
     is_max = ctx.kind == "aten::max"
     if isinstance(dim, NTensor):  # max.other: elementwise
         if ctx.out_dtype() == "bool":
@@ -128,7 +128,7 @@ def max_(ctx: OpContext, x: NTensor, dim: Union[None, int, NTensor], keepdim: Op
 
 
 @handler("aten::argmax", "aten::argmin", args="t i? b?")
-def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[bool]) -> NTensor:
+def argmax(ctx: OpContext, x: NTensor, dim: int | None, keepdim: bool | None) -> NTensor:
     """aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor  (and aten::argmin)"""
     kind = "argmax_reduce" if ctx.kind == "aten::argmax" else "argmin_reduce"
     if dim is not None and x.rank:
@@ -143,7 +143,7 @@ def argmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: Optional[boo
 
 
 @handler("aten::all", "aten::any", args="t I? b?")
-def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: Optional[bool]) -> NTensor:
+def all_(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool | None) -> NTensor:
     """aten::all.dim(Tensor self, int dim, bool keepdim=False) -> Tensor  (also all(self), all.dims, any)"""
     kind = "all_reduce" if ctx.kind == "aten::all" else "any_reduce"
     if x.dtype != "bool":
@@ -183,7 +183,7 @@ def _moments(ctx: OpContext, x: NTensor, dims: DimArg, correction: float) -> tup
     return var, m, axes
 
 
-def _var_args(ctx: OpContext, third: object) -> tuple[Optional[list[int]], float, bool]:
+def _var_args(ctx: OpContext, third: object) -> tuple[list[int] | None, float, bool]:
     """(dims, correction, keepdim) for every var/std overload."""
     if ctx.n_inputs == 2:  # var(self, bool unbiased)
         return None, _correction(ctx, ctx.arg(1, "n")), False
@@ -194,7 +194,7 @@ def _var_args(ctx: OpContext, third: object) -> tuple[Optional[list[int]], float
 
 @handler("aten::var", "aten::std", args="t _ n? *")
 def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
-    """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""
+    """aten::var.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> Tensor  (also var.dim, std)"""  # noqa: E501
     dims, corr, keep = _var_args(ctx, third)
     v, _, axes = _moments(ctx, x, dims, corr)
     if ctx.kind == "aten::std":
@@ -204,7 +204,7 @@ def var(ctx: OpContext, x: NTensor, third: object) -> NTensor:
 
 @handler("aten::var_mean", "aten::std_mean", args="t _ n? *")
 def var_mean(ctx: OpContext, x: NTensor, third: object) -> list[NTensor]:
-    """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""
+    """aten::var_mean.correction(Tensor self, int[1]? dim=None, *, Scalar? correction=None, bool keepdim=False) -> (Tensor, Tensor)"""  # noqa: E501
     dims, corr, keep = _var_args(ctx, third)
     v, m, axes = _moments(ctx, x, dims, corr)
     if ctx.kind == "aten::std_mean":
@@ -239,7 +239,8 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
         r = ctx.tmp("min_reduce", [a], {"axes": axes}, suffix="norm")
     elif p == 0:
         nz = ctx.tmp("ne", [x, 0.0], suffix="nz")
-        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, suffix="cnt")], {"axes": axes}, suffix="norm")
+        r = ctx.tmp("sum_reduce", [ctx.tmp("tract_core_cast", [nz], {"to": dtype}, suffix="cnt")], {"axes": axes},
+                    suffix="norm")
     else:
         powed = ctx.tmp("pow", [a, float(p)], suffix="pow")
         s = ctx.tmp("sum_reduce", [powed], {"axes": axes}, suffix="sum")
@@ -248,15 +249,15 @@ def _vector_norm(ctx: OpContext, x: NTensor, p: float, dims: DimArg, keepdim: bo
 
 
 @handler("aten::linalg_vector_norm", args="t f I? b n?")
-def linalg_vector_norm(ctx: OpContext, x: NTensor, p: float, dims: Optional[list[int]], keepdim: bool, _dtype) -> NTensor:
-    """aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""
+def linalg_vector_norm(ctx: OpContext, x: NTensor, p: float, dims: list[int] | None, keepdim: bool, _dtype) -> NTensor:
+    """aten::linalg_vector_norm(Tensor self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"""  # noqa: E501
     if ctx.out_dtype() not in FLOAT_DTYPES:
         raise ctx.unsupported("vector norm of a non-float tensor")
     return _vector_norm(ctx, x, p, dims, keepdim)
 
 
 @handler("aten::norm", args="t f? I? b? n?")
-def norm(ctx: OpContext, x: NTensor, p: Optional[float], dims: Optional[list[int]], keepdim: Optional[bool], _dtype) -> NTensor:
+def norm(ctx: OpContext, x: NTensor, p: float | None, dims: list[int] | None, keepdim: bool | None, _dtype) -> NTensor:
     """aten::norm.ScalarOpt_dim(Tensor self, Scalar? p, int[1] dim, bool keepdim=False) -> Tensor  (also norm.Scalar)"""
     return _vector_norm(ctx, x, 2.0 if p is None else p, dims, bool(keepdim))
 
@@ -276,14 +277,15 @@ def logsumexp(ctx: OpContext, x: NTensor, dims: list[int], keepdim: bool) -> NTe
 
 # --- min and max together, counts, NaN-ignoring reductions --------------------------------
 @handler("aten::aminmax", args="t i? b")
-def aminmax(ctx: OpContext, x: NTensor, dim: Optional[int], keepdim: bool) -> list[NTensor]:
+def aminmax(ctx: OpContext, x: NTensor, dim: int | None, keepdim: bool) -> list[NTensor]:
     """aten::aminmax(Tensor self, *, int? dim=None, bool keepdim=False) -> (Tensor min, Tensor max)"""
     axes = _axes(ctx, x, dim)
-    return [_extreme(ctx, kind, x, axes, keepdim, x.dtype, out=k) for k, kind in enumerate(("min_reduce", "max_reduce"))]
+    return [_extreme(ctx, kind, x, axes, keepdim, x.dtype, out=k)
+            for k, kind in enumerate(("min_reduce", "max_reduce"))]
 
 
 @handler("aten::count_nonzero", args="t I?")
-def count_nonzero(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def count_nonzero(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::count_nonzero.dim_IntList(Tensor self, int[] dim) -> Tensor  (also count_nonzero(self, int? dim))"""
     nonzero = x if x.dtype == "bool" else ctx.tmp("ne", [x, 0.0 if x.dtype in FLOAT_DTYPES else 0], suffix="nz")
     ones = ctx.tmp("tract_core_cast", [nonzero], {"to": "i64"}, suffix="count")
@@ -297,7 +299,7 @@ def _not_nan(ctx: OpContext, x: NTensor) -> NTensor:
 
 @handler("aten::nansum", "aten::nanmean", args="t I? b n?")
 def nansum(ctx: OpContext, x: NTensor, dims: DimArg, keepdim: bool, _dtype: object) -> NTensor:
-    """aten::nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (and nanmean: NaNs count as absent)"""
+    """aten::nansum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor  (and nanmean: NaNs count as absent)"""  # noqa: E501
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     axes = _axes(ctx, x, dims)

@@ -14,7 +14,7 @@ get ``nearest_upsample`` / ``multilinear_upsample`` (integer factors only); bicu
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any
 
 from fastnnef.inference_target.capabilities import VERSION_GATES
 from fastnnef.nnef.graph import NTensor, Sym, Tuple
@@ -25,7 +25,7 @@ from fastnnef.op.registry import handler
 _SPATIAL = {"1d": 1, "2d": 2, "3d": 3}
 
 
-def _scale_factors(ctx: OpContext, first: int, n: int) -> Optional[list[float]]:
+def _scale_factors(ctx: OpContext, first: int, n: int) -> list[float] | None:
     """Traced scale factors, inputs ``first`` on: ``float[]? scale_factors`` (.vec
     overloads) or one ``float? scales_*`` per axis (older overloads); None when torch used
     the sizes."""
@@ -52,7 +52,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
     factors = _scale_factors(ctx, scales_from, n)
     axes = list(range(2, x.rank))
     # Integer ratio per axis when both sizes are known (None: not an integer or dynamic).
-    ratios: list[Optional[int]] = []
+    ratios: list[int | None] = []
     for i, a in enumerate(axes):
         if factors is not None:
             f = factors[i]
@@ -74,7 +74,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
             "linear": "align_corners" if align_corners else "half_pixel",
             "cubic": "align_corners" if align_corners else "half_pixel",  # no clamp: torch clamps each cubic tap
         }[mode]
-        attrs = {
+        attrs: dict[str, Any] = {
             "coord_transformer": coord,
             "interpolator": "nearest" if mode.startswith("nearest") else mode,
             "nearest_mode": "floor",
@@ -125,7 +125,7 @@ def upsample_nearest_exact(ctx: OpContext, x: NTensor) -> NTensor:
 @handler("aten::upsample_linear1d", "aten::upsample_bilinear2d", "aten::upsample_trilinear3d", args="t _ b *")
 @torch_quantized("dequantize")
 def upsample_linear(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
-    """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""
+    """aten::upsample_bilinear2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor"""  # noqa: E501
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased interpolation")
     return _resize(ctx, x, "linear", align_corners, 3)
@@ -176,7 +176,7 @@ def pixel_unshuffle(ctx: OpContext, x: NTensor, r: int) -> NTensor:
 @handler("aten::upsample_bicubic2d", "aten::_upsample_bicubic2d_aa", args="t _ b *",
          since="resize_grid_sample")
 def upsample_bicubic(ctx: OpContext, x: NTensor, align_corners: bool) -> NTensor:
-    """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""
+    """aten::upsample_bicubic2d.vec(Tensor input, SymInt[]? output_size, bool align_corners, float[]? scale_factors) -> Tensor  (tract_core_resize's cubic kernel is torch's, a = -0.75)"""  # noqa: E501
     if ctx.kind.endswith("_aa"):
         raise ctx.unsupported("antialiased bicubic interpolation", "interpolate with antialias=False")
     return _resize(ctx, x, "cubic", align_corners, 3)

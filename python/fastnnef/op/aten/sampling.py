@@ -13,7 +13,7 @@ count.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -28,9 +28,10 @@ _PADDING = {0: "zeros", 1: "border", 2: "reflection"}
 
 
 # --- grid sampling ------------------------------------------------------------------------
-@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b", since="resize_grid_sample")
+@handler("aten::grid_sampler", "aten::grid_sampler_2d", "aten::grid_sampler_3d", args="t t i i b",
+         since="resize_grid_sample")
 def grid_sampler(ctx: OpContext, x: NTensor, grid: NTensor, mode: int, padding: int, align_corners: bool) -> NTensor:
-    """aten::grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor"""
+    """aten::grid_sampler(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, bool align_corners) -> Tensor"""  # noqa: E501
     if mode not in _INTERPOLATION or padding not in _PADDING:
         raise ctx.unsupported(f"grid sampling mode {mode} with padding mode {padding}")
     if x.rank not in (4, 5) or grid.rank != x.rank or grid.shape[-1] != x.rank - 2:
@@ -153,7 +154,7 @@ def _patch_count(ctx: OpContext, size: Dim, k: int, d: int, p: int, s: int) -> D
 @handler("aten::col2im", args="t I I I I I")
 def col2im(ctx: OpContext, cols: NTensor, output_size: list[int], kernel: list[int], dilation: list[int],
            padding: list[int], stride: list[int]) -> NTensor:
-    """aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor"""
+    """aten::col2im(Tensor self, SymInt[2] output_size, int[2] kernel_size, int[2] dilation, int[2] padding, int[2] stride) -> Tensor"""  # noqa: E501
     dtype = _float(ctx, "col2im")
     size, kernel = _pair(ctx, output_size, "output_size"), _pair(ctx, kernel, "kernel_size")
     dilation, padding, stride = (_pair(ctx, v, w) for v, w in ((dilation, "dilation"), (padding, "padding"),

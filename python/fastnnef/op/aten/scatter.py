@@ -10,7 +10,7 @@ index along a new axis, reduced over the index axis (memory grows with index x a
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 
@@ -31,7 +31,7 @@ _REDUCTIONS = {
 }
 
 
-def _identity(reduce: str, dtype: str) -> Union[int, float]:
+def _identity(reduce: str, dtype: str) -> int | float:
     """The value a reduction starts from (what an untouched cell contributes)."""
     if reduce in ("sum", "mean"):
         return 0
@@ -49,7 +49,7 @@ def _reduction(ctx: OpContext, reduce: str) -> str:
     return reduce
 
 
-def _like(ctx: OpContext, value: Union[NTensor, int, float], like: NTensor, dtype: str, suffix: str) -> NTensor:
+def _like(ctx: OpContext, value: NTensor | int | float, like: NTensor, dtype: str, suffix: str) -> NTensor:
     """``value`` broadcast to ``like``'s shape (read at run time where it is dynamic)."""
     v = value if isinstance(value, NTensor) else typed_scalar(ctx, value, dtype)
     if isinstance(v, NTensor) and tuple(v.shape) == tuple(like.shape):
@@ -68,7 +68,8 @@ def _floor_div(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     return ctx.tmp("tract_core_cast", [ctx.tmp("floor", [q], suffix="floor")], {"to": a.dtype}, suffix="mean")
 
 
-def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str, include_self: bool) -> NTensor:
+def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str,
+            include_self: bool) -> NTensor:
     """tract_core_scatter_elements with reductions (tract >= 0.23.0); ``idx`` has ``src``'s shape."""
     dtype = x.dtype
     op, _ = _REDUCTIONS[reduce]
@@ -91,7 +92,8 @@ def _native(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, r
     return _floor_div(ctx, out, counts)
 
 
-def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str, include_self: bool) -> NTensor:
+def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, reduce: str,
+             include_self: bool) -> NTensor:
     """The same scatter as a one-hot mask of ``idx`` along a new axis after ``axis``,
     reduced over ``axis`` (any tract version; ``idx`` broadcasts to ``src``)."""
     for d in range(x.rank):
@@ -108,7 +110,8 @@ def _by_mask(ctx: OpContext, x: NTensor, axis: int, idx: NTensor, src: NTensor, 
         positions = ctx.constant(torch.arange(int(n)).view(view), label=f"positions_{n}_{axis + 1}_{x.rank + 1}")
     else:
         rng = ctx.tmp("tract_core_range", [0, n, 1], dtype="i64", shape=(n,), suffix="pos")
-        positions = ctx.tmp("unsqueeze", [rng], {"axes": [a for a in range(x.rank + 1) if a != axis + 1]}, suffix="posv")
+        positions = ctx.tmp("unsqueeze", [rng], {"axes": [a for a in range(x.rank + 1) if a != axis + 1]},
+                            suffix="posv")
     hits = ctx.tmp("eq", [ctx.tmp("unsqueeze", [ctx.cast(idx, "i64")], {"axes": [axis + 1]}, suffix="idxv"), positions],
                    suffix="hits")  # [..., k, n, ...]
     _, nnef_reduce = _REDUCTIONS[reduce]
@@ -167,7 +170,7 @@ def _along(ctx: OpContext, index: NTensor, axis: int, rank: int) -> NTensor:
 
 
 def _scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
-                    include_self: Optional[bool], native: bool) -> NTensor:
+                    include_self: bool | None, native: bool) -> NTensor:
     axis = ctx.axis(dim, x.rank)
     return _scatter(ctx, x, axis, index, _src_as_index(ctx, src, index), _reduction(ctx, reduce),
                     True if include_self is None else include_self, native)
@@ -177,7 +180,7 @@ def _scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: N
 _LEGACY = {"add": "sum", "multiply": "prod"}
 
 
-def legacy_scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: Union[NTensor, int, float, bool],
+def legacy_scatter(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor | int | float | bool,
                    reduce: str) -> NTensor:
     """aten::scatter.reduce / .value_reduce: ``src`` (or the number) accumulated into self
     at ``index``, as scatter_reduce with include_self (the native reductions where the
@@ -198,7 +201,7 @@ def _index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: 
                     _reduction(ctx, reduce), include_self, native)
 
 
-def _scaled(ctx: OpContext, source: NTensor, alpha: Union[int, float]) -> NTensor:
+def _scaled(ctx: OpContext, source: NTensor, alpha: int | float) -> NTensor:
     if alpha == 1:
         return source
     dtype = ctx.out_dtype()
@@ -222,40 +225,41 @@ def scatter_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src
 @handler("aten::scatter_reduce", args="t i t t s b", since="scatter_reductions")
 def scatter_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
                    include_self: bool) -> NTensor:
-    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""
+    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor"""  # noqa: E501
     return _scatter_reduce(ctx, x, dim, index, src, reduce, include_self, True)
 
 
 @handler("aten::scatter_reduce", args="t i t t s b")
 def scatter_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, src: NTensor, reduce: str,
                           include_self: bool) -> NTensor:
-    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""
+    """aten::scatter_reduce.two(Tensor self, int dim, Tensor index, Tensor src, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _scatter_reduce(ctx, x, dim, index, src, reduce, include_self, False)
 
 
 @handler("aten::index_add", args="t i t t x", since="scatter_reductions")
-def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: Union[int, float]) -> NTensor:
+def index_add(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: int | float) -> NTensor:
     """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor"""
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, True)
 
 
 @handler("aten::index_add", args="t i t t x")
-def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, alpha: Union[int, float]) -> NTensor:
-    """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""
+def index_add_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor,
+                     alpha: int | float) -> NTensor:
+    """aten::index_add(Tensor self, int dim, Tensor index, Tensor source, *, Scalar alpha=1) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, _scaled(ctx, source, alpha), "sum", True, False)
 
 
 @handler("aten::index_reduce", args="t i t t s b", since="scatter_reductions")
 def index_reduce(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,
                  include_self: bool) -> NTensor:
-    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor"""
+    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, source, reduce, include_self, True)
 
 
 @handler("aten::index_reduce", args="t i t t s b")
 def index_reduce_masked(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTensor, reduce: str,
                         include_self: bool) -> NTensor:
-    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""
+    """aten::index_reduce(Tensor self, int dim, Tensor index, Tensor source, str reduce, *, bool include_self=True) -> Tensor  (one-hot form, tract < 0.23.0)"""  # noqa: E501
     return _index_reduce(ctx, x, dim, index, source, reduce, include_self, False)
 
 
@@ -272,7 +276,7 @@ def index_copy(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTe
 
 
 # --- writes of a slice ------------------------------------------------------------------
-def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: str) -> Optional[NTensor]:
+def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: str) -> NTensor | None:
     """``x[begin:end]`` along ``axis``, or None when empty."""
     if begin == end:
         return None
@@ -290,7 +294,7 @@ def _splice(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, middle:
     return ctx.emit("concat", [parts], {"axis": axis}, shape=x.shape)
 
 
-def _position(ctx: OpContext, v: Optional[Dim], n: Dim, default: Dim, what: str) -> Dim:
+def _position(ctx: OpContext, v: Dim | None, n: Dim, default: Dim, what: str) -> Dim:
     """A begin/end/index made non-negative and clamped as torch does."""
     if v is None or (is_static(v) and int(v) >= 2**62):
         return default
@@ -320,9 +324,9 @@ def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: li
 
 
 @handler("aten::slice_scatter", args="t t i D? D? i")
-def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: Optional[list[Dim]],
-                  end: Optional[list[Dim]], step: int) -> NTensor:
-    """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""
+def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None,
+                  end: list[Dim] | None, step: int) -> NTensor:
+    """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
     b = _position(ctx, start[0] if start else None, n, 0, "start")

@@ -3,7 +3,7 @@ cat/stack, split/chunk/unbind."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.nnef.shapes import same_size, unknown
@@ -49,7 +49,7 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
         _check_rest(ctx, before, [d for d in window if not unknown(d)])
     else:
         _check_volume(ctx, before, window)
-    shape: list[Union[int, Sym]] = [-1 if i in free else d for i, d in enumerate(window)]
+    shape: list[int | Sym] = [-1 if i in free else d for i, d in enumerate(window)]
     count = x.rank - pre - suf
     return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
 
@@ -87,7 +87,7 @@ def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -
     )
 
 
-def _volume(dims: Sequence[Dim]) -> Optional[Dim]:
+def _volume(dims: Sequence[Dim]) -> Dim | None:
     """The product of ``dims`` as a normalized size; None when not linear."""
     total: Dim = 1
     for d in dims:
@@ -138,7 +138,7 @@ def t(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::squeeze", args="t I?")
-def squeeze(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def squeeze(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)  (also .dims and no-dim forms)"""
     if dims is None:
         axes = [d for d in range(x.rank) if x.shape[d] == 1]
@@ -161,7 +161,7 @@ def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
     return ctx.emit("unsqueeze", [x], {"axes": [ctx.axis(dim, x.rank + 1)]})
 
 
-def _broadcast(ctx: OpContext, x: NTensor, sizes: Optional[list[Dim]] = None) -> NTensor:
+def _broadcast(ctx: OpContext, x: NTensor, sizes: list[Dim] | None = None) -> NTensor:
     out = ctx.out_shape()
     x = ctx.to_rank(x, len(out))
     kept: set[int] = set()  # dims that expand's -1 keeps: x's own, whatever their size

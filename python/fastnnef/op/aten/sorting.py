@@ -12,8 +12,6 @@ sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's defaul
 
 from __future__ import annotations
 
-from typing import Optional
-
 from fastnnef.nnef.graph import Dim, NTensor, Sym
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
@@ -44,7 +42,7 @@ def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: 
 
 @handler("aten::topk", args="t D i b b")
 def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: bool) -> list[NTensor]:
-    """aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""
+    """aten::topk(Tensor self, SymInt k, int dim=-1, bool largest=True, bool sorted=True) -> (Tensor values, Tensor indices)"""  # noqa: E501
     # sorted=False lets torch return the k elements in any order: sorted is one of them.
     return _topk(ctx, x, k[0], dim, largest, (0, 1))
 
@@ -55,13 +53,13 @@ def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
 
 @handler("aten::sort", args="t i b")
 def sort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> list[NTensor]:
-    """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""
+    """aten::sort(Tensor self, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)  (and sort.stable)"""  # noqa: E501
     return _topk(ctx, x, _full_length(ctx, x, dim), dim, descending, (0, 1))
 
 
 @handler("aten::sort", args="t b? i b", overload="stable")
-def sort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> list[NTensor]:
-    """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""
+def sort_stable(ctx: OpContext, x: NTensor, _stable: bool | None, dim: int, descending: bool) -> list[NTensor]:
+    """aten::sort.stable(Tensor self, *, bool? stable, int dim=-1, bool descending=False) -> (Tensor values, Tensor indices)"""  # noqa: E501
     return sort(ctx, x, dim, descending)
 
 
@@ -73,6 +71,6 @@ def argsort(ctx: OpContext, x: NTensor, dim: int, descending: bool) -> NTensor:
 
 
 @handler("aten::argsort", args="t b? i b", overload="stable")
-def argsort_stable(ctx: OpContext, x: NTensor, _stable: Optional[bool], dim: int, descending: bool) -> NTensor:
+def argsort_stable(ctx: OpContext, x: NTensor, _stable: bool | None, dim: int, descending: bool) -> NTensor:
     """aten::argsort.stable(Tensor self, *, bool stable, int dim=-1, bool descending=False) -> Tensor"""
     return argsort(ctx, x, dim, descending)

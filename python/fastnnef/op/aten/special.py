@@ -9,7 +9,6 @@ op/aten/_math.py, computed in f32 for f16 and integer inputs (torch returns floa
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 
@@ -50,8 +49,8 @@ def mvlgamma(ctx: OpContext, x: NTensor, p: int) -> NTensor:
         raise ctx.unsupported(f"mvlgamma with p={p}", "torch requires p >= 1")
     c, (x,) = _calc(ctx, x)
     # The p shifted arguments side by side on a new last axis: one lgamma, one sum.
-    offsets = torch.arange(p, dtype=torch.float64).mul(-0.5).to(torch_dtype(c.dtype))
-    offsets = c.ctx.constant(offsets.reshape([1] * x.rank + [p]))
+    shifts = torch.arange(p, dtype=torch.float64).mul(-0.5).to(torch_dtype(c.dtype))
+    offsets = c.ctx.constant(shifts.reshape([1] * x.rank + [p]))
     shifted = c("add", c("unsqueeze", x, axes=[x.rank]), offsets)
     total = c("squeeze", c("sum_reduce", m.lgamma(c, shifted), axes=[x.rank]), axes=[x.rank])
     return c.out("add", total, p * (p - 1) / 4 * math.log(math.pi))
@@ -133,7 +132,7 @@ def sinc(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::logit", "aten::special_logit", args="t f?")
-def logit(ctx: OpContext, x: NTensor, eps: Optional[float]) -> NTensor:
+def logit(ctx: OpContext, x: NTensor, eps: float | None) -> NTensor:
     """aten::logit(Tensor self, float? eps=None) -> Tensor  (log(z / (1 - z)), z = x clamped to [eps, 1 - eps])"""
     c, (x,) = _calc(ctx, x)
     if eps is not None:

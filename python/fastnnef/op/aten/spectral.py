@@ -17,7 +17,7 @@ the frame count may be dynamic.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -72,7 +72,7 @@ def _fft(ctx: OpContext, z: NTensor, axes: Sequence[int], inverse: bool) -> NTen
     return z
 
 
-def _norm_scale(ctx: OpContext, norm: Optional[str], n: Optional[int], inverse: bool) -> float:
+def _norm_scale(ctx: OpContext, norm: str | None, n: int | None, inverse: bool) -> float:
     """torch's ``norm``: "backward" scales the inverse transforms by 1/n, "forward" the
     forward ones, "ortho" both by 1/sqrt(n). ``n`` is None when a signal axis is dynamic."""
     mode = norm or "backward"
@@ -88,7 +88,7 @@ def _norm_scale(ctx: OpContext, norm: Optional[str], n: Optional[int], inverse: 
     return n ** -0.5 if mode == "ortho" else 1.0 / n
 
 
-def _volume(ctx: OpContext, t: NTensor, axes: Sequence[int]) -> Optional[int]:
+def _volume(ctx: OpContext, t: NTensor, axes: Sequence[int]) -> int | None:
     """The number of samples over ``axes`` (None when one is dynamic)."""
     n = 1
     for axis in axes:
@@ -123,7 +123,7 @@ def _complex_to_real(ctx: OpContext, z: NTensor, axis: int, n: int) -> NTensor:
     return part(ctx, _fft(ctx, z, [axis], True), 0)
 
 
-def _dims(ctx: OpContext, dims: Optional[list[int]], sizes: Optional[list[int]], rank: int) -> list[int]:
+def _dims(ctx: OpContext, dims: list[int] | None, sizes: list[int] | None, rank: int) -> list[int]:
     """Transformed axes: ``dim``, else the last len(s) axes, else all (torch's rule)."""
     if dims is None:
         dims = list(range(rank - len(sizes), rank)) if sizes is not None else list(range(rank))
@@ -135,12 +135,12 @@ def _dims(ctx: OpContext, dims: Optional[list[int]], sizes: Optional[list[int]],
     return axes
 
 
-def _sizes(ctx: OpContext, index: int) -> Optional[list[int]]:
+def _sizes(ctx: OpContext, index: int) -> list[int] | None:
     """``SymInt? n`` or ``SymInt[]? s`` as a list (None: the input's sizes)."""
     return ctx.arg(index, "I?")
 
 
-def _dim_list(ctx: OpContext, index: int) -> Optional[list[int]]:
+def _dim_list(ctx: OpContext, index: int) -> list[int] | None:
     return ctx.arg(index, "I?")
 
 
@@ -200,7 +200,7 @@ _FFT_ARGS = "t _ _ _"
 
 @handler("aten::fft_fft", "aten::fft_fft2", "aten::fft_fftn", args=_FFT_ARGS, complex=True)
 def fft_fft(ctx: OpContext, x: NTensor) -> NTensor:
-    """aten::fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor  (also fft2/fftn: SymInt[1]? s, int[1]? dim)"""
+    """aten::fft_fft(Tensor self, SymInt? n=None, int dim=-1, str? norm=None) -> Tensor  (also fft2/fftn: SymInt[1]? s, int[1]? dim)"""  # noqa: E501
     return _c2c(ctx, x, inverse=False)
 
 
@@ -236,14 +236,14 @@ def fft_hfft(ctx: OpContext, z: NTensor) -> NTensor:
 
 @handler("aten::fft_fftfreq", "aten::fft_rfftfreq", args="i f *")
 def fft_fftfreq(ctx: OpContext, n: int, d: float) -> NTensor:
-    """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""
+    """aten::fft_fftfreq(int n, float d=1., *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also rfftfreq)"""  # noqa: E501
     kind = ctx.kind.split("::")[1]
     dtype = ctx.out_torch_dtype()
     data = getattr(torch.fft, kind[len("fft_"):])(n, d, dtype=dtype)
     return ctx.constant(data, label=f"{kind}_{n}_{d}_{dtype}".replace(".", "_"))
 
 
-def _shift(ctx: OpContext, x: NTensor, dims: Optional[list[int]], inverse: bool) -> NTensor:
+def _shift(ctx: OpContext, x: NTensor, dims: list[int] | None, inverse: bool) -> NTensor:
     """Roll each axis by n//2 (fftshift) or -(n//2) (ifftshift)."""
     rank = logical_rank(ctx)
     axes = [ctx.axis(d, rank) for d in dims] if dims is not None else list(range(rank))
@@ -255,13 +255,13 @@ def _shift(ctx: OpContext, x: NTensor, dims: Optional[list[int]], inverse: bool)
 
 
 @handler("aten::fft_fftshift", args="t I?", complex=True)
-def fft_fftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def fft_fftshift(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::fft_fftshift(Tensor self, int[1]? dim=None) -> Tensor"""
     return _shift(ctx, x, dims, inverse=False)
 
 
 @handler("aten::fft_ifftshift", args="t I?", complex=True)
-def fft_ifftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTensor:
+def fft_ifftshift(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     """aten::fft_ifftshift(Tensor self, int[1]? dim=None) -> Tensor"""
     return _shift(ctx, x, dims, inverse=True)
 
@@ -270,7 +270,7 @@ def fft_ifftshift(ctx: OpContext, x: NTensor, dims: Optional[list[int]]) -> NTen
 @handler("aten::hann_window", "aten::hamming_window", "aten::blackman_window", "aten::bartlett_window",
          "aten::kaiser_window", args="i *")
 def window(ctx: OpContext, n: int) -> NTensor:
-    """aten::hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (every window; hamming's alpha/beta, kaiser's beta)"""
+    """aten::hann_window.periodic(int window_length, bool periodic, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (every window; hamming's alpha/beta, kaiser's beta)"""  # noqa: E501
     kind = ctx.kind.split("::")[1]
     # The overloads differ by what comes between the length and the 4 trailing options:
     # periodic, then hamming's alpha and beta or kaiser's beta.
@@ -287,14 +287,15 @@ def _frames(n: Dim, frame: int, hop: int) -> Dim:
     return (n - frame) // hop + 1
 
 
-def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> Optional[NTensor]:
+def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype: str) -> NTensor | None:
     """The analysis window (tract_core_stft takes it as a tensor argument); None for
     torch's default, a rectangular window of n_fft."""
     window = ctx.arg(index, "v")
     if window is None:
         if win_length == n_fft:
             return None
-        return ctx.constant(torch.ones(win_length, dtype=torch_dtype(dtype)), label=f"stft_rect_window_{win_length}_{dtype}")
+        return ctx.constant(torch.ones(win_length, dtype=torch_dtype(dtype)),
+                            label=f"stft_rect_window_{win_length}_{dtype}")
     if not ctx.is_tensor(index) or ctx.traced_shape(index) != (win_length,):
         raise ctx.unsupported(f"an STFT window that is not a 1-D tensor of win_length={win_length}")
     return window
@@ -302,26 +303,26 @@ def _window_input(ctx: OpContext, index: int, n_fft: int, win_length: int, dtype
 
 @handler("aten::stft", args="t i i? i? _ b b? b? b?", complex=True)
 def stft(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], normalized: bool,
-    onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, normalized: bool,
+    onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
-    """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""
+    """aten::stft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor  (also stft.center)"""  # noqa: E501
     # torch.stft pads the signal itself before this overload
     return _stft(ctx, x, n_fft, hop, win_length, False, "", normalized, onesided, align)
 
 
 @handler("aten::stft", args="t i i? i? _ b s b b? b? b?", complex=True, overload="center")
 def stft_center(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    pad_mode: str, normalized: bool, onesided: Optional[bool], _return_complex: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    pad_mode: str, normalized: bool, onesided: bool | None, _return_complex: bool | None, align: bool | None,
 ) -> NTensor:
-    """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""
+    """aten::stft.center(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, str pad_mode="reflect", bool normalized=False, bool? onesided=None, bool? return_complex=None, bool? align_to_window=None) -> Tensor"""  # noqa: E501
     return _stft(ctx, x, n_fft, hop, win_length, center, pad_mode, normalized, onesided, align)
 
 
 def _stft(
-    ctx: OpContext, x: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    pad_mode: str, normalized: bool, onesided: Optional[bool], align: Optional[bool],
+    ctx: OpContext, x: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    pad_mode: str, normalized: bool, onesided: bool | None, align: bool | None,
 ) -> NTensor:
     if align:
         raise ctx.unsupported("stft with align_to_window=True")
@@ -401,7 +402,7 @@ def _overlap_add(ctx: OpContext, frames: NTensor, hop: int, tag: str) -> NTensor
                          dtype=frames.dtype, shape=lead + (t, r * hop), suffix=f"{tag}_blocks_pad")
     blocks = ctx.tmp("reshape", [frames], {"shape": [r, hop], "axis_start": axis, "axis_count": 1},
                      dtype=frames.dtype, shape=lead + (t, r, hop), suffix=f"{tag}_blocks")
-    total: Optional[NTensor] = None
+    total: NTensor | None = None
     for k in range(r):
         block = ctx.tmp("slice", [blocks], {"axes": [axis], "begin": [k], "end": [k + 1]}, suffix=f"{tag}_block")
         pads = [Tuple((k, r - 1 - k) if a == axis - 1 else (0, 0)) for a in range(blocks.rank)]
@@ -416,12 +417,13 @@ def _overlap_add(ctx: OpContext, frames: NTensor, hop: int, tag: str) -> NTensor
 
 @handler("aten::istft", args="t i i? i? _ b b b? i? b", complex=True)
 def istft(
-    ctx: OpContext, z: NTensor, n_fft: int, hop: Optional[int], win_length: Optional[int], center: bool,
-    normalized: bool, onesided: Optional[bool], length: Optional[int], return_complex: bool,
+    ctx: OpContext, z: NTensor, n_fft: int, hop: int | None, win_length: int | None, center: bool,
+    normalized: bool, onesided: bool | None, length: int | None, return_complex: bool,
 ) -> NTensor:
-    """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""
+    """aten::istft(Tensor self, int n_fft, int? hop_length=None, int? win_length=None, Tensor? window=None, bool center=True, bool normalized=False, bool? onesided=None, int? length=None, bool return_complex=False) -> Tensor"""  # noqa: E501
     if return_complex or not is_complex(ctx, 0):
-        raise ctx.unsupported("istft to a complex signal or of a real spectrum", "pass a complex spectrum, return_complex=False")
+        raise ctx.unsupported("istft to a complex signal or of a real spectrum",
+                              "pass a complex spectrum, return_complex=False")
     hop = hop or n_fft // 4
     win_length = win_length or n_fft
     rank = logical_rank(ctx)
@@ -440,22 +442,24 @@ def istft(
     # the normalization's sqrt(n_fft) folded in.
     window = _window_input(ctx, 4, n_fft, win_length, frames.dtype)
     if window is None:
-        window = ctx.constant(torch.ones(n_fft, dtype=torch_dtype(frames.dtype)), label=f"istft_rect_window_{n_fft}_{frames.dtype}")
+        window = ctx.constant(torch.ones(n_fft, dtype=torch_dtype(frames.dtype)),
+                              label=f"istft_rect_window_{n_fft}_{frames.dtype}")
     window = ctx.cast(window, frames.dtype)
     if win_length < n_fft:
         left = (n_fft - win_length) // 2
         window = ctx.tmp("pad", [window], {"padding": [Tuple((left, n_fft - win_length - left))], "border": "constant",
                                            "value": 0.0}, dtype=window.dtype, shape=(n_fft,), suffix="window_pad")
     gain = (n_fft ** 0.5 if normalized else 1.0) / n_fft
-    weights = ctx.tmp("unsqueeze", [ctx.tmp("mul", [window, gain], suffix="window_gain")], {"axes": [1]}, suffix="window_col")
+    weights = ctx.tmp("unsqueeze", [ctx.tmp("mul", [window, gain], suffix="window_gain")], {"axes": [1]},
+                      suffix="window_col")
     frames = ctx.tmp("mul", [frames, ctx.to_rank(weights, frames.rank)], suffix="windowed")
     by_time = list(range(freq)) + [time, freq]
     signal = _overlap_add(ctx, ctx.tmp("transpose", [frames], {"axes": by_time}, suffix="by_time"), hop, "ola")
     # The squared window summed the same way, to undo the overlap's gain.
     square = ctx.tmp("unsqueeze", [ctx.tmp("sqr", [window], suffix="window_sq")], {"axes": [0]}, suffix="window_row")
     n_frames = z.shape[time]
-    envelope = _overlap_add(ctx, ctx.tmp("tract_core_broadcast", [square], {"shape": [n_frames, n_fft]}, suffix="window_frames"),
-                            hop, "envelope")
+    window_frames = ctx.tmp("tract_core_broadcast", [square], {"shape": [n_frames, n_fft]}, suffix="window_frames")
+    envelope = _overlap_add(ctx, window_frames, hop, "envelope")
     expected = plus(times(plus(n_frames, -1), hop), n_fft)
     start = n_fft // 2 if center else 0
     if length is not None:
@@ -463,11 +467,11 @@ def istft(
     else:
         end = plus(expected, -(n_fft // 2)) if center else expected
     static_end = is_static(end) and is_static(expected)
-    stop = min(int(end), int(expected)) if static_end else end  # type: ignore[call-overload]
+    stop = min(int(end), int(expected)) if static_end else end
     cut = {"axes": [freq], "begin": [start], "end": [stop]}
-    y = ctx.tmp("div", [ctx.tmp("slice", [signal], cut, suffix="trimmed"),
-                        ctx.to_rank(ctx.tmp("slice", [envelope], {**cut, "axes": [0]}, suffix="envelope_trimmed"), freq + 1)],
-                suffix="normalized")
+    trimmed = ctx.tmp("slice", [signal], cut, suffix="trimmed")
+    envelope_trimmed = ctx.tmp("slice", [envelope], {**cut, "axes": [0]}, suffix="envelope_trimmed")
+    y = ctx.tmp("div", [trimmed, ctx.to_rank(envelope_trimmed, freq + 1)], suffix="normalized")
     if static_end and int(end) > int(expected):  # a requested length past the frames: zeros
         pads = [Tuple((0, int(end) - int(expected)) if a == freq else (0, 0)) for a in range(y.rank)]
         return ctx.emit("pad", [y], {"padding": pads, "border": "constant", "value": 0.0})

@@ -16,7 +16,6 @@ mask and carry it on; ``to_padded_tensor`` drops it and writes the padding value
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from fastnnef.nnef.graph import Dim, NTensor
 from fastnnef.op.aten._common import typed_scalar
@@ -30,7 +29,7 @@ from fastnnef.op.registry import handler
 _MASK_AXES = {0: [0, 1], 1: [1, 2], 2: []}  # [L, S], [B, S] (key padding), [B, H, L, S]
 
 
-def _nested(ctx: OpContext, index: int) -> Optional[NTensor]:
+def _nested(ctx: OpContext, index: int) -> NTensor | None:
     """The padded ``[B, S, E + 1]`` form of input ``index`` if it is a nested tensor (the
     trace records no shape for those), else ``None``."""
     if index >= ctx.n_inputs or ctx.is_tensor(index):
@@ -47,7 +46,7 @@ def _unnest(ctx: OpContext, nested: NTensor) -> tuple[NTensor, NTensor]:
     return data, valid
 
 
-def _linear(ctx: OpContext, x: NTensor, w: NTensor, b: Optional[NTensor], tag: str) -> NTensor:
+def _linear(ctx: OpContext, x: NTensor, w: NTensor, b: NTensor | None, tag: str) -> NTensor:
     """``x @ w^T + b`` on ``[B, L, E_in]``."""
     y = ctx.tmp("matmul", [x, ctx.to_rank(ctx.cast(w, x.dtype), x.rank)],
                 {"transposeA": False, "transposeB": True}, suffix=tag)
@@ -76,7 +75,7 @@ def _layer_norm(ctx: OpContext, x: NTensor, w: NTensor, b: NTensor, eps: float, 
     return ctx.tmp("add", [y, ctx.to_rank(ctx.cast(b, x.dtype), x.rank)], suffix=tag)
 
 
-def _blocked_bias(ctx: OpContext, mask: NTensor, mask_type: Optional[int], dtype: str) -> NTensor:
+def _blocked_bias(ctx: OpContext, mask: NTensor, mask_type: int | None, dtype: str) -> NTensor:
     """torch's fused attention blocks a key where the mask is True, or non-zero for a float
     mask (it converts float masks to bool): an additive bias lined up with [B, H, L, S]."""
     if mask_type is None:
@@ -93,8 +92,8 @@ def _blocked_bias(ctx: OpContext, mask: NTensor, mask_type: Optional[int], dtype
 
 def _attention(
     ctx: OpContext, query: NTensor, key: NTensor, value: NTensor, heads: int, qkv_w: NTensor, qkv_b: NTensor,
-    out_w: NTensor, out_b: NTensor, bias: Optional[NTensor], need_weights: bool,
-) -> tuple[NTensor, Optional[NTensor]]:
+    out_w: NTensor, out_b: NTensor, bias: NTensor | None, need_weights: bool,
+) -> tuple[NTensor, NTensor | None]:
     """Multi-head attention on batch-first ``[B, L, E]`` inputs: (output [B, L, E], weights
     [B, H, L, S] when ``need_weights``)."""
     e = int(query.shape[-1])
@@ -110,7 +109,7 @@ def _attention(
     inner = "f32" if dtype == "f16" and ctx.caps.force_attention_inner_in_f32 else dtype
     q, k, v = (_heads(ctx, ctx.cast(t, inner), heads, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
     scale = 1.0 / math.sqrt(e // heads)
-    weights: Optional[NTensor] = None
+    weights: NTensor | None = None
     if ctx.caps.reify_sdpa and not need_weights:
         args = [q, k, v] + ([mask_for_sdpa(ctx, bias, q.shape[2], k.shape[2])] if bias is not None else [])
         attrs = {"scale": scale, "datum_type": inner, "acc_datum_type": inner, "is_causal": False}
@@ -139,10 +138,10 @@ def _output(ctx: OpContext, t: NTensor, out: int = 0) -> NTensor:
 @handler("aten::_native_multi_head_attention", args="t t t i i t t t t t? b b i?")
 def native_multi_head_attention(
     ctx: OpContext, query: NTensor, key: NTensor, value: NTensor, embed_dim: int, heads: int,
-    qkv_w: NTensor, qkv_b: NTensor, out_w: NTensor, out_b: NTensor, mask: Optional[NTensor],
-    need_weights: bool, average: bool, mask_type: Optional[int],
-) -> list[Optional[NTensor]]:
-    """aten::_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)"""
+    qkv_w: NTensor, qkv_b: NTensor, out_w: NTensor, out_b: NTensor, mask: NTensor | None,
+    need_weights: bool, average: bool, mask_type: int | None,
+) -> list[NTensor | None]:
+    """aten::_native_multi_head_attention(Tensor query, Tensor key, Tensor value, int embed_dim, int num_head, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, Tensor? mask=None, bool need_weights=True, bool average_attn_weights=True, int? mask_type=None) -> (Tensor, Tensor)"""  # noqa: E501
     if query.rank != 3 or embed_dim % heads:
         raise ctx.unsupported(f"a rank-{query.rank} query with {embed_dim} channels in {heads} heads")
     ctx.static(query, [2], "multi-head attention (the head split)")
@@ -162,11 +161,11 @@ def transformer_encoder_layer(
     ctx: OpContext, embed_dim: int, heads: int, qkv_w: NTensor, qkv_b: NTensor, out_w: NTensor, out_b: NTensor,
     use_gelu: bool, norm_first: bool, eps: float, norm1_w: NTensor, norm1_b: NTensor, norm2_w: NTensor,
     norm2_b: NTensor, ffn1_w: NTensor, ffn1_b: NTensor, ffn2_w: NTensor, ffn2_b: NTensor,
-    mask: Optional[NTensor], mask_type: Optional[int],
+    mask: NTensor | None, mask_type: int | None,
 ) -> NTensor:
-    """aten::_transformer_encoder_layer_fwd(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor norm_weight_1, Tensor norm_bias_1, Tensor norm_weight_2, Tensor norm_bias_2, Tensor ffn_weight_1, Tensor ffn_bias_1, Tensor ffn_weight_2, Tensor ffn_bias_2, Tensor? mask=None, int? mask_type=None) -> Tensor"""
+    """aten::_transformer_encoder_layer_fwd(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor qkv_bias, Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor norm_weight_1, Tensor norm_bias_1, Tensor norm_weight_2, Tensor norm_bias_2, Tensor ffn_weight_1, Tensor ffn_bias_1, Tensor ffn_weight_2, Tensor ffn_bias_2, Tensor? mask=None, int? mask_type=None) -> Tensor"""  # noqa: E501
     nested = _nested(ctx, 0)
-    valid: Optional[NTensor] = None
+    valid: NTensor | None = None
     if nested is not None:
         src, valid = _unnest(ctx, nested)
         # Padding keys are blocked: the validity channel is the key padding mask.
@@ -207,7 +206,7 @@ def transformer_encoder_layer(
 
 
 @handler("aten::_nested_tensor_from_mask", args="t t b?")
-def nested_tensor_from_mask(ctx: OpContext, t: NTensor, mask: NTensor, _check: Optional[bool]) -> NTensor:
+def nested_tensor_from_mask(ctx: OpContext, t: NTensor, mask: NTensor, _check: bool | None) -> NTensor:
     """aten::_nested_tensor_from_mask(Tensor t, Tensor mask, bool mask_check=True) -> Tensor
     (item i = t[i, :n_i], where mask [B, S] holds n_i leading Trues)"""
     if t.rank != 3 or mask.rank != 2:
@@ -218,7 +217,7 @@ def nested_tensor_from_mask(ctx: OpContext, t: NTensor, mask: NTensor, _check: O
 
 
 @handler("aten::to_padded_tensor", args="_ f D?")
-def to_padded_tensor(ctx: OpContext, padding: float, size: Optional[list[Dim]]) -> NTensor:
+def to_padded_tensor(ctx: OpContext, padding: float, size: list[Dim] | None) -> NTensor:
     """aten::to_padded_tensor(Tensor self, float padding, SymInt[]? output_size=None) -> Tensor"""
     nested = _nested(ctx, 0)
     if nested is None:

@@ -7,7 +7,7 @@ at the reference's path (``op.custom_extractors``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["CUSTOMOP_KIND", "ModuleInfoExtractor", "find_extractor"]
 
 # module class -> extractor class; the latest subclass defined for a module class wins.
-_REGISTRY: Dict[type, "Type[ModuleInfoExtractor]"] = {}
+_REGISTRY: dict[type, type[ModuleInfoExtractor]] = {}
 
 
 class _ExtractorMeta(type):
@@ -54,7 +54,7 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
                 return []
     """
 
-    MODULE_CLASS: ClassVar[Optional[type]] = None
+    MODULE_CLASS: ClassVar[type | None] = None
     #: False on classes kept only so that their names import (not used by exports).
     REGISTERED: ClassVar[bool] = True
 
@@ -104,19 +104,19 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         self,
         g: Any,
         node: Any,
-        name_to_tensor: Dict[str, Any],
+        name_to_tensor: dict[str, Any],
         null_ref: Any,
         torch_graph: Any,
         inference_target: Any,
         **kwargs: Any,
-    ) -> List[str]:
+    ) -> list[str]:
         """Add the NNEF ops for one module call through ``g``; return the fragment names used."""
         raise T2NErrorNotImplemented(
             f"{type(self).__name__}.convert_to_nnef is not implemented: override it to emit "
             f"the NNEF ops for {getattr(self.MODULE_CLASS, '__name__', None)}"
         )
 
-    def emit(self, ctx: "OpContext", inference_target: Any) -> list[NTensor]:
+    def emit(self, ctx: OpContext, inference_target: Any) -> list[NTensor]:
         """Convert one module call: run ``convert_to_nnef``, check what it declared, and
         return the module's output tensors in order."""
         named = {v.name: ctx.tensor(v) for v in ctx.node.inputs if isinstance(v, TensorValue)}
@@ -139,7 +139,7 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         return outputs
 
 
-def find_extractor(module: nn.Module) -> Optional[ModuleInfoExtractor]:
+def find_extractor(module: nn.Module) -> ModuleInfoExtractor | None:
     """The extractor registered for ``type(module)`` exactly that takes this instance
     over, or None."""
     extractor_class = _REGISTRY.get(type(module))
@@ -149,5 +149,5 @@ def find_extractor(module: nn.Module) -> Optional[ModuleInfoExtractor]:
     return extractor if extractor.takes_over(module) else None
 
 
-def _registered_names() -> List[str]:
+def _registered_names() -> list[str]:
     return sorted(module_class.__qualname__ for module_class in _REGISTRY)

@@ -30,7 +30,7 @@ what transformers' prompt path assumes.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +72,7 @@ class GatedDeltaNetRecurrentReified(nn.Module):
 
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
-        initial_state: Optional[torch.Tensor] = None, output_final_state: bool = True,
+        initial_state: torch.Tensor | None = None, output_final_state: bool = True,
         use_qk_l2norm_in_kernel: bool = True, **_kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if initial_state is None or not use_qk_l2norm_in_kernel:
@@ -106,8 +106,8 @@ class _TractOpExtractor(ModuleInfoExtractor):
     OP = ""
     ORDER: tuple[int, ...] = ()
 
-    def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: Dict[str, Any], null_ref: Any, torch_graph: Any,
-                        inference_target: Any, **kwargs: Any) -> List[str]:
+    def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
+                        inference_target: Any, **kwargs: Any) -> list[str]:
         if not g.caps.supports(GATED_DELTA_NET_FEATURE):
             raise g.unsupported(
                 f"{self.OP} needs tract >= {VERSION_GATES[GATED_DELTA_NET_FEATURE].first.to_str()}",

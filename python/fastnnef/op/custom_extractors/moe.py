@@ -32,9 +32,10 @@ read when written, one at a time; a parameter in memory gives views.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Type, Union
+from typing import Any
 
 import torch
 from torch import nn
@@ -57,29 +58,29 @@ class MoEFFNPlan:
 
     experts: nn.Module
     router_weight: torch.Tensor  # [E, D]
-    router_bias: Optional[torch.Tensor]  # [E], added to the logits (gpt-oss)
+    router_bias: torch.Tensor | None  # [E], added to the logits (gpt-oss)
     k: int
     gate: str  # softmax_topk | softmax_all | sigmoid
     output_scale: float = 1.0  # every gate weight times this (DeepSeek's routed_scaling_factor)
 
 
 # --- routing: what each transformers router computes, as a gate mode ------------------------
-def _softmax_renormalized(router: Any) -> Union[tuple[str, float], str]:
+def _softmax_renormalized(router: Any) -> tuple[str, float] | str:
     """Mixtral: softmax over all experts, top-k, renormalized = softmax over the top-k."""
     return "softmax_topk", 1.0
 
 
-def _softmax_maybe_renormalized(router: Any) -> Union[tuple[str, float], str]:
+def _softmax_maybe_renormalized(router: Any) -> tuple[str, float] | str:
     """Qwen2/3-MoE, OLMoE: softmax over all experts, top-k, renormalized when norm_topk_prob."""
     return ("softmax_topk" if router.norm_topk_prob else "softmax_all"), 1.0
 
 
-def _topk_then_softmax(router: Any) -> Union[tuple[str, float], str]:
+def _topk_then_softmax(router: Any) -> tuple[str, float] | str:
     """Granite-MoE, gpt-oss: top-k of the logits (with the router's bias), softmax over them."""
     return "softmax_topk", 1.0
 
 
-def _deepseek_v2(router: Any) -> Union[tuple[str, float], str]:
+def _deepseek_v2(router: Any) -> tuple[str, float] | str:
     """Softmax over all experts, top-k (group-limited: top-k within the best groups), times
     routed_scaling_factor."""
     limited = router.topk_method == "group_limited_greedy" and router.topk_group < router.num_group
@@ -89,7 +90,7 @@ def _deepseek_v2(router: Any) -> Union[tuple[str, float], str]:
     return "softmax_all", float(router.routed_scaling_factor)
 
 
-def _deepseek_v3(router: Any) -> Union[tuple[str, float], str]:
+def _deepseek_v3(router: Any) -> tuple[str, float] | str:
     """Sigmoid scores, chosen by score + e_score_correction_bias within the best groups,
     normalized when norm_topk_prob, times routed_scaling_factor."""
     if router.norm_topk_prob:
@@ -98,12 +99,13 @@ def _deepseek_v3(router: Any) -> Union[tuple[str, float], str]:
         return (f"routing within the best {router.topk_group} of {router.num_group} expert groups is not "
                 "expressed by tract_moe_ffn's gate modes")
     if bool(torch.any(router.e_score_correction_bias != 0)):
-        return "e_score_correction_bias changes which experts are chosen but not their weights (tract_moe_ffn has no such bias)"
+        return ("e_score_correction_bias changes which experts are chosen but not their weights "
+                "(tract_moe_ffn has no such bias)")
     return "sigmoid", float(router.routed_scaling_factor)
 
 
 # Router class (transformers) -> its routing as (gate mode, output scale), or why not.
-ROUTINGS: Dict[str, Callable[[nn.Module], Union[tuple[str, float], str]]] = {
+ROUTINGS: dict[str, Callable[[nn.Module], tuple[str, float] | str]] = {
     "MixtralTopKRouter": _softmax_renormalized,
     "Qwen2MoeTopKRouter": _softmax_maybe_renormalized,
     "Qwen3MoeTopKRouter": _softmax_maybe_renormalized,
@@ -120,7 +122,7 @@ ROUTINGS: Dict[str, Callable[[nn.Module], Union[tuple[str, float], str]]] = {
 }
 
 
-def _router_of(block: nn.Module) -> Optional[nn.Module]:
+def _router_of(block: nn.Module) -> nn.Module | None:
     for attr in ("gate", "router"):
         router = getattr(block, attr, None)
         if isinstance(router, nn.Module) and type(router).__name__ in ROUTINGS:
@@ -137,7 +139,7 @@ def is_experts(module: nn.Module) -> bool:
     )
 
 
-def moe_ffn_plan(block: nn.Module) -> Union[MoEFFNPlan, str]:
+def moe_ffn_plan(block: nn.Module) -> MoEFFNPlan | str:
     """The plan for ``block`` (a module with a known router and an experts module), or
     why its experts cannot be one ``tract_moe_ffn``."""
     experts: Any = getattr(block, "experts", None)  # transformers modules: attributes set by their config
@@ -209,8 +211,8 @@ class ExpertWeights:
     layout: str  # linear | canonical
     w1: torch.Tensor  # gate projection (or the only one, without a gate)
     w2: torch.Tensor  # down projection
-    w3: Optional[torch.Tensor]  # up projection
-    biases: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # w1, w3, w2 biases
+    w3: torch.Tensor | None  # up projection
+    biases: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # w1, w3, w2 biases
 
 
 def expert_weights(experts: Any) -> ExpertWeights:
@@ -234,9 +236,9 @@ def expert_weights(experts: Any) -> ExpertWeights:
 
 
 # --- plans in force, and the extractor ----------------------------------------------------------
-_active: Dict[int, MoEFFNPlan] = {}  # id(experts module) -> its plan, inside routed_as_moe_ffn
+_active: dict[int, MoEFFNPlan] = {}  # id(experts module) -> its plan, inside routed_as_moe_ffn
 _active_lock = threading.Lock()
-_extractor_classes: Dict[type, Type[ModuleInfoExtractor]] = {}
+_extractor_classes: dict[type, type[ModuleInfoExtractor]] = {}
 
 
 @contextmanager
@@ -260,7 +262,7 @@ def routed_as_moe_ffn(plans: Sequence[MoEFFNPlan]) -> Iterator[None]:
                 _active.pop(id(plan.experts), None)
 
 
-def _extractor_class(experts_class: type) -> Type[ModuleInfoExtractor]:
+def _extractor_class(experts_class: type) -> type[ModuleInfoExtractor]:
     """The extractor of ``experts_class`` (created and registered on first use: transformers
     is not imported by fastnnef, its classes are found on the model)."""
     known = _extractor_classes.get(experts_class)
@@ -271,7 +273,7 @@ def _extractor_class(experts_class: type) -> Type[ModuleInfoExtractor]:
     return known
 
 
-def _plan_of(module: nn.Module) -> Optional[MoEFFNPlan]:
+def _plan_of(module: nn.Module) -> MoEFFNPlan | None:
     with _active_lock:
         plan = _active.get(id(module))
     return plan if plan is not None and plan.experts is module else None
@@ -286,8 +288,8 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
     def takes_over(self, module: nn.Module) -> bool:
         return _plan_of(module) is not None
 
-    def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: Dict[str, Any], null_ref: Any, torch_graph: Any,
-                        inference_target: Any, **kwargs: Any) -> List[str]:
+    def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
+                        inference_target: Any, **kwargs: Any) -> list[str]:
         plan = _plan_of(node.module)
         if plan is None:
             raise T2NErrorNotImplemented(f"{node.where()}: this experts module was not planned as tract_moe_ffn")
@@ -309,7 +311,7 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
         args = [x, g.parameter(plan.router_weight), weight(weights.w1, "w1"), weight(weights.w2, "w2")]
         if weights.w3 is not None:
             args.append(weight(weights.w3, "w3"))
-        attrs: Dict[str, Any] = {"k": plan.k, "activation": _activation(plan.experts), "gate": plan.gate,
+        attrs: dict[str, Any] = {"k": plan.k, "activation": _activation(plan.experts), "gate": plan.gate,
                                  "expert_layout": weights.layout}
         if plan.router_bias is not None:
             attrs["wg_bias"] = g.parameter(plan.router_bias)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import abc
 import copy
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Self, TypeVar
 
 import torch
 from torch.utils._pytree import tree_map
@@ -82,7 +83,7 @@ class QScalePerGroupF16(QScheme):
     def __repr__(self) -> str:
         return f"QScalePerGroupF16(group_size={self.group_size}, n_bits={self.n_bits}, groups={self.scale.shape[0]})"
 
-    def reshape_tensor_per_group(self, fp_tensor: torch.Tensor, group_size: Optional[int] = None) -> torch.Tensor:
+    def reshape_tensor_per_group(self, fp_tensor: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
         """``fp_tensor`` flattened to ``(groups, group_size)``."""
         size = group_size or self.group_size
         if fp_tensor.numel() % size:
@@ -92,7 +93,7 @@ class QScalePerGroupF16(QScheme):
             )
         return fp_tensor.reshape(-1, size)
 
-    def clone_with_scale_factor(self, factor: float) -> "QScalePerGroupF16":
+    def clone_with_scale_factor(self, factor: float) -> QScalePerGroupF16:
         """The same scheme with every scale multiplied by ``factor``."""
         return QScalePerGroupF16(self.group_size, self.scale * factor, self.n_bits)
 
@@ -137,6 +138,9 @@ def qscale_per_group_f16_min_max_calibration(
     return QScalePerGroupF16(group_size, (amax / -(2**n_bits / 2)).to(torch.float16), n_bits)
 
 
+_Q = TypeVar("_Q", bound="QTensor")
+
+
 class U8Compressor(abc.ABC):
     """A lossless, shape-preserving transform of uint8 codes (none ships, as in the reference)."""
 
@@ -146,7 +150,7 @@ class U8Compressor(abc.ABC):
     @abc.abstractmethod
     def decompress(self, u8_tensor: torch.Tensor) -> torch.Tensor: ...
 
-    def to_device(self, new_device: Any) -> None:
+    def to_device(self, new_device: Any) -> None:  # noqa: B027 (an optional hook: a no-op unless overridden)
         """Move tensor attributes, if any."""
 
 
@@ -158,19 +162,20 @@ class QTensor(torch.Tensor):
     op sees ``decompress()``; writing into it raises (quantize the new values instead).
     """
 
-    qscheme: QScheme
+    # The reference's attribute, shadowing torch's Tensor.qscheme() method on purpose.
+    qscheme: QScheme  # type: ignore[assignment]
     u8_compressors: list[U8Compressor]
     dequant_to_dtype: torch.dtype
-    nnef_name: Optional[str]
+    nnef_name: str | None
 
     @staticmethod
     def __new__(
-        cls,
+        cls: type[_Q],
         fp_tensor: torch.Tensor,
         qscheme: QScheme,
         dequant_to_dtype: torch.dtype = torch.float32,
-        u8_compressors: Optional[Sequence[U8Compressor]] = None,
-    ) -> "QTensor":
+        u8_compressors: Sequence[U8Compressor] | None = None,
+    ) -> _Q:
         if QTENSOR_UNSUPPORTED:
             raise T2NErrorNotImplemented(QTENSOR_UNSUPPORTED_MSG)
         if not isinstance(fp_tensor, torch.Tensor) or not fp_tensor.dtype.is_floating_point:
@@ -184,7 +189,7 @@ class QTensor(torch.Tensor):
         return self
 
     @classmethod
-    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> "QTensor":
+    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> Self:
         # A wrapper subclass: sizes and dtype only, no storage.
         self = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device, requires_grad=False)
         self.dequant_to_dtype = dtype
@@ -201,7 +206,7 @@ class QTensor(torch.Tensor):
         """Attributes that make the quantized value (shared by detach/alias)."""
         return {k: v for k, v in self.__dict__.items()}
 
-    def _shallow(self, copy_tensors: bool = False) -> "QTensor":
+    def _shallow(self, copy_tensors: bool = False) -> Self:
         new = type(self)._empty(tuple(self.shape), self.dtype, self.device)
         for key, value in self._state().items():
             setattr(new, key, value.clone() if copy_tensors and isinstance(value, torch.Tensor) else value)
@@ -219,7 +224,7 @@ class QTensor(torch.Tensor):
         """A plain tensor of ``dequant_to_dtype`` (new memory each call)."""
         return self.qscheme.dequantize(self.decompress_to_u8(), self.dequant_to_dtype)
 
-    def to_device(self, new_device: Any) -> "QTensor":
+    def to_device(self, new_device: Any) -> QTensor:
         """A copy whose quantized state lives on ``new_device``."""
         new = type(self)._empty(tuple(self.shape), self.dtype, new_device)
         for key, value in self._state().items():
@@ -229,7 +234,8 @@ class QTensor(torch.Tensor):
             compressor.to_device(new_device)
         return new
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:  # torch's signature
+    # torch's signature (its stub's, as mypy reads it, does not match its own code)
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return (
             f"{type(self).__name__}(shape={tuple(self.shape)}, dtype={self.dequant_to_dtype}, "
             f"qscheme={self.qscheme!r}, nnef_name={self.nnef_name!r})"
@@ -242,8 +248,12 @@ class QTensor(torch.Tensor):
         # __torch_dispatch__ and be recorded as a constant.
         return traced_torch_function(func, args, kwargs, QTensor, QTensor.decompress)
 
+    # torch's stubs type Tensor.__torch_dispatch__ as the disabled impl, not as the
+    # classmethod torch calls (this signature, from torch's docs).
     @classmethod
-    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in _SHARING_OPS:
             return args[0]._shallow()

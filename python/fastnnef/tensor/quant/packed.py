@@ -20,7 +20,8 @@ rust/python/codec.rs).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import AbstractSet, Any, ClassVar, Optional
+from collections.abc import Set as AbstractSet
+from typing import Any, ClassVar
 
 import torch
 
@@ -37,7 +38,7 @@ class PackedFormat(ABC):
     encodings: ClassVar[tuple[str, ...]]
 
     @abstractmethod
-    def encoding_for(self, caps: Any) -> Optional[str]:
+    def encoding_for(self, caps: Any) -> str | None:
         """The encoding a target (its ``TargetCapabilities``) reads this format as, or
         ``None`` where it has none."""
 
@@ -74,7 +75,7 @@ class Q4_0Format(PackedFormat):
     # The ops tract runs on Q4_0 blocks of rank > 2: convolution filters.
     _HIGH_RANK_READERS = frozenset({"conv", "deconv"})
 
-    def encoding_for(self, caps: Any) -> Optional[str]:
+    def encoding_for(self, caps: Any) -> str | None:
         """GGML's nibble order from tract 0.21.11 on, the legacy order before; none for a
         target that is not tract."""
         if caps.tract_version is None:
@@ -104,11 +105,11 @@ Q4_0 = Q4_0Format()
 PACKED_FORMATS: tuple[PackedFormat, ...] = (Q4_0,)
 
 
-def of_encoding(encoding: Optional[str]) -> Optional[PackedFormat]:
+def of_encoding(encoding: str | None) -> PackedFormat | None:
     """The packed format a ``.dat`` encoding writes, ``None`` for plain encodings."""
     return next((f for f in PACKED_FORMATS if encoding in f.encodings), None)
 
 
-def held_by(data: torch.Tensor) -> Optional[PackedFormat]:
+def held_by(data: torch.Tensor) -> PackedFormat | None:
     """The packed format whose blocks ``data`` is, ``None`` for any other tensor."""
     return next((f for f in PACKED_FORMATS if f.holds(data)), None)

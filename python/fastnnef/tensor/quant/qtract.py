@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
@@ -47,16 +48,16 @@ class QTensorTractScaleOnly(QTensorTract):
     else. ``u8_blob`` and ``qscheme.scale`` are computed from / views of the blocks."""
 
     blocks: torch.Tensor
-    specific_machine: Optional[str]
+    specific_machine: str | None
 
     @staticmethod
-    def __new__(cls, *args: Any, specific_machine: Optional[str] = None, **kwargs: Any) -> "QTensorTractScaleOnly":
+    def __new__(cls, *args: Any, specific_machine: str | None = None, **kwargs: Any) -> QTensorTractScaleOnly:
         self = QTensor.__new__(cls, *args, **kwargs)
         self.specific_machine = specific_machine
         return self
 
     @classmethod
-    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> "QTensorTractScaleOnly":
+    def _empty(cls, shape: Sequence[int], dtype: torch.dtype, device: Any) -> QTensorTractScaleOnly:
         self = super()._empty(shape, dtype, device)
         self.specific_machine = None
         return self
@@ -69,7 +70,9 @@ class QTensorTractScaleOnly(QTensorTract):
                 f"got {scheme!r}"
             )
         if self.u8_compressors:
-            raise T2NErrorInvalidArgument("QTensorTractScaleOnly stores packed Q4_0 blocks; u8_compressors do not apply")
+            raise T2NErrorInvalidArgument(
+                "QTensorTractScaleOnly stores packed Q4_0 blocks; u8_compressors do not apply"
+            )
         check_q4_0_shape(tuple(fp_tensor.shape))
         codes = scheme.quantize_as_u8(fp_tensor).reshape(-1, Q4_0_GROUP)
         packed = codes[:, :16] | (codes[:, 16:] << 4)  # GGML order: byte j = q[j] | q[j+16] << 4
@@ -79,7 +82,7 @@ class QTensorTractScaleOnly(QTensorTract):
     @classmethod
     def _from_blocks(
         cls, blocks: torch.Tensor, shape: Sequence[int], dequant_to_dtype: torch.dtype
-    ) -> "QTensorTractScaleOnly":
+    ) -> QTensorTractScaleOnly:
         self = cls._empty(tuple(shape), dequant_to_dtype, blocks.device)
         self.u8_compressors = []
         self._set_blocks(blocks)
@@ -95,12 +98,12 @@ class QTensorTractScaleOnly(QTensorTract):
         # qscheme is rebuilt from the (possibly copied) blocks.
         return {k: v for k, v in self.__dict__.items() if k != "qscheme"}
 
-    def _shallow(self, copy_tensors: bool = False) -> "QTensorTractScaleOnly":
+    def _shallow(self, copy_tensors: bool = False) -> QTensorTractScaleOnly:
         new = super()._shallow(copy_tensors)
         new._set_blocks(new.blocks)
         return new
 
-    def to_device(self, new_device: Any) -> "QTensorTractScaleOnly":
+    def to_device(self, new_device: Any) -> QTensorTractScaleOnly:
         return type(self)._from_blocks(self.blocks.to(new_device), tuple(self.shape), self.dequant_to_dtype)
 
     @property
@@ -128,7 +131,7 @@ class QTensorTractScaleOnly(QTensorTract):
         """Bytes held: the packed blocks only."""
         return self.blocks.numel()
 
-    def write_in_file(self, dirpath: "os.PathLike[str] | str", label: str, inference_target: Any = None) -> None:
+    def write_in_file(self, dirpath: os.PathLike[str] | str, label: str, inference_target: Any = None) -> None:
         """Write ``<dirpath>/<label>.dat``: code 0x3040 for tract >= 0.21.11 (or no target),
         0x2040 before. An existing file with the same bytes is left as is; a different one
         raises ``T2NErrorNotImplemented``."""
