@@ -56,6 +56,7 @@ from fastnnef.llm.verify import (
     raise_on_failed_bundles,
 )
 from fastnnef.llm.wrapper import KVCacheLM, assertions
+from fastnnef.tensor.offload import trace_on_stand_ins
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
 
@@ -208,11 +209,10 @@ def dump_llm(
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
             with _generic_wrapper_errors(checkpoint):
-                modes = runner.mode_bundles(tokens, total)
-            for bundle in modes:
+                modes, example = runner.bundles(tokens, total)
+            for bundle in [*modes, example]:
                 bundle.save(tests_dir)
             write_modes_json(staging, modes)
-            example_inputs = runner.export_inputs(modes[0], tokens)
 
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
@@ -226,15 +226,13 @@ def dump_llm(
         )
         input_names, output_names = wrapper.io_names()
         with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
-              traceable_mla(model), progress.writing()):
+              traceable_mla(model), progress.writing(), trace_on_stand_ins()):
             export_model_to_nnef(
-                wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
+                wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=logging.getLogger("fastnnef").getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
-        example = Bundle("export", example_inputs, dict(zip(output_names, inference_target.traced_outputs)))
-        example.save(tests_dir)
         if dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 

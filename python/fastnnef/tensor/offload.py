@@ -125,6 +125,83 @@ def materialize_through(cache: MaterializationCache, device: Optional[torch.devi
         _ACTIVE_CACHE.reset(token)
 
 
+# Inside trace_on_stand_ins(): a trace gets value-less stand-ins for the weights.
+_STAND_INS: contextvars.ContextVar[bool] = contextvars.ContextVar("fastnnef_trace_stand_ins", default=False)
+# Results of ops on stand-ins from this many elements on stay stand-ins (a weight's view or
+# cast); smaller ones (activations) are real tensors, of zeros.
+_STAND_IN_MIN_ELEMENTS = 1 << 20
+
+
+@contextlib.contextmanager
+def trace_on_stand_ins() -> Iterator[None]:
+    """Inside, ``torch.jit.trace`` (in this thread or asyncio task) sees each offloaded
+    module weight as a stand-in with its shape and dtype but no values: nothing is read
+    from the checkpoint, and ops on it give zeros of the right shape (views and casts of
+    a weight stay stand-ins). The graph recorded is the same; the values computed are
+    not the model's, so the traced run's outputs are no reference: take those from an
+    eager run. Use it only where the traced code's control flow does not depend on the
+    weights' values (an op a stand-in cannot run on shapes alone reads the weight)."""
+    token = _STAND_INS.set(True)
+    try:
+        yield
+    finally:
+        _STAND_INS.reset(token)
+
+
+class _TraceStandIn(torch.Tensor):
+    """A weight (or a view or cast of one) in a trace on stand-ins: shape, strides and
+    dtype, no storage. ``realize`` computes its real value, for ops that need values."""
+
+    realize: Callable[[], torch.Tensor]
+
+    @staticmethod
+    def __new__(cls, like: torch.Tensor, realize: Callable[[], torch.Tensor]) -> "_TraceStandIn":
+        self = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(), dtype=like.dtype,
+                                                   device="cpu", requires_grad=False)
+        self.realize = realize
+        return self
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+
+        def on_meta(a: Any) -> Any:
+            if isinstance(a, torch.Tensor):
+                return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+            return a
+
+        def real(a: Any) -> Any:
+            return a.realize() if isinstance(a, _TraceStandIn) else a
+
+        try:
+            result = func(*tree_map(on_meta, args), **tree_map(on_meta, kwargs))
+        except (NotImplementedError, RuntimeError):  # no meta kernel, or data-dependent: real values
+            return func(*tree_map(real, args), **tree_map(real, kwargs))
+
+        def realize() -> Any:
+            return func(*tree_map(real, args), **tree_map(real, kwargs))
+
+        flat, spec = torch.utils._pytree.tree_flatten(result)
+        outputs = []
+        for i, out in enumerate(flat):
+            if isinstance(out, torch.Tensor):
+                if out.numel() >= _STAND_IN_MIN_ELEMENTS:
+                    out = _TraceStandIn(out, (lambda i=i: torch.utils._pytree.tree_flatten(realize())[0][i]))
+                else:
+                    out = torch.zeros(out.shape, dtype=out.dtype)
+            outputs.append(out)
+        return torch.utils._pytree.tree_unflatten(outputs, spec)
+
+
+def _trace_stand_in(tensor: Any) -> Optional[torch.Tensor]:
+    """The stand-in of an offloaded module weight in a trace on stand-ins."""
+    if not isinstance(tensor, OffloadedTensor):
+        return None
+    return _TraceStandIn(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), tensor.to_base_tensor)
+
+
 def open_checkpoint(path: PathLike) -> _native.Checkpoint:
     """Open a ``.safetensors`` file, a ``*.safetensors.index.json`` or a directory holding
     one (headers only; malformed or truncated files raise ``T2NErrorCheckpoint`` naming
@@ -351,7 +428,8 @@ class OffloadedTensor(torch.Tensor):
     # --- torch integration ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor)
+        return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor,
+                                     _trace_stand_in if _STAND_INS.get() else None)
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:

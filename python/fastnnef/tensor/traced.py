@@ -5,16 +5,19 @@ the graph instead of a baked constant."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch.utils._pytree import tree_map
 
 
 def traced_torch_function(
-    func: Any, args: Sequence[Any], kwargs: Any, kind: type, to_plain: Callable[[Any], torch.Tensor]
+    func: Any, args: Sequence[Any], kwargs: Any, kind: type, to_plain: Callable[[Any], torch.Tensor],
+    stand_in: Optional[Callable[[Any], Optional[torch.Tensor]]] = None,
 ) -> Any:
-    """Run ``func``; while tracing, replace each ``kind`` argument by ``to_plain(arg)``."""
+    """Run ``func``; while tracing, replace each ``kind`` argument by ``to_plain(arg)``, or,
+    for a module's own tensor (a ``GetAttr`` of the graph, never a constant), by
+    ``stand_in(arg)`` when that gives one (a value-less tensor of its shape and dtype)."""
     kwargs = kwargs or {}
     if torch._C._get_tracing_state() is None:
         # Eager: ops reach the subclass's __torch_dispatch__.
@@ -24,17 +27,20 @@ def traced_torch_function(
     def traced(value: Any) -> Any:
         if not isinstance(value, kind):
             return value
-        state = torch._C._get_tracing_state()
-        torch._C._set_tracing_state(None)  # loading or dequantizing is not part of the graph
-        try:
-            plain = to_plain(value)
-        finally:
-            torch._C._set_tracing_state(state)
         try:
             known_as = torch._C._get_value_trace(value)
         except RuntimeError:
-            return plain  # not a module parameter: recorded as a constant, as any tensor
-        torch._C._set_value_trace(plain, known_as)
+            known_as = None  # not a module parameter: recorded as a constant, as any tensor
+        state = torch._C._get_tracing_state()
+        torch._C._set_tracing_state(None)  # loading or dequantizing is not part of the graph
+        try:
+            plain = stand_in(value) if stand_in is not None and known_as is not None else None
+            if plain is None:
+                plain = to_plain(value)
+        finally:
+            torch._C._set_tracing_state(state)
+        if known_as is not None:
+            torch._C._set_value_trace(plain, known_as)
         return plain
 
     return func(*tree_map(traced, args), **tree_map(traced, kwargs))
