@@ -41,7 +41,14 @@ from fastnnef.inference_target.base import as_version
 from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
 from fastnnef.inference_target.tract import TractCheckTolerance, TractCli, TractNNEF
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
-from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
+from fastnnef.llm.bundles import (
+    Bundle,
+    TorchRunner,
+    fast_cpu_kernels,
+    sample_tokens,
+    trace_new_tokens,
+    write_modes_json,
+)
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.mla import traceable_mla
@@ -205,7 +212,7 @@ def dump_llm(
         tests_dir = staging / TESTS_DIR
         tests_dir.mkdir()
         progress.phase("running the model in PyTorch for the test bundles")
-        with _timed(timings, BUNDLES), dense_experts(model):
+        with _timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
             with _generic_wrapper_errors(checkpoint):
@@ -226,7 +233,8 @@ def dump_llm(
         )
         input_names, output_names = wrapper.io_names()
         with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
-              traceable_mla(model), progress.writing(), trace_on_stand_ins()):
+              traceable_mla(model), progress.writing(), trace_on_stand_ins(),
+              fast_cpu_kernels(model.dtype)):
             export_model_to_nnef(
                 wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,

@@ -29,16 +29,32 @@ not a slice of the states after the whole text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.llm.wrapper import KVCacheLM
+
+
+@contextlib.contextmanager
+def fast_cpu_kernels(dtype: torch.dtype) -> Iterator[None]:
+    """Torch's CPU kernels for ``dtype`` where oneDNN's are slow: without AVX512-FP16 or
+    AMX-FP16, oneDNN runs f16 matmuls in reference kernels, ~40x slower than torch's own
+    (a [32, 15, 128] x [32, 128, 15] attention product: 0.65 s against 16 ms), which
+    dominated the forward of an f16 model. Other dtypes keep oneDNN (bf16 is fast there)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    if dtype == torch.float16:
+        torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def trace_new_tokens(total: int) -> int:

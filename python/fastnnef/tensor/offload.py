@@ -195,6 +195,57 @@ class _TraceStandIn(torch.Tensor):
         return torch.utils._pytree.tree_unflatten(outputs, spec)
 
 
+# Weight rows converted at a time by _half_linear_by_blocks: about 1 MiB of f32, in cache.
+_LINEAR_BLOCK_ELEMENTS = 1 << 18
+
+
+def _streams_half_linear(args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+    """Whether ``F.linear(*args, **kwargs)`` is an eager f16 product with a plain offloaded
+    weight, outside residency scopes: what :func:`_half_linear_by_blocks` computes."""
+    x = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    return (type(weight) is OffloadedTensor and not weight.q4_0 and not weight.packed
+            and weight.dtype == torch.float16 and weight.stored_dtype in _FLOATS and weight.dim() == 2
+            and type(x) is torch.Tensor and x.dtype == torch.float16 and x.device.type == "cpu"
+            and (bias is None or bias.dtype == torch.float16)
+            and torch._C._get_tracing_state() is None and active_tensor_residency() is None)
+
+
+def _half_linear_by_blocks(input: torch.Tensor, weight: OffloadedTensor,
+                           bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.linear`` of f16 values with an offloaded f16 weight, without a converted copy of
+    the weight: its rows go, a block of about 1 MiB at a time, from the checkpoint's map
+    to f32 (f32 weights through f16, the model's values; bf16 and f16 ones directly: a bf16
+    value is its f16 value but below 2**-17, where f16 keeps fewer bits, a difference under
+    2**-25), and f32 products accumulate them, rounded to f16 once, as torch's f16 product
+    on the CPU does (f32 accumulation). Torch's f16 GEMM
+    has no fast CPU kernel, and materializing a weight allocates and converts all of it:
+    a few times slower, for the test bundles' forward of a large model. One thread: the
+    blocks are small, and torch's thread pool spends more in waking than in computing."""
+    raw = torch.from_numpy(weight.checkpoint.raw(weight.key)).view(weight.stored_dtype).reshape(weight.shape)
+    out_features, in_features = weight.shape
+    flat = input.reshape(-1, in_features).float()
+    out = torch.empty(flat.shape[0], out_features)
+    rows = max(1, _LINEAR_BLOCK_ELEMENTS // max(in_features, 1))
+    wide = torch.empty(rows, in_features)
+    part = torch.empty(flat.shape[0], rows)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for start in range(0, out_features, rows):
+            block = raw[start:start + rows]
+            n = block.shape[0]
+            wide[:n].copy_(block if block.dtype != torch.float32 else block.to(torch.float16))
+            torch.mm(flat, wide[:n].t(), out=part[:, :n])
+            out[:, start:start + n] = part[:, :n]
+        if bias is not None:
+            out += bias.to_base_tensor() if isinstance(bias, OffloadedTensor) else bias
+    finally:
+        torch.set_num_threads(threads)
+    return out.to(torch.float16).reshape(*input.shape[:-1], out_features)
+
+
 def _trace_stand_in(tensor: Any) -> Optional[torch.Tensor]:
     """The stand-in of an offloaded module weight in a trace on stand-ins."""
     if not isinstance(tensor, OffloadedTensor):
@@ -428,6 +479,8 @@ class OffloadedTensor(torch.Tensor):
     # --- torch integration ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        if func is torch.nn.functional.linear and _streams_half_linear(args, kwargs or {}):
+            return _half_linear_by_blocks(*args, **(kwargs or {}))
         return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor,
                                      _trace_stand_in if _STAND_INS.get() else None)
 
