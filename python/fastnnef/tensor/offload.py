@@ -12,8 +12,11 @@ and the dtype the model sees:
   for their next uses, within its budget); a weight written as Q4_0 materializes as its
   Q4_0 values, computed by Rust block by block from the map straight into ``dtype`` (no
   f32 or packed copy), and an eager embedding lookup reads only the rows it selects;
+- an eager f16 ``F.linear`` with an offloaded weight reads it from the map by blocks of
+  rows, in f32, with no converted copy of the weight (``_half_linear_by_blocks``);
 - ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
-  weights, not a constant;
+  weights, not a constant; inside :func:`trace_on_stand_ins` the trace gets a value-less
+  stand-in of it and reads nothing (for callers that take reference outputs elsewhere);
 - at export, the Rust sink streams the tensor from the checkpoint straight into its
   ``.dat`` member, 64 MiB of the file mapped at a time, converting the dtype (bf16/f16/f32)
   or quantizing to Q4_0 on the way; a tensor offloaded from a Q4_0 ``QTensor`` is its
