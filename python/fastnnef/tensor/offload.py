@@ -134,8 +134,8 @@ def materialize_through(cache: MaterializationCache, device: Optional[torch.devi
 
 # Inside trace_on_stand_ins(): a trace gets value-less stand-ins for the weights.
 _STAND_INS: contextvars.ContextVar[bool] = contextvars.ContextVar("fastnnef_trace_stand_ins", default=False)
-# Results of ops on stand-ins from this many elements on stay stand-ins (a weight's view or
-# cast); smaller ones (activations) are real tensors, of zeros.
+# Results of ops on stand-ins alone from this many elements on stay stand-ins (a weight's
+# view or cast); smaller ones, and those of ops with other inputs, are real tensors of zeros.
 _STAND_IN_MIN_ELEMENTS = 1 << 20
 
 
@@ -190,11 +190,15 @@ class _TraceStandIn(torch.Tensor):
         def realize() -> Any:
             return func(*tree_map(real, args), **tree_map(real, kwargs))
 
+        # Only what is computed from weights alone stays a stand-in: whatever an input
+        # (an activation) enters is a real tensor, as graph outputs must be.
+        weights_only = all(isinstance(a, _TraceStandIn) for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                           if isinstance(a, torch.Tensor))
         flat, spec = torch.utils._pytree.tree_flatten(result)
         outputs = []
         for i, out in enumerate(flat):
             if isinstance(out, torch.Tensor):
-                if out.numel() >= _STAND_IN_MIN_ELEMENTS:
+                if weights_only and out.numel() >= _STAND_IN_MIN_ELEMENTS:
                     out = _TraceStandIn(out, (lambda i=i: torch.utils._pytree.tree_flatten(realize())[0][i]))
                 else:
                     out = torch.zeros(out.shape, dtype=out.dtype)
