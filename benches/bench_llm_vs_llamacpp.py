@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,6 +73,7 @@ SHAPES: dict[str, dict[str, int]] = {
                   num_key_value_heads=2, vocab_size=512, max_position_embeddings=256),
 }
 SHARD_BYTES = 2 * 10**9
+BASELINE_PYTHON: list[Path] = []  # --baseline-python, for the baseline-f16 run
 CHUNK_ELEMENTS = 16 * 2**20  # generated and written at a time: 32 MiB of bf16
 
 # name -> (tool, its flags, bytes per parameter of the output at most: decides whether it fits)
@@ -81,6 +83,8 @@ RUNS: dict[str, tuple[str, list[str], float]] = {
     "fastnnef-q4_0": ("fastnnef", ["-nv", "-c", "min_max_q4_0"], 1),  # embeddings stay unquantized (f32)
     "converter-q8_0": ("converter", ["--outtype", "q8_0"], 1.07),
     "fastnnef-nv": ("fastnnef", ["-nv"], 4),  # tract has no bf16: the bf16 weights are written widened to f32
+    # fastnnef-f16 run from another checkout's python/ (--baseline-python): before/after, side by side
+    "baseline-f16": ("baseline", ["-nv", "-dt", "f16"], 2),
 }
 DEFAULT_RUNS = ["fastnnef-f16", "converter-f16", "fastnnef-q4_0", "converter-q8_0", "fastnnef-nv"]
 
@@ -240,6 +244,7 @@ class Measure:
     output_bytes: int
     artefact_bytes: int  # the model file itself (fastnnef: the .nnef.tgz; converter: the .gguf)
     phases: dict[str, float] = field(default_factory=dict)  # fastnnef-llm's timings line
+    cpu: float = 0.0  # the child's user + system seconds (all its threads): what a loaded machine shares out
 
 
 def _status_kib(pid: int) -> dict[str, int]:
@@ -251,10 +256,11 @@ def _status_kib(pid: int) -> dict[str, int]:
         return {}
 
 
-def run_sampled(command: list[str], env: dict[str, str], log: Path) -> tuple[float, float, float, str]:
+def run_sampled(command: list[str], env: dict[str, str], log: Path) -> tuple[float, float, float, str, float]:
     """Runs ``command`` (a fresh process), sampling its memory every 20 ms. Returns (wall s,
-    peak VmHWM MiB, peak RssAnon MiB, its stdout)."""
+    peak VmHWM MiB, peak RssAnon MiB, its stdout, its CPU s)."""
     hwm = anon = 0
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -264,17 +270,20 @@ def run_sampled(command: list[str], env: dict[str, str], log: Path) -> tuple[flo
             anon = max(anon, status.get("RssAnon", 0))
             time.sleep(0.02)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     text = log.read_text(errors="replace")
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{text[-3000:]}")
-    return wall, hwm / 1024, anon / 1024, text
+    return wall, hwm / 1024, anon / 1024, text, cpu
 
 
 def export(run: str, checkpoint: Path, output: Path, converter: Path | None, converter_deps: list[Path]) -> Measure:
     tool, flags, _ = RUNS[run]
-    if tool == "fastnnef":
+    if tool in ("fastnnef", "baseline"):
         command = [sys.executable, "-c", FASTNNEF_CHILD, "-d", str(checkpoint), "-e", str(output), *flags]
-        env = {**os.environ, "PYTHONPATH": str(FASTNNEF_PYTHON), "HF_HUB_OFFLINE": "1"}
+        python = FASTNNEF_PYTHON if tool == "fastnnef" else BASELINE_PYTHON[0]
+        env = {**os.environ, "PYTHONPATH": str(python), "HF_HUB_OFFLINE": "1"}
     else:
         assert converter is not None
         output.mkdir()
@@ -282,7 +291,7 @@ def export(run: str, checkpoint: Path, output: Path, converter: Path | None, con
                    *flags]
         path = os.pathsep.join(map(str, [converter / "gguf-py", converter, *converter_deps]))
         env = {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
-    wall, hwm, anon, text = run_sampled(command, env, output.parent / f"{run}.log")
+    wall, hwm, anon, text, cpu = run_sampled(command, env, output.parent / f"{run}.log")
     base = re.search(r"^baseline (\d+) (\d+)$", text, re.MULTILINE)
     assert base, f"no baseline line in {run}'s output:\n{text[-2000:]}"
     timings = re.search(r"^timings: (.*)$", text, re.MULTILINE)
@@ -291,7 +300,7 @@ def export(run: str, checkpoint: Path, output: Path, converter: Path | None, con
     artefact = [p for p in files if p.name.endswith((".nnef.tgz", ".gguf"))]
     assert len(artefact) == 1, f"{run}: expected one artefact in {sorted(map(str, files))}"
     return Measure(wall, hwm, anon, int(base.group(1)) / 1024, int(base.group(2)) / 1024,
-                   sum(p.stat().st_size for p in files), artefact[0].stat().st_size, phases)
+                   sum(p.stat().st_size for p in files), artefact[0].stat().st_size, phases, cpu)
 
 
 def dd_bandwidth(workdir: Path, mib: int) -> float:
@@ -350,7 +359,7 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
             shutil.rmtree(output)
             os.sync()
             phases = ", ".join(f"{k} {v:.1f}" for k, v in measure.phases.items())
-            print(f"  [{rep + 1}/{reps}] {run}: {measure.wall:.2f} s, VmHWM {measure.peak_rss_mib:.0f} MiB "
+            print(f"  [{rep + 1}/{reps}] {run}: {measure.wall:.2f} s (CPU {measure.cpu:.1f} s), VmHWM {measure.peak_rss_mib:.0f} MiB "
                   f"(baseline {measure.baseline_rss_mib:.0f}), RssAnon {measure.peak_anon_mib:.0f} MiB (baseline "
                   f"{measure.baseline_anon_mib:.0f}), artefact {measure.artefact_bytes / 1e9:.2f} GB"
                   + (f"; phases {phases} s" if phases else "") + f"; load {os.getloadavg()[0]:.1f}", flush=True)
@@ -373,13 +382,18 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
         print(line)
         cp_ratio = f"{min(walls) / cp:.2f}" if cp else "-"
         rows.append(f"| {shape} | {run} | {len(walls)} | {min(walls):.1f} / {statistics.median(walls):.1f} | "
+                    f"{min(m.cpu for m in measures):.1f} | "
                     f"{worst.peak_rss_mib:,.0f} (+{worst.peak_rss_mib - worst.baseline_rss_mib:,.0f}) | "
                     f"{anon.peak_anon_mib:,.0f} (+{anon.peak_anon_mib - anon.baseline_anon_mib:,.0f}) | "
                     f"{measures[0].artefact_bytes / 1e9:.2f} | {phase} | {cp_ratio} |")
-    if results.get("fastnnef-f16") and results.get("converter-f16"):
-        ours = min(m.wall for m in results["fastnnef-f16"])
-        theirs = min(m.wall for m in results["converter-f16"])
-        print(f"f16: fastnnef-llm {theirs / ours:.2f}x the converter's speed (min walls {ours:.1f} / {theirs:.1f} s)")
+    for name in ("fastnnef-f16", "baseline-f16"):
+        if results.get(name) and results.get("converter-f16"):
+            ours = min(m.wall for m in results[name])
+            theirs = min(m.wall for m in results["converter-f16"])
+            ours_cpu = min(m.cpu for m in results[name])
+            theirs_cpu = min(m.cpu for m in results["converter-f16"])
+            print(f"f16: {name} {theirs / ours:.2f}x the converter's speed (min walls {ours:.1f} / {theirs:.1f} s; "
+                  f"CPU {ours_cpu:.1f} / {theirs_cpu:.1f} s)")
     print("cp -r " + (f"{cp:.1f} s" if cp else "skipped") + f"; dd {dd:.0f} MB/s")
     if cleanup:
         shutil.rmtree(checkpoint)
@@ -403,6 +417,8 @@ def main() -> None:
     parser.add_argument("--cleanup", action="store_true",
                         help="delete each checkpoint after its runs, and the workdir at the end (default: kept, "
                              "and reused by the next run)")
+    parser.add_argument("--baseline-python", type=Path,
+                        help="another checkout's python/ folder, for the baseline-f16 run (before/after)")
     parser.add_argument("--smoke", action="store_true", help="tiny run (1-layer Llama, temp dir) to check the bench")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the checkpoint-building child
     args = parser.parse_args()
@@ -410,6 +426,10 @@ def main() -> None:
         _build(args.build, args.shapes[0])
         return
     runs = args.runs
+    if args.baseline_python:
+        BASELINE_PYTHON.append(args.baseline_python.resolve())
+    elif "baseline-f16" in runs:
+        raise SystemExit("the baseline-f16 run needs --baseline-python")
     if args.converter is None or not (Path(args.converter) / "convert_hf_to_gguf.py").is_file():
         print(f"(converter runs skipped: no convert_hf_to_gguf.py in --converter / $LLAMA_CPP_DIR "
               f"({args.converter}); see this bench's docstring)")
@@ -429,9 +449,9 @@ def main() -> None:
         finally:
             if args.cleanup:
                 shutil.rmtree(args.workdir, ignore_errors=True)
-    print("\n| shape | run | n | wall min / median (s) | peak RSS MiB (over baseline) | peak RssAnon MiB "
-          "(over baseline) | artefact GB | export phase | wall / cp |")
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+    print("\n| shape | run | n | wall min / median (s) | CPU min (s) | peak RSS MiB (over baseline) | peak RssAnon "
+          "MiB (over baseline) | artefact GB | export phase | wall / cp |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     print("\n".join(rows))
 
 

@@ -684,10 +684,11 @@ pub fn with_label(label: &str, err: Error) -> Error {
     }
 }
 /// Values narrowed to f16 per piece of [`NARROW_PIECE`] elements, pieces in parallel on the
-/// current rayon pool: each widened to f32 (bf16 is the high half of an f32), then narrowed
-/// by `half`'s slice conversion, which uses the CPU's F16C instructions where it has them
-/// (rounding to nearest even, as the per-value conversion). A finite value that does not fit
-/// f16 is an error naming its flat index (`first` is the index of `src`'s first value).
+/// current rayon pool: each run of [`NARROW_RUN`] values is widened to f32 on the stack
+/// (bf16 is the high half of an f32), then narrowed by `half`'s slice conversion, which uses
+/// the CPU's F16C instructions where it has them (rounding to nearest even, as the per-value
+/// conversion), straight into `out` (no allocation per piece). A finite value that does not
+/// fit f16 is an error naming its flat index (`first` is the index of `src`'s first value).
 fn narrow_to_f16(src: &[u8], width: usize, first: usize, out: &mut Vec<u8>) -> Result<()> {
     use half::slice::HalfFloatSliceExt;
     use rayon::prelude::*;
@@ -695,29 +696,45 @@ fn narrow_to_f16(src: &[u8], width: usize, first: usize, out: &mut Vec<u8>) -> R
     out.resize(src.len() / width * 2, 0);
     out.par_chunks_mut(NARROW_PIECE * 2).zip(src.par_chunks(NARROW_PIECE * width)).enumerate().try_for_each(
         |(piece, (dst, src))| {
-            let wide: Vec<f32> = if width == 2 {
-                src.chunks_exact(2).map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)).collect()
-            } else {
-                src.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-            };
-            let mut narrow = vec![f16::ZERO; wide.len()];
-            narrow.convert_from_f32_slice(&wide);
-            if let Some(i) = narrow.iter().zip(&wide).position(|(h, v)| h.is_infinite() && v.is_finite()) {
-                let name = if width == 2 { "bf16" } else { "f32" };
-                return Err(Error::DtypeOverflow(format!(
-                    "{name} value {} at flat index {} does not fit f16 (max 65504); export it as f32 or rescale the \
-                     tensor",
-                    wide[i],
-                    first + piece * NARROW_PIECE + i
-                )));
-            }
-            for (d, h) in dst.chunks_exact_mut(2).zip(&narrow) {
-                d.copy_from_slice(&h.to_le_bytes());
+            let mut wide = [0f32; NARROW_RUN];
+            let mut narrow = [f16::ZERO; NARROW_RUN];
+            for (run, (dst, src)) in dst.chunks_mut(NARROW_RUN * 2).zip(src.chunks(NARROW_RUN * width)).enumerate() {
+                let n = src.len() / width;
+                let wide = &mut wide[..n];
+                if width == 2 {
+                    for (w, b) in wide.iter_mut().zip(src.chunks_exact(2)) {
+                        *w = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+                    }
+                } else {
+                    for (w, b) in wide.iter_mut().zip(src.chunks_exact(4)) {
+                        *w = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                }
+                let narrow = &mut narrow[..n];
+                narrow.convert_from_f32_slice(wide);
+                // f16 infinity is 0x7c00 with a zero mantissa: a cheap test first.
+                if narrow.iter().any(|h| h.to_bits() & 0x7fff == 0x7c00) {
+                    if let Some(i) = narrow.iter().zip(wide.iter()).position(|(h, v)| h.is_infinite() && v.is_finite()) {
+                        let name = if width == 2 { "bf16" } else { "f32" };
+                        return Err(Error::DtypeOverflow(format!(
+                            "{name} value {} at flat index {} does not fit f16 (max 65504); export it as f32 or rescale \
+                             the tensor",
+                            wide[i],
+                            first + piece * NARROW_PIECE + run * NARROW_RUN + i
+                        )));
+                    }
+                }
+                for (d, h) in dst.chunks_exact_mut(2).zip(narrow.iter()) {
+                    d.copy_from_slice(&h.to_bits().to_le_bytes());
+                }
             }
             Ok(())
         },
     )
 }
+
+/// Values per run of [`narrow_to_f16`]: its f32 and f16 buffers stay on the stack, in L1.
+const NARROW_RUN: usize = 1024;
 
 /// Elements per parallel piece of [`narrow_to_f16`]: small enough to split a chunk over the
 /// cores, large enough that scheduling is negligible.

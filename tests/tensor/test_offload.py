@@ -4,6 +4,7 @@ limit smaller than the weights."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,6 +34,7 @@ from fastnnef.tensor.offload import (
     load_offloaded_checkpoint,
     open_checkpoint,
     t2n_load_checkpoint_and_dispatch,
+    trace_on_stand_ins,
 )
 from fastnnef.tensor.quant import (
     QTensor,
@@ -125,6 +127,52 @@ def test_sharded_checkpoint_with_q4_0_computed_on_the_way(tmp_path):
         np.testing.assert_array_equal(dat.array(), expected)
     # The tied embedding/head is not only a Linear weight: it stays float.
     assert _native.dat_decode((path / "embed.weight.dat").read_bytes()).encoding == "f32"
+
+
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16, torch.float32])
+def test_f16_linear_of_an_offloaded_weight_reads_it_by_blocks(tmp_path, monkeypatch, stored):
+    """An eager f16 ``F.linear`` with an offloaded weight (of any stored float dtype) never
+    materializes it, and equals torch's f16 product of the f16 weight up to the f32
+    summation order (within one f16 rounding)."""
+    torch.manual_seed(3)
+    weight, bias = (torch.randn(1000, 300) / 20).to(stored), torch.randn(1000).half()
+    save_file({"w": weight}, tmp_path / "m.safetensors")
+    off = OffloadedTensor(open_checkpoint(tmp_path / "m.safetensors"), "w", torch.float16)
+    x = torch.randn(2, 7, 300).half()
+    materialized = []
+    real = OffloadedTensor._materialize
+    monkeypatch.setattr(OffloadedTensor, "_materialize", lambda self: materialized.append(self) or real(self))
+    for b in (None, bias):
+        got = torch.nn.functional.linear(x, off, b)
+        expected = torch.nn.functional.linear(x, weight.half(), b)
+        assert got.dtype == torch.float16 and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=2**-10, atol=2**-14)
+    assert not materialized
+
+
+def test_a_trace_on_stand_ins_reads_no_weight_and_writes_the_same_artefact(tmp_path, monkeypatch):
+    """Under trace_on_stand_ins the trace reads no linear weight (the writer streams them),
+    and the artefact is byte for byte the one of a trace on the real values."""
+    torch.manual_seed(4)
+    state = state_of(TinyLM(), torch.bfloat16)
+    save_file(state, tmp_path / "model.safetensors")
+    real = OffloadedTensor._materialize
+    materialized: list[str] = []
+    monkeypatch.setattr(OffloadedTensor, "_materialize", lambda self: materialized.append(self.key) or real(self))
+    paths = []
+    for stand_ins in (False, True):
+        model = load_offloaded_checkpoint(empty_model(), tmp_path / "model.safetensors")
+        materialized.clear()
+        with trace_on_stand_ins() if stand_ins else contextlib.nullcontext():
+            export_model_to_nnef(model, IDS, tmp_path / f"stand_ins_{stand_ins}.nnef.tgz",
+                                 TractNNEF(TractNNEF.latest_version(), check_io=False),
+                                 input_names=["ids"], output_names=["y"])
+        # (torch's tracer itself views the tied embedding, a second module's parameter)
+        assert bool({"up.weight", "down.weight"} & set(materialized)) != stand_ins, materialized
+        paths.append(tmp_path / f"stand_ins_{stand_ins}.nnef.tgz")
+    assert sha(paths[0]) == sha(paths[1])
+    (got,) = TractArtefact.load(paths[1]).run([IDS])
+    np.testing.assert_allclose(got, reference_model(state)(IDS).detach().numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_f32_checkpoint_into_an_f16_model_converts_on_the_way(tmp_path):

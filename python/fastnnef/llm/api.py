@@ -42,7 +42,14 @@ from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabili
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
-from fastnnef.llm.bundles import Bundle, TorchRunner, sample_tokens, trace_new_tokens, write_modes_json
+from fastnnef.llm.bundles import (
+    Bundle,
+    TorchRunner,
+    fast_cpu_kernels,
+    sample_tokens,
+    trace_new_tokens,
+    write_modes_json,
+)
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.mla import traceable_mla
@@ -58,6 +65,7 @@ from fastnnef.llm.verify import (
 )
 from fastnnef.llm.wrapper import KVCacheLM, assertions
 from fastnnef.log import get_logger
+from fastnnef.tensor.offload import trace_on_stand_ins
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 from fastnnef.utils import SemanticVersion
 
@@ -206,15 +214,14 @@ def dump_llm(
         tests_dir = staging / TESTS_DIR
         tests_dir.mkdir()
         progress.phase("running the model in PyTorch for the test bundles")
-        with _timed(timings, BUNDLES), dense_experts(model):
+        with _timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
             with _generic_wrapper_errors(checkpoint):
-                modes = runner.mode_bundles(tokens, total)
-            for bundle in modes:
+                modes, example = runner.bundles(tokens, total)
+            for bundle in [*modes, example]:
                 bundle.save(tests_dir)
             write_modes_json(staging, modes)
-            example_inputs = runner.export_inputs(modes[0], tokens)
 
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
@@ -228,16 +235,14 @@ def dump_llm(
         )
         input_names, output_names = wrapper.io_names()
         with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
-              traceable_mla(model), progress.writing()):
-            exported = export_model_with_result(
-                wrapper, tuple(example_inputs.values()), artefact_path, inference_target,
+              traceable_mla(model), progress.writing(), trace_on_stand_ins(),
+              fast_cpu_kernels(model.dtype)):
+            export_model_with_result(
+                wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
             )
-        # the traced run's outputs are the export bundle's expected outputs (no second run)
-        example = Bundle("export", example_inputs, dict(zip(output_names, exported.traced_outputs)))
-        example.save(tests_dir)
         if dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 

@@ -3,11 +3,12 @@
 Files (the names torch_to_nnef_llm 0.24.12 writes, keys = the graph's IO names, floats
 stored as f32, ``input_ids`` as int64):
 
-- ``tests/export_{inputs,outputs}.npz``: the example the graph was traced on: S new
+- ``tests/export_{inputs,outputs}.npz``: the example the graph is traced on: S new
   tokens continuing the prompt mode, whose cache is the past (P = N). S and P are both
   > 1 and different, so the trace cannot mistake one axis for the other; the past is
-  real, not random numbers; the outputs are those of the traced run itself (no second
-  forward: each forward of a large model reads every weight);
+  real, not random numbers. Its outputs come from the same forward as the modes' (the
+  prompt and its S continuation tokens at once): each forward of a large model reads
+  every weight, so the trace itself needs no weight values (``trace_on_stand_ins``);
 - ``tests/<mode>_{inputs,outputs}.npz`` for the modes of ``modes.json``, N = ``-sgts``:
 
   ==================  =====================================  ===================
@@ -19,16 +20,18 @@ stored as f32, ``input_ids`` as int64):
   ==================  =====================================  ===================
 
 Unlike the reference, ``prompt_with_past`` and ``text_generation`` continue the text
-(the reference repeats tokens after their own past), so one forward of the prompt gives
-every mode's expected outputs, and ``modes.json`` lists exactly the files written. A
-model with linear-attention layers also runs the past of each mode: their states after
-a prefix are not a slice of the states after the prompt.
+(the reference repeats tokens after their own past), so one forward of the prompt and
+the S tokens after it gives every mode's expected outputs and the traced example's,
+and ``modes.json`` lists exactly the files written. A model with linear-attention layers
+also runs the past of each mode and the traced example: their states after a prefix are
+not a slice of the states after the whole text.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,21 @@ import torch
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.llm.wrapper import KVCacheLM
+
+
+@contextlib.contextmanager
+def fast_cpu_kernels(dtype: torch.dtype) -> Iterator[None]:
+    """Torch's CPU kernels for ``dtype`` where oneDNN's are slow: without AVX512-FP16 or
+    AMX-FP16, oneDNN runs f16 matmuls in reference kernels, ~40x slower than torch's own
+    (a [32, 15, 128] x [32, 128, 15] attention product: 0.65 s against 16 ms), which
+    dominated the forward of an f16 model. Other dtypes keep oneDNN (bf16 is fast there)."""
+    enabled = torch._C._get_mkldnn_enabled()
+    if dtype == torch.float16:
+        torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def trace_new_tokens(total: int) -> int:
@@ -100,12 +118,6 @@ class TorchRunner:
         # The same model, keeping the logits of every position.
         self.every_position = KVCacheLM(wrapper.model, wrapper.layout, num_logits_to_keep=0)
 
-    def export_inputs(self, prompt: Bundle, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The traced example's inputs: the tokens after the prompt, its cache as the past."""
-        total = prompt.inputs[self.input_names[0]].shape[1]
-        ids = tokens[:, total : total + trace_new_tokens(total)]
-        return dict(zip(self.input_names, (ids, *list(prompt.outputs.values())[1:])))
-
     def _past(self, ids: torch.Tensor, cache: list[torch.Tensor], past: int) -> list[torch.Tensor]:
         """The cache after the first ``past`` tokens of ``ids``, whose full forward gave
         ``cache``: a slice of it, or a forward of the prefix when linear-attention states
@@ -118,27 +130,42 @@ class TorchRunner:
             _, *prefix = self.every_position(ids[:, :past], *self.wrapper.empty_cache(self.cache_dtype))
         return prefix
 
-    def mode_bundles(self, tokens: torch.Tensor, total: int) -> list[Bundle]:
-        """The three modes on the first ``total`` tokens, from ONE forward of the prompt.
+    def bundles(self, tokens: torch.Tensor, total: int) -> tuple[list[Bundle], Bundle]:
+        """The three modes on the first ``total`` tokens, and the traced example (the
+        ``trace_new_tokens(total)`` tokens after them, the prompt's cache as the past),
+        from ONE forward of the prompt and those tokens.
 
-        The modes split the same prompt into a past and new tokens, and attention is
-        causal: each mode's outputs are the prompt's logits at its new positions (the
-        last ``num_logits_to_keep`` of them) and the cache of all ``total`` positions.
-        Each forward of a large model reads every weight, so one is run, not three."""
-        ids = tokens[:, :total]
+        The modes split the same text into a past and new tokens, and attention is
+        causal: each case's outputs are the text's logits at its new positions (the last
+        ``num_logits_to_keep`` of them) and the cache of its past and new positions.
+        Each forward of a large model reads every weight, so one is run, not four (two
+        for a model with linear-attention layers, whose states are not sliced)."""
+        new = trace_new_tokens(total)
+        ids = tokens[:, : total + new]
         empty = self.wrapper.empty_cache(self.cache_dtype)
         with torch.no_grad():
-            logits, *cache = self.every_position(ids, *empty)
+            logits, *cache = self.every_position(ids if not self.wrapper.linear_layers else ids[:, :total], *empty)
+        modes = [self._case(name, ids, logits, cache, past, total) for name, past in
+                 zip(MODES, (0, total // 2, total - 1))]
+        past = list(modes[0].outputs.values())[1:]
+        inputs = dict(zip(self.input_names, (ids[:, total:], *past)))
+        if self.wrapper.linear_layers:
+            with torch.no_grad():
+                outputs = dict(zip(self.output_names, self.wrapper(*inputs.values())))
+            return modes, Bundle("export", inputs, outputs)
+        return modes, self._case("export", ids, logits, cache, total, total + new)
+
+    def _case(self, name: str, ids: torch.Tensor, logits: torch.Tensor, cache: list[torch.Tensor],
+              past: int, end: int) -> Bundle:
+        """Tokens ``past..end-1`` of ``ids`` after the cache of the first ``past``, from the
+        forward of ``ids`` (or of its first ``end`` tokens) that gave ``logits`` and ``cache``."""
+        new_logits = logits[:, past:end]
         keep = self.wrapper.num_logits_to_keep
-        bundles = []
-        for name, past in zip(MODES, (0, total // 2, total - 1)):
-            new_logits = logits[:, past:total]
-            if keep:
-                new_logits = new_logits[:, -keep:]
-            inputs = (ids[:, past:], *self._past(ids, cache, past))
-            bundles.append(Bundle(name, dict(zip(self.input_names, inputs)),
-                                  dict(zip(self.output_names, (new_logits, *cache)))))
-        return bundles
+        if keep:
+            new_logits = new_logits[:, -keep:]
+        until_end = cache if cache[0].shape[2] == end or self.wrapper.linear_layers else [c[:, :, :end] for c in cache]
+        inputs = (ids[:, past:end], *self._past(ids, cache, past))
+        return Bundle(name, dict(zip(self.input_names, inputs)), dict(zip(self.output_names, (new_logits, *until_end))))
 
 
 def write_modes_json(root: Path, bundles: Sequence[Bundle]) -> Path:

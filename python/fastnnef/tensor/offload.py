@@ -12,8 +12,11 @@ and the dtype the model sees:
   for their next uses, within its budget); a weight written as Q4_0 materializes as its
   Q4_0 values, computed by Rust block by block from the map straight into ``dtype`` (no
   f32 or packed copy), and an eager embedding lookup reads only the rows it selects;
+- an eager f16 ``F.linear`` with an offloaded weight reads it from the map by blocks of
+  rows, in f32, with no converted copy of the weight (``_half_linear_by_blocks``);
 - ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
-  weights, not a constant;
+  weights, not a constant; inside :func:`trace_on_stand_ins` the trace gets a value-less
+  stand-in of it and reads nothing (for callers that take reference outputs elsewhere);
 - at export, the Rust sink streams the tensor from the checkpoint straight into its
   ``.dat`` member, 64 MiB of the file mapped at a time, converting the dtype (bf16/f16/f32)
   or quantizing to Q4_0 on the way; a tensor offloaded from a Q4_0 ``QTensor`` is its
@@ -40,15 +43,20 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
+import functools
 import json
 import math
+import mmap
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, Self, Union
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map
@@ -126,6 +134,162 @@ def materialize_through(cache: MaterializationCache, device: torch.device | None
         yield
     finally:
         _ACTIVE_CACHE.reset(token)
+
+
+# Inside trace_on_stand_ins(): a trace gets value-less stand-ins for the weights.
+_STAND_INS: contextvars.ContextVar[bool] = contextvars.ContextVar("fastnnef_trace_stand_ins", default=False)
+# Results of ops on stand-ins alone from this many elements on stay stand-ins (a weight's
+# view or cast); smaller ones, and those of ops with other inputs, are real tensors of zeros.
+_STAND_IN_MIN_ELEMENTS = 1 << 20
+
+
+@contextlib.contextmanager
+def trace_on_stand_ins() -> Iterator[None]:
+    """Inside, ``torch.jit.trace`` (in this thread or asyncio task) sees each offloaded
+    module weight as a stand-in with its shape and dtype but no values: nothing is read
+    from the checkpoint, and ops on it give zeros of the right shape (views and casts of
+    a weight stay stand-ins). The graph recorded is the same; the values computed are
+    not the model's, so the traced run's outputs are no reference: take those from an
+    eager run. Use it only where the traced code's control flow does not depend on the
+    weights' values (an op a stand-in cannot run on shapes alone reads the weight)."""
+    token = _STAND_INS.set(True)
+    try:
+        yield
+    finally:
+        _STAND_INS.reset(token)
+
+
+class _TraceStandIn(torch.Tensor):
+    """A weight (or a view or cast of one) in a trace on stand-ins: shape, strides and
+    dtype, no storage. ``realize`` computes its real value, for ops that need values."""
+
+    realize: Callable[[], torch.Tensor]
+
+    @staticmethod
+    def __new__(cls, like: torch.Tensor, realize: Callable[[], torch.Tensor]) -> _TraceStandIn:
+        self = torch.Tensor._make_wrapper_subclass(cls, like.shape, strides=like.stride(), dtype=like.dtype,
+                                                   device=torch.device("cpu"), requires_grad=False)
+        self.realize = realize
+        return self
+
+    # torch's stubs type these hooks more narrowly than the wrapper-subclass protocol uses them.
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+
+        def on_meta(a: Any) -> Any:
+            if isinstance(a, torch.Tensor):
+                return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+            return a
+
+        def real(a: Any) -> Any:
+            return a.realize() if isinstance(a, _TraceStandIn) else a
+
+        try:
+            result = func(*tree_map(on_meta, args), **tree_map(on_meta, kwargs))
+        except (NotImplementedError, RuntimeError):  # no meta kernel, or data-dependent: real values
+            return func(*tree_map(real, args), **tree_map(real, kwargs))
+
+        def realize() -> Any:
+            return func(*tree_map(real, args), **tree_map(real, kwargs))
+
+        # Only what is computed from weights alone stays a stand-in: whatever an input
+        # (an activation) enters is a real tensor, as graph outputs must be.
+        weights_only = all(isinstance(a, _TraceStandIn) for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                           if isinstance(a, torch.Tensor))
+        flat, spec = torch.utils._pytree.tree_flatten(result)
+        outputs = []
+        for i, out in enumerate(flat):
+            if isinstance(out, torch.Tensor):
+                if weights_only and out.numel() >= _STAND_IN_MIN_ELEMENTS:
+                    out = _TraceStandIn(out, functools.partial(_nth_leaf, realize, i))
+                else:
+                    out = torch.zeros(out.shape, dtype=out.dtype)
+            outputs.append(out)
+        return torch.utils._pytree.tree_unflatten(outputs, spec)
+
+
+def _nth_leaf(compute: Callable[[], Any], i: int) -> torch.Tensor:
+    """Output ``i`` of a dispatched op, computed on real values when a stand-in is realized."""
+    return torch.utils._pytree.tree_flatten(compute())[0][i]
+
+
+# Weight rows converted at a time by _half_linear_by_blocks: about 1 MiB of f32, in cache.
+_LINEAR_BLOCK_ELEMENTS = 1 << 18
+
+
+def _streams_half_linear(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``F.linear(*args, **kwargs)`` is an eager f16 product with a plain offloaded
+    weight, outside residency scopes: what :func:`_half_linear_by_blocks` computes."""
+    x = args[0] if args else kwargs.get("input")
+    weight = args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    return (type(weight) is OffloadedTensor and not weight.q4_0 and not weight.packed
+            and weight.dtype == torch.float16 and weight.stored_dtype in _FLOATS and weight.dim() == 2
+            and type(x) is torch.Tensor and x.dtype == torch.float16 and x.device.type == "cpu"
+            and (bias is None or bias.dtype == torch.float16)
+            and torch._C._get_tracing_state() is None and active_tensor_residency() is None)
+
+
+def _half_linear_by_blocks(input: torch.Tensor, weight: OffloadedTensor,
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` of f16 values with an offloaded f16 weight, without a converted copy of
+    the weight: its rows go, a block of about 1 MiB at a time, from the checkpoint's map
+    to f32 (f32 weights through f16, the model's values; bf16 and f16 ones directly: a bf16
+    value is its f16 value but below 2**-17, where f16 keeps fewer bits, a difference under
+    2**-25), and f32 products accumulate them, rounded to f16 once, as torch's f16 product
+    on the CPU does (f32 accumulation). Torch's f16 GEMM
+    has no fast CPU kernel, and materializing a weight allocates and converts all of it:
+    a few times slower, for the test bundles' forward of a large model. One thread: the
+    blocks are small, and torch's thread pool spends more in waking than in computing."""
+    mapped = weight.checkpoint.raw(weight.key)
+    _read_ahead(mapped)
+    raw = torch.from_numpy(mapped).view(weight.stored_dtype).reshape(weight.shape)
+    out_features, in_features = weight.shape
+    flat = input.reshape(-1, in_features).float()
+    out = torch.empty(flat.shape[0], out_features)
+    rows = max(1, _LINEAR_BLOCK_ELEMENTS // max(in_features, 1))
+    wide = torch.empty(rows, in_features)
+    part = torch.empty(flat.shape[0], rows)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for start in range(0, out_features, rows):
+            block = raw[start:start + rows]
+            n = block.shape[0]
+            wide[:n].copy_(block if block.dtype != torch.float32 else block.to(torch.float16))
+            torch.mm(flat, wide[:n].t(), out=part[:, :n])
+            out[:, start:start + n] = part[:, :n]
+        if bias is not None:
+            out += bias.to_base_tensor() if isinstance(bias, OffloadedTensor) else bias
+    finally:
+        torch.set_num_threads(threads)
+    return out.to(torch.float16).reshape(*input.shape[:-1], out_features)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_MADV_WILLNEED = 3
+
+
+def _read_ahead(mapped: np.ndarray) -> None:
+    """Ask the kernel to read all of a mapped tensor now (``MADV_WILLNEED``), so that a
+    checkpoint not in the page cache streams from the disk at its full rate while the
+    product computes, instead of one small read per page fault. Only a hint."""
+    if _LIBC is None or not mapped.nbytes:
+        return
+    start = mapped.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
+    _LIBC.madvise(ctypes.c_void_p(start), ctypes.c_size_t(mapped.ctypes.data + mapped.nbytes - start), _MADV_WILLNEED)
+
+
+def _trace_stand_in(tensor: Any) -> torch.Tensor | None:
+    """The stand-in of an offloaded module weight in a trace on stand-ins."""
+    if not isinstance(tensor, OffloadedTensor):
+        return None
+    return _TraceStandIn(torch.empty(tensor.shape, dtype=tensor.dtype, device="meta"), tensor.to_base_tensor)
 
 
 def open_checkpoint(path: PathLike) -> _native.Checkpoint:
@@ -351,7 +515,10 @@ class OffloadedTensor(torch.Tensor):
     # --- torch integration ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
-        return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor)
+        if func is torch.nn.functional.linear and _streams_half_linear(args, kwargs or {}):
+            return _half_linear_by_blocks(*args, **(kwargs or {}))
+        return traced_torch_function(func, args, kwargs, OffloadedTensor, OffloadedTensor.to_base_tensor,
+                                     _trace_stand_in if _STAND_INS.get() else None)
 
     # torch's stubs type Tensor.__torch_dispatch__ as the disabled impl, not as the
     # classmethod torch calls (this signature, from torch's docs).

@@ -13,9 +13,12 @@ from torch.utils._pytree import tree_map
 
 
 def traced_torch_function(
-    func: Any, args: Sequence[Any], kwargs: Any, kind: type, to_plain: Callable[[Any], torch.Tensor]
+    func: Any, args: Sequence[Any], kwargs: Any, kind: type, to_plain: Callable[[Any], torch.Tensor],
+    stand_in: Callable[[Any], torch.Tensor | None] | None = None,
 ) -> Any:
-    """Run ``func``; while tracing, replace each ``kind`` argument by ``to_plain(arg)``."""
+    """Run ``func``; while tracing, replace each ``kind`` argument by ``to_plain(arg)``, or,
+    for a module's own tensor (a ``GetAttr`` of the graph, never a constant), by
+    ``stand_in(arg)`` when that gives one (a value-less tensor of its shape and dtype)."""
     kwargs = kwargs or {}
     if torch._C._get_tracing_state() is None:
         # Eager: ops reach the subclass's __torch_dispatch__.
@@ -25,19 +28,22 @@ def traced_torch_function(
     def traced(value: Any) -> Any:
         if not isinstance(value, kind):
             return value
+        try:
+            known_as = torch._C._get_value_trace(value)  # type: ignore[attr-defined]
+        except RuntimeError:
+            known_as = None  # not a module parameter: recorded as a constant, as any tensor
         state = torch._C._get_tracing_state()
         # Loading or dequantizing is not part of the graph. (torch's stubs lack the private
         # tracing-state functions of torch._C used here and below.)
         torch._C._set_tracing_state(None)  # type: ignore[attr-defined]
         try:
-            plain = to_plain(value)
+            plain = stand_in(value) if stand_in is not None and known_as is not None else None
+            if plain is None:
+                plain = to_plain(value)
         finally:
             torch._C._set_tracing_state(state)  # type: ignore[attr-defined]
-        try:
-            known_as = torch._C._get_value_trace(value)  # type: ignore[attr-defined]
-        except RuntimeError:
-            return plain  # not a module parameter: recorded as a constant, as any tensor
-        torch._C._set_value_trace(plain, known_as)  # type: ignore[attr-defined]
+        if known_as is not None:
+            torch._C._set_value_trace(plain, known_as)  # type: ignore[attr-defined]
         return plain
 
     return func(*tree_map(traced, args), **tree_map(traced, kwargs))
