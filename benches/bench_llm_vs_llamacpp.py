@@ -359,7 +359,8 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
             shutil.rmtree(output)
             os.sync()
             phases = ", ".join(f"{k} {v:.1f}" for k, v in measure.phases.items())
-            print(f"  [{rep + 1}/{reps}] {run}: {measure.wall:.2f} s (CPU {measure.cpu:.1f} s), VmHWM {measure.peak_rss_mib:.0f} MiB "
+            print(f"  [{rep + 1}/{reps}] {run}: {measure.wall:.2f} s (CPU {measure.cpu:.1f} s), "
+                  f"VmHWM {measure.peak_rss_mib:.0f} MiB "
                   f"(baseline {measure.baseline_rss_mib:.0f}), RssAnon {measure.peak_anon_mib:.0f} MiB (baseline "
                   f"{measure.baseline_anon_mib:.0f}), artefact {measure.artefact_bytes / 1e9:.2f} GB"
                   + (f"; phases {phases} s" if phases else "") + f"; load {os.getloadavg()[0]:.1f}", flush=True)

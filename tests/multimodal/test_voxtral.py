@@ -35,8 +35,8 @@ def test_long_clip_chunks_as_hugging_face_and_decodes(exported: Callable[[str], 
                                                       mm_checkpoint: Callable[..., Path]) -> None:
     """A clip of 2.2 chunks: three chunks, the features of VoxtralProcessor's own chunking
     (``_retrieve_input_features``, which needs no mistral_common); each chunk through the
-    encoder artefact (each equal to Hugging Face's rows), concatenated, spliced into the decoder artefact at 3 x 25 [AUDIO]
-    tokens: last logits equal Hugging Face's forward on the features."""
+    encoder artefact (each equal to Hugging Face's rows), concatenated, spliced into the decoder
+    artefact at 3 x 25 [AUDIO] tokens: last logits equal Hugging Face's forward on the features."""
     import transformers
 
     directory = mm_checkpoint(NAME)
@@ -105,7 +105,8 @@ def _fails(tmp_path: Path, directory: Path, error: type, match: str) -> None:
 
 def test_no_tokenizer_names_what_to_install(mm_checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     directory = _without(mm_checkpoint, tmp_path, "tekken.json")
-    _fails(tmp_path, directory, T2NErrorNotFoundFile, r"no tokenizer \(tokenizer\.json or tekken\.json\).*mistral-common")
+    _fails(tmp_path, directory, T2NErrorNotFoundFile,
+           r"no tokenizer \(tokenizer\.json or tekken\.json\).*mistral-common")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mistral_common") is not None,

@@ -106,7 +106,8 @@ class LLMExportReport:
                  + (f", {self.compression_method}" if self.compression_method else "") + f") to {self.export_dir}"]
         lines.append("timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items() if k != BUNDLES))
         if BUNDLES in self.timings:
-            lines.append(f"PyTorch run writing {TESTS_DIR}/ (the test bundles, one forward): {self.timings[BUNDLES]:.2f} s")
+            lines.append(f"PyTorch run writing {TESTS_DIR}/ (the test bundles, one forward): "
+                         f"{self.timings[BUNDLES]:.2f} s")
         if not self.verified:
             lines.append("not verified (no_verify)")
         for check in self.bundle_checks:

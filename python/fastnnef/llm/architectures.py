@@ -154,7 +154,8 @@ TESTED: dict[str, Architecture] = {
         Architecture("deepseek_v3", "DeepSeek-V3, DeepSeek-R1",
                      "multi-head latent attention, with and without q LoRA, interleaved and YaRN rotary, sigmoid "
                      "routing (tract_moe_ffn) and renormalized group-limited routing, dense first layer"),
-        Architecture("glm4_moe_lite", "GLM-4 MoE Lite (glm4_moe_lite)", "multi-head latent attention, mixture of experts"),
+        Architecture("glm4_moe_lite", "GLM-4 MoE Lite (glm4_moe_lite)",
+                     "multi-head latent attention, mixture of experts"),
         Architecture("axk1", "A.X K1 (SK Telecom)", "multi-head latent attention, mixture of experts"),
         Architecture("minicpm3", "MiniCPM3", "multi-head latent attention, embedding and residual scales"),
         Architecture("youtu", "Youtu-LLM", "multi-head latent attention"),
@@ -325,7 +326,8 @@ def kv_layout(config: Any) -> KVLayout:
     for layer_config in configs:
         n_heads = _int_attr(layer_config, "num_attention_heads")
         if getattr(layer_config, MLA_FIELD, None):
-            n_kv, head_dim, value_head_dim = 1, _int_attr(layer_config, MLA_FIELD), _int_attr(layer_config, MLA_ROPE_FIELD)
+            n_kv, head_dim, value_head_dim = 1, _int_attr(layer_config, MLA_FIELD), _int_attr(layer_config,
+                                                                                              MLA_ROPE_FIELD)
         else:
             n_kv = getattr(layer_config, "num_key_value_heads", None) or n_heads
             head_dim = getattr(layer_config, "head_dim", None) or _int_attr(layer_config, "hidden_size") // n_heads

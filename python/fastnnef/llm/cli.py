@@ -34,7 +34,8 @@ NOT_APPLICABLE = {
                   "as disk offload would",
     "merge_peft": "PEFT adapters are not loaded: merge them into the checkpoint first",
     "upcast_quant": "natively quantized checkpoints are refused at load: dequantize them first",
-    "transformers_experts_implementation": "the exporter chooses the traceable form of mixture-of-experts blocks itself",
+    "transformers_experts_implementation":
+        "the exporter chooses the traceable form of mixture-of-experts blocks itself",
 }
 
 DESCRIPTION = (

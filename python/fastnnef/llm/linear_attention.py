@@ -124,7 +124,8 @@ def _projections(self: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
     values), the norm's gate ``z [b, S, hv, dv]``, and ``b``, ``a [b, S, hv]``."""
     batch, new = hidden.shape[:2]
     if hasattr(self, "in_proj_qkvz"):  # Qwen3-Next: fused, grouped per key head
-        query, key, value, z, b, a = self.fix_query_key_value_ordering(self.in_proj_qkvz(hidden), self.in_proj_ba(hidden))
+        query, key, value, z, b, a = self.fix_query_key_value_ordering(self.in_proj_qkvz(hidden),
+                                                                       self.in_proj_ba(hidden))
         widths = (self.key_dim, self.key_dim, self.value_dim)
         mixed = torch.cat([x.reshape(batch, new, width) for x, width in zip((query, key, value), widths)], dim=-1)
         return mixed, z, b, a
@@ -157,7 +158,8 @@ def _exported_forward(self: Any, hidden_states: torch.Tensor, cache: Any = None,
 def _is_gated_delta_net(module: nn.Module) -> bool:
     projections = ("in_proj_qkvz", "in_proj_ba") if hasattr(module, "in_proj_qkvz") else (
         "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
-    return all(isinstance(getattr(module, name, None), nn.Module) for name in (*projections, "conv1d", "norm", "out_proj")) \
+    modules = (*projections, "conv1d", "norm", "out_proj")
+    return all(isinstance(getattr(module, name, None), nn.Module) for name in modules) \
         and all(hasattr(module, name) for name in ("A_log", "dt_bias", "layer_idx", "key_dim", "value_dim",
                                                    "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
 

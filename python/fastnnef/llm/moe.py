@@ -63,7 +63,8 @@ def dense_experts_forward(
     routing = ((top_k_index[..., None] == experts).to(top_k_weights.dtype) * top_k_weights[..., None]).sum(1)
     bias = self.has_bias
     if self.has_gate:
-        up = _linear(hidden_states[None], self.gate_up_proj, self.gate_up_proj_bias if bias else None, self.is_transposed)
+        up = _linear(hidden_states[None], self.gate_up_proj, self.gate_up_proj_bias if bias else None,
+                     self.is_transposed)
         inner = self._apply_gate(up)
     else:
         up = _linear(hidden_states[None], self.up_proj, self.up_proj_bias if bias else None, self.is_transposed)

@@ -105,7 +105,8 @@ class Gemma4DecoderInputs(SplicedEmbeddings):
         image = input_ids == self.token_id
         text_ids = torch.where(image, torch.full_like(input_ids, self.pad_id), input_ids)
         embeds = splice_embeddings(model.get_input_embeddings()(text_ids), image, images)
-        fed: dict[str, Any] = {"inputs_embeds": embeds, "position_ids": torch.arange(past, past + input_ids.shape[1])[None]}
+        fed: dict[str, Any] = {"inputs_embeds": embeds, "position_ids": torch.arange(past,
+                                                                                     past + input_ids.shape[1])[None]}
         language_model = model.model.language_model
         if language_model.hidden_size_per_layer_input:
             fed["per_layer_inputs"] = language_model.get_per_layer_inputs(text_ids, None)

@@ -75,7 +75,8 @@ def _sample(processor: Any) -> Sample:
     counts = [int(processor.image_processor([[image]], return_tensors="pt")["pixel_values"].shape[1])
               for image in images]
     bounds = [0, *torch.cumsum(torch.tensor(counts), 0).tolist()]
-    items = [{"pixel_values": inputs["pixel_values"][:, a:b], "pixel_attention_mask": inputs["pixel_attention_mask"][:, a:b]}
+    items = [{"pixel_values": inputs["pixel_values"][:, a:b],
+              "pixel_attention_mask": inputs["pixel_attention_mask"][:, a:b]}
              for a, b in zip(bounds, bounds[1:])]
     return Sample(inputs, [items])
 

@@ -160,8 +160,8 @@ class Qwen25VLDecoderInputs(DecoderInputs):
 
     names: tuple[str, ...] = ("in_image_embeddings", "in_video_embeddings", "in_image_grid_thw", "in_video_grid_thw",
              "in_rope_deltas")
-    output_names: tuple[str, ...] = ("out_image_embeddings", "out_video_embeddings", "out_image_grid_thw", "out_video_grid_thw",
-                    "out_rope_deltas")
+    output_names: tuple[str, ...] = ("out_image_embeddings", "out_video_embeddings", "out_image_grid_thw",
+                                     "out_video_grid_thw", "out_rope_deltas")
     dynamic_axes = {"in_image_embeddings": {0: "IMG_STATE"}, "in_video_embeddings": {0: "VID_STATE"},
                     "in_image_grid_thw": {0: "IMG_GRID"}, "in_video_grid_thw": {0: "VID_GRID"}}
 

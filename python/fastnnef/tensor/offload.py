@@ -373,7 +373,8 @@ class OffloadedTensor(torch.Tensor):
                 f"tensor are U8 [{nbytes}]"
             )
         if dtype not in _FLOATS:
-            raise T2NErrorInvalidArgument(f"tensor {key!r}: Q4_0 dequantizes to float16, bfloat16 or float32, not {dtype}")
+            raise T2NErrorInvalidArgument(
+                f"tensor {key!r}: Q4_0 dequantizes to float16, bfloat16 or float32, not {dtype}")
         return cls._wrap(shape, dtype, checkpoint, key, torch.uint8, q4_0=True, packed=True)
 
     # --- reference API ------------------------------------------------------------------
@@ -397,7 +398,8 @@ class OffloadedTensor(torch.Tensor):
             tensor = tensor.opaque_tensor
         if isinstance(tensor, OffloadedTensor):
             return tensor
-        directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
+        directory = (Path(offload_dir) if offload_dir is not None
+                     else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX)))
         directory.mkdir(parents=True, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
         kind = "q4_0" if isinstance(tensor, QTensorTractScaleOnly) else str(tensor.dtype).replace("torch.", "")
@@ -682,7 +684,8 @@ def _only_float_dtype_change(tensor: OffloadedTensor, kwargs: dict[str, Any]) ->
     device = kwargs.get("device")
     others = {k: v for k, v in kwargs.items() if k not in ("dtype", "device", "layout", "memory_format")}
     return (
-        dtype in _FLOATS and tensor.dtype in _FLOATS and not others and (device is None or torch.device(device).type == "cpu")
+        dtype in _FLOATS and tensor.dtype in _FLOATS and not others
+        and (device is None or torch.device(device).type == "cpu")
         and kwargs.get("memory_format") in (None, torch.preserve_format)
     )
 
@@ -891,7 +894,8 @@ def t2n_load_checkpoint_and_dispatch(
     in_memory = {first for _, users in _module_slots(model).values() if place(first := users[0][2]) == "cpu"}
     path = Path(checkpoint)
     if path.suffix in (".bin", ".pt", ".pth"):
-        directory = Path(offload_dir) if offload_dir is not None else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX))
+        directory = (Path(offload_dir) if offload_dir is not None
+                     else Path(tempfile.mkdtemp(prefix=DEFAULT_OFFLOAD_PREFIX)))
         directory.mkdir(parents=True, exist_ok=True)
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         if not isinstance(state, dict):
