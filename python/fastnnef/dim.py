@@ -37,10 +37,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
 __all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
-           "is_negative"]
+           "is_negative", "broadcast", "broadcast_all"]
 
 Size = Union[int, "DimExpr"]
 """A dimension: an int, or a ``DimExpr`` when it varies with a dynamic axis."""
@@ -371,6 +371,41 @@ def is_negative(x: Size) -> bool:
     if isinstance(x, int):
         return x < 0
     return not x.is_unknown and all(c <= 0 for _, c in x._terms)
+
+
+# --- broadcasting ---------------------------------------------------------------------------
+def broadcast(a: Size, b: Size) -> Size:
+    """The size two broadcast dims give (torch's, numpy's and tract's rule, the one the IR's
+    dynamic marks and nnef/shapes.py both apply): a 1 yields; of a constant and a symbolic
+    size the constant (the other must be 1 or equal to it); two different symbolic sizes
+    give ``UNKNOWN``. Raises ``ValueError`` for two different constants, neither 1."""
+    if a == b and not (isinstance(a, DimExpr) and a.is_unknown):
+        return a
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        raise ValueError(f"dims {a} and {b} do not broadcast")
+    if isinstance(a, int):
+        return a
+    if isinstance(b, int):
+        return b
+    return UNKNOWN
+
+
+def broadcast_all(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
+    """The broadcast of ``shapes``, aligned on their trailing dims."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Size] = []
+    for i in range(rank):
+        size: Size = 1
+        for s in shapes:
+            k = i - rank + len(s)
+            if k >= 0:
+                size = broadcast(size, s[k])
+        out.append(size)
+    return tuple(out)
 
 
 # --- parsing -------------------------------------------------------------------------------

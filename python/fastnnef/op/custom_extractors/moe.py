@@ -286,6 +286,10 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
     def takes_over(self, module: nn.Module) -> bool:
         return _plan_of(module) is not None
 
+    def output_dims(self, inputs: Any, output_ranks: Any) -> Optional[list[Any]]:
+        """The routed tokens' output has the hidden states' dims [T, D]."""
+        return [inputs[0]] if inputs and list(output_ranks) == [len(inputs[0])] else None
+
     def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: Dict[str, Any], null_ref: Any, torch_graph: Any,
                         inference_target: Any, **kwargs: Any) -> List[str]:
         plan = _plan_of(node.module)
