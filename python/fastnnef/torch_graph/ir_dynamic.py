@@ -895,10 +895,9 @@ def _to_padded_tensor(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]
 def _module_call(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
     """A module kept whole (``wired_custom::``): its extractor tells its outputs' dims
     (``ModuleInfoExtractor.output_dims``), from its tensor inputs' marks."""
-    tell = getattr(op.extractor, "output_dims", None)
-    if tell is None:
+    if op.extractor is None:
         return None
-    marks = tell([t.dyn for t in tensor_inputs(op)], [o.rank for o in outs])
+    marks = op.extractor.output_dims([t.dyn for t in tensor_inputs(op)], [o.rank for o in outs])
     return None if marks is None else [tuple(m) for m in marks]
 
 
