@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Mapping, Optional, Sequence, Union
 
 __all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
-           "is_negative", "broadcast", "broadcast_all"]
+           "is_negative", "broadcast", "broadcast_all", "windows"]
 
 Size = Union[int, "DimExpr"]
 """A dimension: an int, or a ``DimExpr`` when it varies with a dynamic axis."""
@@ -406,6 +406,13 @@ def broadcast_all(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
                 size = broadcast(size, s[k])
         out.append(size)
     return tuple(out)
+
+
+def windows(size: Size, kernel: int, stride: int = 1, dilation: int = 1, padding: int = 0) -> Size:
+    """How many windows of ``kernel`` cells (``dilation`` apart), every ``stride``, fit in
+    ``size`` cells padded by ``padding`` in all: ``(size + padding - dilation*(kernel-1) -
+    1) / stride + 1``, the output length of convolutions, pools, unfold and STFT frames."""
+    return _floordiv(_add(size, padding - dilation * (kernel - 1) - 1, 1), _divisor(stride)) + 1
 
 
 # --- parsing -------------------------------------------------------------------------------

@@ -139,8 +139,7 @@ def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
         before, after = attrs["padding"][i].items
         stride = attrs["stride"][i] if attrs.get("stride") else 1
         dilation = attrs["dilation"][i] if attrs.get("dilation") else 1
-        shrink = before + after - dilation * (w.shape[2 + i] - 1) - 1
-        spatial.append((n + shrink) // stride + 1)
+        spatial.append(dim.windows(n, w.shape[2 + i], stride, dilation, before + after))
     return (x.shape[0], w.shape[0]) + tuple(spatial)
 
 

@@ -26,7 +26,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast, broadcast_all
+from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast, broadcast_all, windows
 from fastnnef.log import get_logger
 from fastnnef.torch_graph.ir_data import CUSTOMOP_KIND, Const, IROp, ListValue, SymInt, TensorValue
 from fastnnef.torch_graph.ir_dynamic_shape import (
@@ -654,7 +654,7 @@ def _pool(kernel_arg: int, stride_arg: int, pad_arg: int, dil_arg: Optional[int]
             if size is None or size == UNKNOWN or ceil_mode:
                 spatial.append(None if size is None else UNKNOWN)
             else:
-                spatial.append(mark((size + 2 * pads[a] - dils[a] * (kernel[a] - 1) - 1) // strides[a] + 1))
+                spatial.append(mark(windows(size, kernel[a], strides[a], dils[a], 2 * pads[a])))
         return [x.dyn[: x.rank - n] + tuple(spatial)] * len(outs)
 
     return rule

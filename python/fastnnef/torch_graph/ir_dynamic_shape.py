@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence
 
-from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast_all, ceil_div, dmin, is_negative
+from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast_all, ceil_div, dmin, is_negative, windows
 from fastnnef.torch_graph.ir_data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
 
 
@@ -316,11 +316,11 @@ def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
 
 
 def window_count(size: Optional[DimExpr], frame: int, step: int) -> Optional[DimExpr]:
-    """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
-    ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
+    """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``
+    (``dim.windows``)."""
     if size is None or size == UNKNOWN:
         return size
-    return mark((size - frame) // step + 1)
+    return mark(windows(size, frame, step))
 
 
 def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[Optional[DimExpr], ...]:
@@ -505,7 +505,7 @@ def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> Opti
         if transposed:
             grown = (size - 1) * s_ - 2 * p + d * (k - 1) + out_pads[a] + 1  # type: ignore[index]
         else:
-            grown = (size + 2 * p - d * (k - 1) - 1) // s_ + 1
+            grown = windows(size, k, s_, d, 2 * p)
         dyn.append(mark(grown))
     return tuple(dyn)
 
