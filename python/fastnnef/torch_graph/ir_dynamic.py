@@ -669,13 +669,31 @@ def _adaptive_pool(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
     return None if x is None or marks is None or x.rank < n else [x.dyn[: x.rank - n] + marks] * len(outs)
 
 
-def _unknown_where_dynamic(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
-    """Outputs of input 0's rank whose dims vary where input 0's do, by an amount the IR
-    does not follow (im2col's patches, istft's samples): unknown there, static elsewhere."""
-    x = _input(op, 0)
-    if x is None or any(o.rank != x.rank for o in outs):
+def _istft(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
+    """istft(z [B?, F, T], n_fft, hop, win_length, window, center, normalized, onesided,
+    length, ...): the batch, then the samples, ``length`` or n_fft + hop (T - 1) less
+    n_fft // 2 each side when centred."""
+    z, n_fft, center = _input(op, 0), _int_arg(op, 1), _bool_arg(op, 5)
+    if z is None or n_fft is None or center is None or z.rank not in (2, 3):
         return None
-    return [tuple(None if m is None else UNKNOWN for m in x.dyn)] * len(outs)
+    hop = _int_arg(op, 2) or n_fft // 4
+    length_arg = op.inputs[8] if len(op.inputs) > 8 else None
+    if isinstance(length_arg, Const) and length_arg.value is None:
+        length: Optional[Size] = n_fft + hop * (size_of(z, z.rank - 1) - 1) - (2 * (n_fft // 2) if center else 0)
+    else:
+        length = _size_arg(op, 8)
+    return None if length is None else [z.dyn[: z.rank - 2] + (mark(length),)]
+
+
+def _im2col(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
+    """im2col(x [N, C, H, W], kernel, ...): [N, C*kh*kw, L], the number of patches L
+    unknown where H or W varies."""
+    x, kernel = _input(op, 0), const_ints(op.inputs[1]) if len(op.inputs) > 1 else []
+    if x is None or x.rank not in (3, 4) or len(kernel) != 2:
+        return None
+    channels = mark(size_of(x, x.rank - 3) * kernel[0] * kernel[1])
+    patches = None if x.dyn[-2] is None and x.dyn[-1] is None else UNKNOWN
+    return [x.dyn[: x.rank - 3] + (channels, patches)]
 
 
 def _col2im(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
@@ -833,6 +851,39 @@ def _static_out(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
     return [(None,) * o.rank for o in outs]
 
 
+def _embedding_bag(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
+    """embedding_bag(weight, indices, offsets, scale_grad, mode, sparse, per_sample_weights,
+    include_last_offset, ...): the output [bags, D] (bags: the offsets, one fewer with
+    include_last_offset; or the rows of 2-D indices); the auxiliary outputs unknown."""
+    weight, indices, offsets, last = _input(op, 0), _input(op, 1), _input(op, 2), _bool_arg(op, 7)
+    if weight is None or indices is None or weight.rank != 2 or not outs or outs[0].rank != 2:
+        return None
+    if indices.rank == 2:
+        bags: Optional[DimExpr] = indices.dyn[0]
+    elif offsets is not None and offsets.rank == 1 and last is not None:
+        bags = mark(size_of(offsets, 0) - int(last))
+    else:
+        return None
+    return [(bags, weight.dyn[1])] + [(UNKNOWN,) * o.rank for o in outs[1:]]
+
+
+def _grouped_mm(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
+    """_grouped_mm(a, b, offs, ...): a's rows by b's columns, one matrix per group ([M, N]
+    for 2-D a and 3-D b, [G, M, N] with the groups' broadcast or offsets)."""
+    a, b = _input(op, 0), _input(op, 1)
+    if a is None or b is None or len(outs) != 1 or min(a.rank, b.rank) < 2:
+        return None
+    matrix = (a.dyn[-2], b.dyn[-1])
+    if outs[0].rank == 2:
+        return [matrix]
+    if a.rank == 3 and b.rank == 3:
+        try:
+            return [_marks(broadcast_all([_dims(a)[:1], _dims(b)[:1]])) + matrix]
+        except ValueError:
+            return None
+    return [(None,) + matrix] if outs[0].rank == 3 else None
+
+
 def _multi_head_attention(op: IROp, outs: list[TensorValue]) -> Optional[list[Marks]]:
     """_native_multi_head_attention(q [B, L, E], k [B, S, E], ...): the output [B, L, E],
     the weights [B, L, S] (or [B, heads, L, S] not averaged)."""
@@ -937,7 +988,8 @@ _KIND_RULES.update({
     "aten::adaptive_avg_pool3d": _adaptive_pool,
     "aten::adaptive_max_pool1d": _adaptive_pool,
     "aten::adaptive_max_pool2d": _adaptive_pool,
-    "aten::im2col": _unknown_where_dynamic,
+    "aten::im2col": _im2col,
+    "aten::istft": _istft,
     "aten::col2im": _col2im,
     "aten::index": _index,
     "aten::repeat_interleave": _repeat_interleave,
@@ -957,6 +1009,9 @@ _KIND_RULES.update({
     "aten::histc": _static_out,
     "aten::linalg_cross": _broadcasting,
     "aten::_native_multi_head_attention": _multi_head_attention,
+    "aten::embedding_bag": _embedding_bag,
+    "aten::_embedding_bag": _embedding_bag,
+    "aten::_grouped_mm": _grouped_mm,
     "aten::to_padded_tensor": _to_padded_tensor,
     "quantized::conv1d": _quantized_conv,
     "quantized::conv2d": _quantized_conv,
