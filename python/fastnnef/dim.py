@@ -408,11 +408,11 @@ def broadcast_all(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
     return tuple(out)
 
 
-def windows(size: Size, kernel: int, stride: int = 1, dilation: int = 1, padding: int = 0) -> Size:
+def windows(size: Size, kernel: Size, stride: int = 1, dilation: int = 1, padding: int = 0) -> Size:
     """How many windows of ``kernel`` cells (``dilation`` apart), every ``stride``, fit in
     ``size`` cells padded by ``padding`` in all: ``(size + padding - dilation*(kernel-1) -
     1) / stride + 1``, the output length of convolutions, pools, unfold and STFT frames."""
-    return _floordiv(_add(size, padding - dilation * (kernel - 1) - 1, 1), _divisor(stride)) + 1
+    return _floordiv(_add(_add(size, padding - 1, 1), _mul(dilation, _add(kernel, 1, -1)), -1), _divisor(stride)) + 1
 
 
 # --- parsing -------------------------------------------------------------------------------

@@ -79,14 +79,14 @@ def propagate_dyn(op: IROp) -> None:
         return
     outs = _tensor_outputs(op)
     kind_rule = _module_call if op.kind.startswith(CUSTOMOP_KIND) else _KIND_RULES.get(op.kind)
-    marks = kind_rule(op, outs) if kind_rule is not None else None
-    if marks is None or len(marks) != len(outs) or any(len(m) != o.rank for m, o in zip(marks, outs)):
+    told = kind_rule(op, outs) if kind_rule is not None else None
+    if told is None or len(told) != len(outs) or any(len(m) != o.rank for m, o in zip(told, outs)):
         # No rule tells: every dim may vary. Handlers that need a size refuse such a dim
         # clearly; a kind that must do better gets a rule in _KIND_RULES.
         log.debug("%s: no dynamic-dim rule for %s, its output dims are marked unknown", op.where(), op.kind)
-        marks = [(UNKNOWN,) * o.rank for o in outs]
-    for out, dyn in zip(outs, marks):
-        out.dyn = tuple(dyn)
+        told = [(UNKNOWN,) * o.rank for o in outs]
+    for tensor, dyn in zip(outs, told):
+        tensor.dyn = tuple(dyn)
 
 
 def _tensor_outputs(op: IROp) -> list[TensorValue]:
