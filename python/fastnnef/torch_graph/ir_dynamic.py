@@ -4,9 +4,8 @@ The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. 
 kind that may take a dynamic dim has a rule, in one of two tables: ``SHAPE_RULES``
 (``ir_dynamic_shape.py``) for the shape ops over their first input (views, reshapes,
 slices, pads, fills, reductions, matmul, conv...), ``_KIND_RULES`` here for the others,
-over the whole op (elementwise ops by
-broadcasting, ops keeping their input's dims, linear, chunks, recurrent layers...). The
-marks are sizes over the axes' symbols (``fastnnef.dim``) where they can be written. An op
+over the whole op (elementwise ops by broadcasting, ops keeping their input's dims,
+linear, chunks, recurrent layers, pools, module calls by their extractor...). The marks are sizes over the axes' symbols (``fastnnef.dim``) where they can be written. An op
 whose kind has no rule (or whose rule cannot tell) gets every output dim marked
 ``UNKNOWN``: a handler that needs a concrete size then refuses it clearly instead of
 trusting a guess.
