@@ -7,6 +7,7 @@ import operator
 from collections.abc import Callable
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,3 +152,25 @@ def test_copies_and_pickles_are_equal() -> None:
     for expr in (parse("P+((S+3)/4)-1"), parse("min(S,10)*P"), UNKNOWN):
         assert pickle.loads(pickle.dumps(expr)) == expr
         assert copy.deepcopy(expr) == expr
+
+
+@settings(deadline=None)  # the first call imports torch
+@given(st.lists(st.lists(st.sampled_from([1, 2, 3]), max_size=3), min_size=1, max_size=3))
+def test_broadcast_of_constants_is_torchs(shapes: list[list[int]]) -> None:
+    """``dim.broadcast_all`` over constants is torch's broadcasting, refusals included."""
+    try:
+        expected = tuple(torch.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except RuntimeError:
+        with pytest.raises(ValueError):
+            dim.broadcast_all(shapes)
+        return
+    assert dim.broadcast_all(shapes) == expected
+
+
+def test_broadcast_of_sizes() -> None:
+    s, t = symbol("S"), symbol("T")
+    assert dim.broadcast(s, 1) == s and dim.broadcast(1, s) == s
+    assert dim.broadcast(s, 4) == 4 and dim.broadcast(4, s) == 4  # S must be 1 or 4
+    assert dim.broadcast(s, s) == s and dim.broadcast(s + 1, 1 + s) == s + 1
+    assert dim.broadcast(s, t) is UNKNOWN and dim.broadcast(UNKNOWN, UNKNOWN) is UNKNOWN
+    assert dim.broadcast(UNKNOWN, 1) is UNKNOWN

@@ -35,13 +35,13 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Union
 
 __all__ = ["DimExpr", "DimSyntaxError", "UNKNOWN", "Size", "symbol", "parse", "ceil_div", "dmin", "dmax",
-           "is_negative"]
+           "is_negative", "broadcast", "broadcast_all", "windows"]
 
 Size = Union[int, "DimExpr"]
 """A dimension: an int, or a ``DimExpr`` when it varies with a dynamic axis."""
@@ -378,6 +378,48 @@ def is_negative(x: Size) -> bool:
     if isinstance(x, int):
         return x < 0
     return not x.is_unknown and all(c <= 0 for _, c in x._terms)
+
+
+# --- broadcasting ---------------------------------------------------------------------------
+def broadcast(a: Size, b: Size) -> Size:
+    """The size two broadcast dims give (torch's, numpy's and tract's rule, the one the IR's
+    dynamic marks and nnef/shapes.py both apply): a 1 yields; of a constant and a symbolic
+    size the constant (the other must be 1 or equal to it); two different symbolic sizes
+    give ``UNKNOWN``. Raises ``ValueError`` for two different constants, neither 1."""
+    if a == b and not (isinstance(a, DimExpr) and a.is_unknown):
+        return a
+    if isinstance(a, int) and a == 1:
+        return b
+    if isinstance(b, int) and b == 1:
+        return a
+    if isinstance(a, int) and isinstance(b, int):
+        raise ValueError(f"dims {a} and {b} do not broadcast")
+    if isinstance(a, int):
+        return a
+    if isinstance(b, int):
+        return b
+    return UNKNOWN
+
+
+def broadcast_all(shapes: Sequence[Sequence[Size]]) -> tuple[Size, ...]:
+    """The broadcast of ``shapes``, aligned on their trailing dims."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Size] = []
+    for i in range(rank):
+        size: Size = 1
+        for s in shapes:
+            k = i - rank + len(s)
+            if k >= 0:
+                size = broadcast(size, s[k])
+        out.append(size)
+    return tuple(out)
+
+
+def windows(size: Size, kernel: Size, stride: int = 1, dilation: int = 1, padding: int = 0) -> Size:
+    """How many windows of ``kernel`` cells (``dilation`` apart), every ``stride``, fit in
+    ``size`` cells padded by ``padding`` in all: ``(size + padding - dilation*(kernel-1) -
+    1) / stride + 1``, the output length of convolutions, pools, unfold and STFT frames."""
+    return _floordiv(_add(_add(size, padding - 1, 1), _mul(dilation, _add(kernel, 1, -1)), -1), _divisor(stride)) + 1
 
 
 # --- parsing -------------------------------------------------------------------------------

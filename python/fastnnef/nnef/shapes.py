@@ -64,34 +64,20 @@ def volume(shape: Sequence[Dim]) -> Dim:
 
 
 def broadcast_dim(a: Dim, b: Dim, kind: str = "") -> Dim:
-    """The broadcast of two dims (a 1 yields; a static size wins over a symbol)."""
-    if a == b:
-        return a
-    if is_static(a) and a == 1:
-        return b
-    if is_static(b) and b == 1:
-        return a
-    if is_static(a) and is_static(b):
-        raise T2NErrorConsistency(f"{kind or 'op'}: operand dims {a} and {b} do not broadcast")
-    if is_static(a):
-        return a
-    if is_static(b):
-        return b
-    return UNKNOWN_DIM
+    """The broadcast of two dims (``dim.broadcast``: a 1 yields; a static size wins over a
+    symbol), the IR's rule for dynamic marks too."""
+    try:
+        return dim.broadcast(a, b)
+    except ValueError:
+        raise T2NErrorConsistency(f"{kind or 'op'}: operand dims {a} and {b} do not broadcast") from None
 
 
 def broadcast_shapes(shapes: Sequence[Sequence[Dim]], kind: str = "") -> Shape:
-    """NNEF/tract broadcasting: shapes aligned on their trailing dims."""
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[Dim] = []
-    for i in range(rank):
-        dim: Dim = 1
-        for s in shapes:
-            k = i - rank + len(s)
-            if k >= 0:
-                dim = broadcast_dim(dim, s[k], kind)
-        out.append(dim)
-    return tuple(out)
+    """NNEF/tract broadcasting: shapes aligned on their trailing dims (``dim.broadcast_all``)."""
+    try:
+        return dim.broadcast_all(shapes)
+    except ValueError as err:
+        raise T2NErrorConsistency(f"{kind or 'op'}: operand {err}") from None
 
 
 # --- rules -------------------------------------------------------------------------------
@@ -154,8 +140,7 @@ def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
         before, after = attrs["padding"][i].items
         stride = attrs["stride"][i] if attrs.get("stride") else 1
         dilation = attrs["dilation"][i] if attrs.get("dilation") else 1
-        shrink = before + after - dilation * (w.shape[2 + i] - 1) - 1
-        spatial.append((n + shrink) // stride + 1)
+        spatial.append(dim.windows(n, w.shape[2 + i], stride, dilation, before + after))
     return (x.shape[0], w.shape[0]) + tuple(spatial)
 
 

@@ -23,7 +23,6 @@ from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
 from fastnnef.nnef.op_table import check, check_fragment, infer
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, datum_type, payload_for
-from fastnnef.nnef.shapes import unknown
 from fastnnef.tensor.quant.packed import PackedFormat
 from fastnnef.torch_graph.ir import ConstTensor, IROp, IRValue, ParamValue, TensorValue
 
@@ -63,7 +62,8 @@ def shape_of(value: TensorValue) -> tuple[Dim, ...]:
 class GraphBuilder:
     """Builds one ``NNEFGraph``; all per-export state lives here, none in globals."""
 
-    def __init__(self, graph: NNEFGraph, caps: TargetCapabilities, naming: str, param_names: dict[int, str] | None = None):
+    def __init__(self, graph: NNEFGraph, caps: TargetCapabilities, naming: str,
+                 param_names: dict[int, str] | None = None):
         self.graph = graph
         self.caps = caps
         self.naming = naming
@@ -219,16 +219,6 @@ class GraphBuilder:
             dtype = dtype if dtype is not None else derived[0]
             shape = shape if shape is not None else derived[1]
         return self.graph.op(kind, args, attrs, name=name, dtype=dtype, shape=shape, exact=exact)
-
-    def refine(self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None, traced: Sequence[Dim]) -> tuple[Dim, ...]:
-        """The traced shape, with dims whose dynamic expression the IR lost taken from the
-        op's rule where it knows them."""
-        if not any(unknown(d) for d in traced):
-            return tuple(traced)
-        derived = infer(kind, args, dict(attrs or {}))
-        if derived is None or len(derived[1]) != len(traced):
-            return tuple(traced)
-        return tuple(r if unknown(t) and not unknown(r) else t for t, r in zip(traced, derived[1]))
 
     def op_multi(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None,

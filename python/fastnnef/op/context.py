@@ -158,12 +158,12 @@ class OpContext:
         dtype: str | None = None,
     ) -> NTensor:
         """Emit the op that produces node output ``out`` (or list item ``value``), with the
-        traced dtype and shape. ``shape`` overrides the traced one where the handler knows
-        symbolic dims better; dims the IR lost are also recovered from the op's rule.
+        traced dtype and shape (its dynamic dims as the IR marks them, ir_dynamic.py).
+        ``shape`` overrides the traced one where the handler knows symbolic dims better.
         ``dtype`` names a quantized output's type (the trace has no scale or zero point)."""
         value = value or self.out_value(out)
         if shape is None:
-            shape = self._b.refine(kind, args, attrs, shape_of(value))
+            shape = shape_of(value)
         tensor = self._b.op(
             kind, args, attrs, name=self._b.base_name(self.node, value),
             dtype=dtype or self._datum_type(value, args), shape=shape,

@@ -7,7 +7,8 @@ their own, re-exported here:
   and ``IRGraph``;
 - ``ir_builder.py``: the pass itself (``build_ir``), with scalar size arithmetic folded or
   kept symbolic, constant folding (``fold.py``) and in-place writes (``functionalize.py``);
-- ``ir_dynamic.py``: which output dims of each op vary with a dynamic axis.
+- ``ir_dynamic.py`` (shape ops: ``ir_dynamic_shape.py``): which output dims of each op vary
+  with a dynamic axis, by the rule of its kind.
 """
 
 from fastnnef.torch_graph.ir_builder import NOOP_KINDS, build_ir, scope_path

@@ -1,59 +1,67 @@
 """Dynamic dimensions of the IR: which output dims of an op vary with a dynamic axis.
 
-The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. An op
-whose kind has a rule (views, reshapes, slices, pads, fills, reductions, matmul, cat,
-arange...) gets its output marks from its inputs' marks and size arguments, as sizes
-over the axes' symbols (``fastnnef.dim``) where they can be written; other ops follow the
-generic rule: same-rank outputs dim by dim, else a dim whose traced size equals a dynamic
-input dim's is marked ``UNKNOWN`` so that a handler needing a concrete value refuses it.
+The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. Every op
+kind that may take a dynamic dim has a rule, in one of two tables: ``SHAPE_RULES``
+(``ir_dynamic_shape.py``) for the shape ops over their first input (views, reshapes,
+slices, pads, fills, reductions, matmul, conv...), ``_KIND_RULES`` here for the others,
+over the whole op (elementwise ops by broadcasting, ops keeping their input's dims,
+linear, chunks, recurrent layers, pools, module calls by their extractor...). The marks
+are sizes over the axes' symbols (``fastnnef.dim``) where they can be written. An op whose
+kind has no rule (or whose rule cannot tell) gets every output dim marked ``UNKNOWN``: a
+handler that needs a concrete size then refuses it clearly instead of trusting a guess.
 
 Rules place dims by the op's arguments (positions, size lists), never by matching traced
 sizes where a dynamic dim is concerned: an axis traced at 1 matches every unit dim, and any
-traced size may equal a merged dim by chance.
+traced size may equal a merged dim by chance. Broadcasting is ``dim.broadcast_all``, the
+rule nnef/shapes.py applies to the NNEF ops.
+
+Over ~800 lines: one rule per op family, each short, found by its kind in ``_KIND_RULES``;
+splitting the table would scatter the one list of kinds that have a rule.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
-from fastnnef.dim import UNKNOWN, DimExpr, Size, ceil_div, dmin, is_negative
-from fastnnef.torch_graph.ir_data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
+import torch
 
+from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast, broadcast_all, windows
+from fastnnef.log import get_logger
+from fastnnef.torch_graph.ir_data import CUSTOMOP_KIND, Const, IROp, ListValue, SymInt, TensorValue
+from fastnnef.torch_graph.ir_dynamic_shape import (
+    SHAPE_RULES,
+    DynRule,
+    const_ints,
+    flat_items,
+    int_expr,
+    mark,
+    per_axis,
+    size_list_marks,
+    size_of,
+    tensor_inputs,
+    volume_mark,
+)
 
-def _mark(size: Size) -> DimExpr | None:
-    """A dim's mark: ``None`` when its size is a constant, else its expression."""
-    return None if isinstance(size, int) else size
+__all__ = ["DynRule", "const_ints", "propagate_dyn"]
 
-
-def _size(t: TensorValue, d: int) -> Size:
-    """The size of ``t``'s dim ``d``: its traced value when static, else its expression."""
-    mark = t.dyn[d]
-    return t.shape[d] if mark is None else mark
-
-
-def _tensor_inputs(op: IROp) -> list[TensorValue]:
-    return [v for v in op.inputs if isinstance(v, TensorValue)]
+log = get_logger(__name__)
 
 
 def propagate_dyn(op: IROp) -> None:
-    """Mark the dynamic dims of ``op``'s tensor outputs from its inputs'.
-
-    Same-rank outputs follow the inputs dim by dim (broadcasting ops, conv along time,
-    norms...). Other outputs: a dim whose traced size equals a dynamic input dim's is
-    marked dynamic-unknown, so handlers that need a concrete value refuse it."""
+    """Mark the dynamic dims of ``op``'s tensor outputs from its inputs' and its size
+    arguments, by the rule of its kind (unknown where there is none)."""
     if op.kind == "aten::arange" and _arange_dyn(op):
         return
     if op.kind == "aten::cat" and _cat_dyn(op):
         return
     if op.kind in _FILLS and _fill_dyn(op):
         return
-    rule = _DYN_RULES.get(op.kind)
+    rule = SHAPE_RULES.get(op.kind)
     if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
         out = op.outputs[0]
-        sym_args = any(isinstance(v, SymInt) for v in _flat(op.inputs))
+        sym_args = any(isinstance(v, SymInt) for v in flat_items(op.inputs))
         if isinstance(out, TensorValue) and (
-            any(t.is_dynamic() for t in _tensor_inputs(op)) or out.is_dynamic() or sym_args
+            any(t.is_dynamic() for t in tensor_inputs(op)) or out.is_dynamic() or sym_args
         ):
             marks = rule(op.inputs[0], out, op.inputs[1:])
             if marks is not None:
@@ -61,53 +69,34 @@ def propagate_dyn(op: IROp) -> None:
                 return
         elif isinstance(out, TensorValue):
             return
-    tensors = _tensor_inputs(op)
+    tensors = tensor_inputs(op)
     for v in op.inputs:
         if isinstance(v, ListValue):
             tensors += [x for x in v.items if isinstance(x, TensorValue)]
-    dyn_inputs = [t for t in tensors if t.is_dynamic()]
-    sym_args = any(isinstance(v, SymInt) for v in op.inputs) or any(
-        isinstance(v, ListValue) and any(isinstance(x, SymInt) for x in v.items) for v in op.inputs
-    )
-    if not dyn_inputs and not sym_args:
+    sym_args = any(isinstance(v, SymInt) for v in flat_items(op.inputs))
+    if not any(t.is_dynamic() for t in tensors) and not sym_args:
         return
+    outs = _tensor_outputs(op)
+    kind_rule = _module_call if op.kind.startswith(CUSTOMOP_KIND) else _KIND_RULES.get(op.kind)
+    told = kind_rule(op, outs) if kind_rule is not None else None
+    if told is None or len(told) != len(outs) or any(len(m) != o.rank for m, o in zip(told, outs)):
+        # No rule tells: every dim may vary. Handlers that need a size refuse such a dim
+        # clearly; a kind that must do better gets a rule in _KIND_RULES.
+        log.debug("%s: no dynamic-dim rule for %s, its output dims are marked unknown", op.where(), op.kind)
+        told = [(UNKNOWN,) * o.rank for o in outs]
+    for tensor, dyn in zip(outs, told):
+        tensor.dyn = tuple(dyn)
+
+
+def _tensor_outputs(op: IROp) -> list[TensorValue]:
+    """``op``'s tensor outputs, the items of a list output included, in order."""
     outs: list[TensorValue] = []
     for o in op.outputs:
         if isinstance(o, TensorValue):
             outs.append(o)
         elif isinstance(o, ListValue):
             outs += [x for x in o.items if isinstance(x, TensorValue)]
-    scalar_sym = any(isinstance(v, SymInt) for v in op.inputs)
-    base = tensors[0] if tensors else None
-    dyn_sizes = {t.shape[d] for t in dyn_inputs for d in range(t.rank) if t.dyn[d] is not None}
-    for v in op.inputs:
-        items = v.items if isinstance(v, ListValue) else [v]
-        dyn_sizes |= {x.traced for x in items if isinstance(x, SymInt)}
-    for out in outs:
-        dyn: list[DimExpr | None] = []
-        for d in range(out.rank):
-            mark: DimExpr | None = None
-            for t in dyn_inputs:
-                if t.rank == out.rank and t.dyn[d] is not None:
-                    if t.shape[d] == out.shape[d]:
-                        mark = t.dyn[d]
-                    elif out.shape[d] != 1:
-                        mark = UNKNOWN
-                    # else: reduced to 1 (keepdim reductions, global pools): static
-                    break
-            if mark is None and out.shape[d] in dyn_sizes and not any(
-                t.rank == out.rank for t in dyn_inputs
-            ):
-                mark = UNKNOWN
-            if mark is None and scalar_sym and not (
-                base is not None and base.rank == out.rank and base.shape[d] == out.shape[d]
-                and base.dyn[d] is None
-            ):
-                # A size computed from a dynamic axis (arange(2, x.size(1)), x[:, :n]):
-                # the dim may vary even though its traced value matches no input dim.
-                mark = UNKNOWN
-            dyn.append(mark)
-        out.dyn = tuple(dyn)
+    return outs
 
 
 def _arange_dyn(op: IROp) -> bool:
@@ -126,20 +115,11 @@ def _arange_dyn(op: IROp) -> bool:
     start, end = (Const("", 0), op.inputs[0]) if bounds == 1 else (op.inputs[0], op.inputs[1])
     if bounds == 3 and not (isinstance(op.inputs[2], Const) and op.inputs[2].value == 1):
         return False
-    exprs = [_int_expr(v) for v in (start, end)]
+    exprs = [int_expr(v) for v in (start, end)]
     if not any(isinstance(v, SymInt) for v in (start, end)) or None in exprs:
         return False
-    out.dyn = (_mark(exprs[1] - exprs[0]),)  # type: ignore[operator]
+    out.dyn = (mark(exprs[1] - exprs[0]),)  # type: ignore[operator]
     return True
-
-
-def _int_expr(value: IRValue) -> Size | None:
-    """The expression of a size argument (a static int or a known dynamic size), else None."""
-    if isinstance(value, SymInt):
-        return None if value.expr.is_unknown else value.expr
-    if isinstance(value, Const) and isinstance(value.value, int) and not isinstance(value.value, bool):
-        return value.value
-    return None
 
 
 def _cat_dyn(op: IROp) -> bool:
@@ -156,11 +136,11 @@ def _cat_dyn(op: IROp) -> bool:
     axis = op.inputs[1].value % out.rank
     total: Size = 0
     for t in parts:
-        total = total + _size(t, axis)
+        total = total + size_of(t, axis)
     dyn: list[DimExpr | None] = []
     for d in range(out.rank):
         if d == axis:
-            dyn.append(_mark(total))
+            dyn.append(mark(total))
         else:
             dyn.append(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None))
     out.dyn = tuple(dyn)
@@ -177,550 +157,871 @@ def _fill_dyn(op: IROp) -> bool:
     out = op.outputs[0]
     if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)):
         return False
-    dyn = _size_list_dyn(op.inputs[0], out.rank)
+    dyn = size_list_marks(op.inputs[0], out.rank)
     if dyn is None:
         return False
     out.dyn = dyn
     return True
 
 
-def _size_list_dyn(sizes: IRValue, rank: int) -> tuple[DimExpr | None, ...] | None:
-    """The dims of a size list: ``None`` for a non-negative constant, the expression of a
-    dynamic size (``?`` when unknown); ``None`` for the whole list if anything else (-1)."""
-    items = sizes.items if isinstance(sizes, ListValue) else []
-    if len(items) != rank:
+# --- rules over a whole op: every tensor output, list items included ------------------------
+Marks = tuple[DimExpr | None, ...]
+KindRule = Callable[[IROp, list[TensorValue]], list[Marks] | None]
+# A kind rule returns the marks of each of the op's tensor outputs, or None where it cannot
+# tell (every output dim is then unknown).
+
+
+def _dims(t: TensorValue) -> tuple[Size, ...]:
+    """``t``'s sizes: traced values where static, expressions where dynamic."""
+    return tuple(size_of(t, d) for d in range(t.rank))
+
+
+def _marks(sizes: Sequence[Size]) -> Marks:
+    return tuple(mark(s) for s in sizes)
+
+
+def _int_arg(op: IROp, i: int) -> int | None:
+    """Argument ``i`` as a constant int, else None."""
+    v = op.inputs[i] if i < len(op.inputs) else None
+    return v.value if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool) else None
+
+
+def _size_arg(op: IROp, i: int) -> Size | None:
+    """Argument ``i`` as a size (a constant or a dynamic size's expression), else None."""
+    return int_expr(op.inputs[i]) if i < len(op.inputs) else None
+
+
+def _input(op: IROp, i: int) -> TensorValue | None:
+    v = op.inputs[i] if i < len(op.inputs) else None
+    return v if isinstance(v, TensorValue) else None
+
+
+def _same_as_input(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """Every output has input 0's dims (unary elementwise ops, casts, norms, softmax, scans)."""
+    x = _input(op, 0)
+    return None if x is None else [x.dyn for _ in outs]
+
+
+def _broadcasting(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """Elementwise ops over several tensors: their broadcast (``dim.broadcast_all``, the
+    rule nnef/shapes.py applies to the NNEF ops)."""
+    tensors = tensor_inputs(op)
+    if not tensors:
         return None
-    dyn: list[DimExpr | None] = []
-    for item in items:
-        if isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
-            dyn.append(None)
-        elif isinstance(item, SymInt):
-            dyn.append(item.expr)
-        else:
-            return None
-    return tuple(dyn)
-
-
-def _flat(values: Sequence[IRValue]) -> list[IRValue]:
-    out: list[IRValue] = []
-    for v in values:
-        out += v.items if isinstance(v, ListValue) else [v]
-    return out
-
-
-def const_ints(value: IRValue) -> list[int]:
-    """The int constants of a value or of a list's items (others skipped)."""
-    items = value.items if isinstance(value, ListValue) else [value]
-    return [int(v.value) for v in items if isinstance(v, Const)]
-
-
-def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """Reshape: static dims in the common prefix/suffix stay static; the window between is
-    dynamic-unknown if it takes a dynamic input dim. A dynamic dim never counts as kept
-    because its traced size matches: a size traced at 1 matches every unit dim, and any
-    traced size may match a merged dim by chance (``[N, 3] -> [N/3, 3, 3]`` at N = 3)."""
-    pre = 0
-    while pre < min(x.rank, out.rank) and x.dyn[pre] is None and x.shape[pre] == out.shape[pre]:
-        pre += 1
-    suf = 0
-    while (
-        suf < min(x.rank, out.rank) - pre
-        and x.dyn[x.rank - 1 - suf] is None
-        and x.shape[x.rank - 1 - suf] == out.shape[out.rank - 1 - suf]
-    ):
-        suf += 1
-    window_dyn = any(x.dyn[d] is not None for d in range(pre, x.rank - suf))
-    dyn: list[DimExpr | None] = list(x.dyn[:pre])
-    dyn += [UNKNOWN if window_dyn else None] * (out.rank - pre - suf)
-    dyn += list(x.dyn[x.rank - suf :]) if suf else []
-    return tuple(dyn)
-
-
-def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """view/reshape with an explicit size list: each output dim is static or carries its
-    size's expression, and a -1 what is left of x's volume where that is known; else the
-    window rule."""
-    items = args[0].items if args and isinstance(args[0], ListValue) else []
-    free = [d for d, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
-    if len(free) == 1 and len(items) == out.rank:
-        known = list(items)
-        known[free[0]] = Const("", 0)
-        dyn = _size_list_dyn(ListValue("", known), out.rank)
-        if dyn is not None:
-            rest = _remaining(x, known)
-            if rest == UNKNOWN:  # where x's dims reach the output unchanged, the window rule knows it
-                rest = _window_dyn(x, out, args)[free[0]]
-            return dyn[: free[0]] + (rest,) + dyn[free[0] + 1 :]
-    dyn = _size_list_dyn(args[0], out.rank) if args else None
-    return _window_dyn(x, out, args) if dyn is None else dyn
-
-
-def _remaining(x: TensorValue, others: Sequence[IRValue]) -> DimExpr | None:
-    """The size of a reshape's -1: x's volume over the ``others`` sizes (the -1 itself
-    given as 0). Static, or one dynamic dim of x scaled, when the others' dynamic sizes
-    are x's minus at most that one and the static parts divide; else unknown."""
-    x_syms = [d for d in x.dyn if d is not None and not d.is_unknown]
-    o_syms = [v.expr for v in others if isinstance(v, SymInt) and not v.expr.is_unknown]
-    static_x = math.prod(x.shape[d] for d in range(x.rank) if x.dyn[d] is None)
-    static_o = math.prod(int(v.value) or 1 for v in others if isinstance(v, Const))
-    # Unknown sizes cancel only in pairs of equal traced sizes other than 1 (``reshape(b,
-    # x.size(1), -1)`` of a row count the IR lost); a size traced at 1 proves nothing.
-    x_unknown = sorted(x.shape[d] for d in range(x.rank) if x.dyn[d] == UNKNOWN)
-    o_unknown = sorted(v.traced for v in others if isinstance(v, SymInt) and v.expr.is_unknown)
-    if x_unknown != o_unknown or 1 in x_unknown or static_o == 0 or static_x % static_o:
-        return UNKNOWN
-    left = list(x_syms)
-    for expr in o_syms:
-        if expr not in left:
-            return UNKNOWN
-        left.remove(expr)
-    factor = static_x // static_o
-    if not left:
+    try:
+        return [_marks(broadcast_all([_dims(t) for t in tensors]))] * len(outs)
+    except ValueError:
         return None
-    return UNKNOWN if len(left) > 1 else _mark(left[0] * factor)
 
 
-def _volume_mark(x: TensorValue, dims: Sequence[int]) -> DimExpr | None:
-    """The mark of the product of ``x``'s ``dims``: static, a linear expression when at
-    most one of them is dynamic (``4*TILES``), else unknown."""
-    total: Size = 1
-    for d in dims:
-        total = total * _size(x, d)
-        if isinstance(total, DimExpr) and not total.is_linear:
-            return UNKNOWN
-    return _mark(total)
-
-
-def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """flatten(x, start, end): the merged dims' product, the others unchanged (by their
-    positions, never by their traced sizes: a dynamic axis traced at 1 stays dynamic)."""
-    bounds = [const_ints(a) for a in args[:2]]
-    if x.rank == 0 or len(bounds) != 2 or not all(len(b) == 1 for b in bounds):
+def _linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """linear(x, weight, bias): x's dims with the last one replaced by the weight's rows."""
+    x, w = _input(op, 0), _input(op, 1)
+    if x is None or w is None or x.rank == 0:
         return None
-    start, end = bounds[0][0] % x.rank, bounds[1][0] % x.rank
-    if out.rank != x.rank - (end - start):
-        return None
-    return x.dyn[:start] + (_volume_mark(x, range(start, end + 1)),) + x.dyn[end + 1 :]
+    return [x.dyn[:-1] + (w.dyn[:1] if w.rank == 2 else ())]
 
 
-def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """unflatten(x, dim, sizes): the sizes' marks in place of ``dim``, a -1 taking the
-    rest of the dim where the other sizes divide it exactly (else unknown)."""
-    dims = const_ints(args[0]) if args else []
-    items = args[1].items if len(args) > 1 and isinstance(args[1], ListValue) else []
-    if x.rank == 0 or len(dims) != 1 or not items or out.rank != x.rank - 1 + len(items):
-        return None
-    a = dims[0] % x.rank
-    free = [k for k, v in enumerate(items) if isinstance(v, Const) and v.value == -1]
-    known = [Const("", 1) if k in free else v for k, v in enumerate(items)]
-    marks = _size_list_dyn(ListValue("", known), len(items))
-    if marks is None or len(free) > 1:
-        return None
-    if free:
-        others = math.prod(int(v.value) for v in known if isinstance(v, Const))
-        exact = _exact_quotient(_size(x, a), others) if not any(m is not None for m in marks) else None
-        rest = None if isinstance(exact, int) else exact or UNKNOWN
-        marks = marks[: free[0]] + (rest,) + marks[free[0] + 1 :]
-    return x.dyn[:a] + marks + x.dyn[a + 1 :]
+def _like_input(i: int) -> KindRule:
+    """The output has tensor input ``i``'s dims (view_as: other; gather: the index)."""
 
-
-def _exact_quotient(size: Size, k: int) -> Size | None:
-    """``size / k`` when ``k`` divides ``size`` at every length of its axes, else None."""
-    if k <= 0 or size == UNKNOWN:
-        return None
-    quotient = size // k
-    return quotient if quotient * k == size else None
-
-
-def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """squeeze(x[, dims]): x's marks without the dims the trace removed (the named ones, or
-    all, of traced size 1), chosen by position, not by matching sizes."""
-    chosen = range(x.rank) if not args or (isinstance(args[0], Const) and args[0].value is None) else [
-        d % x.rank for d in const_ints(args[0])]
-    if x.rank == 0:
-        return None
-    gone = {d for d in chosen if x.shape[d] == 1}
-    if out.rank != x.rank - len(gone):
-        return None
-    return tuple(m for d, m in enumerate(x.dyn) if d not in gone)
-
-
-def _reduction(dim_arg: int) -> DynRule:
-    """The rule of a reduction whose dims are argument ``dim_arg`` after self: the reduced
-    dims become static (1, or gone without keepdim), the others keep their marks. By the
-    dims named, not by sizes: a dynamic axis traced at 1 is then reduced or kept as asked."""
-
-    def rule(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-        if out.rank == 0:
-            return ()
-        arg = args[dim_arg] if len(args) > dim_arg else None
-        if isinstance(arg, Const) and arg.value is None:
-            reduced = set(range(x.rank))
-        elif isinstance(arg, Const) and isinstance(arg.value, int) and not isinstance(arg.value, bool):
-            reduced = {arg.value % x.rank}
-        elif isinstance(arg, ListValue) and len(const_ints(arg)) == len(arg.items):
-            reduced = {d % x.rank for d in const_ints(arg)} or set(range(x.rank))
-        else:
-            return None
-        if out.rank == x.rank:
-            return tuple(None if d in reduced else m for d, m in enumerate(x.dyn))
-        if out.rank == x.rank - len(reduced):
-            return tuple(m for d, m in enumerate(x.dyn) if d not in reduced)
-        return None
+    def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+        t = _input(op, i)
+        return None if t is None else [t.dyn]
 
     return rule
 
 
-def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
-    return _size_list_dyn(args[0], out.rank) if args else None
-
-
-def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
-    expression, a constant is static."""
-    items = args[0].items if args and isinstance(args[0], ListValue) else []
-    if len(items) != out.rank or out.rank < x.rank:
+def _one_hot(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """one_hot(x, num_classes): x's dims, then the classes (a constant)."""
+    x, classes = _input(op, 0), _size_arg(op, 1)
+    if x is None or classes is None:
         return None
-    lead = out.rank - x.rank
-    dyn: list[DimExpr | None] = []
-    for d, item in enumerate(items):
-        if isinstance(item, SymInt):
-            dyn.append(item.expr)
-        elif isinstance(item, Const) and item.value == -1 and d >= lead:
-            dyn.append(x.dyn[d - lead])
-        elif isinstance(item, Const) and isinstance(item.value, int) and item.value >= 0:
-            dyn.append(None)
-        else:
+    return [x.dyn + (mark(classes),)]
+
+
+def _eye(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """eye(n[, m], ...): sizes that may be dynamic (``torch.eye(x.size(0))``)."""
+    n = _size_arg(op, 0)
+    m = _size_arg(op, 1) if len(op.inputs) == 6 else n  # eye.m has one argument more
+    return None if n is None or m is None else [(mark(n), mark(m))]
+
+
+def _without_dim(dim_arg: int, shrink: int | None) -> KindRule:
+    """Input 0's dims with the dim at argument ``dim_arg`` shortened by ``shrink``
+    (cumulative_trapezoid: by one), or removed when ``shrink`` is None (trapezoid)."""
+
+    def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+        x, d = _input(op, 0), _int_arg(op, dim_arg)
+        if x is None or d is None or x.rank == 0:
             return None
-    return tuple(dyn)
+        a = d % x.rank
+        return [x.dyn[:a] + (() if shrink is None else (mark(size_of(x, a) - shrink),)) + x.dyn[a + 1 :]]
+
+    return rule
 
 
-def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
-    other = args[0] if args else None
-    if isinstance(other, TensorValue) and other.rank == out.rank:
-        return other.dyn
-    if isinstance(other, ListValue):
-        return _expand_dyn(x, out, args)
-    return None
-
-
-def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    perm = [p % x.rank for p in const_ints(args[0])]
-    return tuple(x.dyn[p] for p in perm)
-
-
-def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    if x.rank < 2:
-        return x.dyn
-    a, b = (const_ints(args[0]) + const_ints(args[1])) if len(args) >= 2 else (0, 1)
-    dyn = list(x.dyn)
-    a, b = a % x.rank, b % x.rank
-    dyn[a], dyn[b] = dyn[b], dyn[a]
-    return tuple(dyn)
-
-
-def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """select(x, dim, index): x's dims without the selected one."""
-    a = const_ints(args[0])[0] % x.rank
-    return x.dyn[:a] + x.dyn[a + 1 :]
-
-
-def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """movedim(x, source, destination): the moved dims land at their destinations, the
-    others fill the remaining places in order (torch's definition)."""
-    src = [s % x.rank for s in const_ints(args[0])]
-    order: list[int | None] = [None] * x.rank
-    for s, d in zip(src, const_ints(args[1])):
-        order[d % x.rank] = s
-    rest = iter(a for a in range(x.rank) if a not in src)
-    return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
-
-
-def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """mT, mH, adjoint: the last two dims swapped."""
-    return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
-
-
-def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """numpy_T (x.T): every dim reversed."""
-    return x.dyn[::-1]
-
-
-def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
-    k, dims = const_ints(args[0])[0], [d % x.rank for d in const_ints(args[1])]
-    dyn = list(x.dyn)
-    if k % 2:
-        dyn[dims[0]], dyn[dims[1]] = dyn[dims[1]], dyn[dims[0]]
-    return tuple(dyn)
-
-
-def _windows(size: DimExpr | None, frame: int, step: int) -> DimExpr | None:
-    """The number of windows of ``frame`` cells every ``step`` over a dynamic ``size``,
-    ``(size-frame)/step+1``, written as the handlers write it (tract's integer division)."""
-    if size is None or size == UNKNOWN:
-        return size
-    return _mark((size - frame) // step + 1)
-
-
-def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
-    if x.rank == 0:
-        return (None,)
-    dim, size, step = (const_ints(a)[0] for a in args[:3])
-    dyn = list(x.dyn)
-    a = dim % x.rank
-    dyn[a] = _windows(dyn[a], size, step)
-    return tuple(dyn) + (None,)
-
-
-def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
-    length follows a dynamic plane only when both its dims are the same expression."""
-    offset, d1, d2 = (const_ints(a)[0] for a in args[:3])
-    a, b = d1 % x.rank, d2 % x.rank
-    rest = tuple(x.dyn[d] for d in range(x.rank) if d not in (a, b))
-    ea, eb = x.dyn[a], x.dyn[b]
-    if ea is None and eb is None:
-        return rest + (None,)
-    if ea == eb and ea != UNKNOWN:
-        return rest + (_mark(ea - abs(offset)),)  # type: ignore[operator]
-    return rest + (UNKNOWN,)
-
-
-def _position(v: IRValue, size: Size, default: Size) -> Size | None:
-    """A slice bound as torch reads it: None -> ``default``, INT64_MAX -> the end,
-    negative -> from the end (clamped where the size is static), or a size expression."""
-    if isinstance(v, Const) and v.value is None:
-        return default
-    if isinstance(v, SymInt):
-        if v.expr.is_unknown:
+def _pair_distance(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """pairwise_distance(x1, x2, p, eps, keepdim), cosine_similarity(x1, x2, dim, eps): the
+    operands' broadcast without the reduced dim (pairwise_distance: the last, kept as 1
+    with keepdim)."""
+    x1, x2 = _input(op, 0), _input(op, 1)
+    if x1 is None or x2 is None:
+        return None
+    try:
+        dims = broadcast_all([_dims(x1), _dims(x2)])
+    except ValueError:
+        return None
+    if not dims:
+        return None
+    if op.kind == "aten::cosine_similarity":
+        d = _int_arg(op, 2)
+        if d is None:
             return None
-        return size + v.expr if is_negative(v.expr) else v.expr  # from the end
-    if not (isinstance(v, Const) and isinstance(v.value, int)):
+        a = d % len(dims)
+        return [_marks(dims[:a] + dims[a + 1 :])]
+    keep = isinstance(op.inputs[4], Const) and bool(op.inputs[4].value) if len(op.inputs) > 4 else False
+    return [_marks(dims[:-1] + ((1,) if keep else ()))]
+
+
+def _cdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """cdist(x1, x2, ...): the batch dims' broadcast, x1's rows, x2's rows."""
+    x1, x2 = _input(op, 0), _input(op, 1)
+    if x1 is None or x2 is None or min(x1.rank, x2.rank) < 2:
         return None
-    k = v.value
-    if isinstance(size, int):
-        return min(max(k + size if k < 0 else k, 0), size)
-    if k >= 2**62:
-        return size
-    return size + k if k < 0 else k
-
-
-def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
-    with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
-    a = const_ints(args[0])[0] % x.rank
-    step = const_ints(args[3])[0] if len(args) > 3 and const_ints(args[3]) else 1
-    size = _size(x, a)
-    if size == UNKNOWN:
+    try:
+        batch = broadcast_all([_dims(x1)[:-2], _dims(x2)[:-2]])
+    except ValueError:
         return None
-    begin, end = _position(args[1], size, 0), _position(args[2], size, size)
-    if isinstance(size, DimExpr) and isinstance(end, int) and end > x.shape[a]:
-        end = dmin(size, end)  # torch clamps an end past the axis (the handler writes the same)
-    if begin is None or end is None:
+    return [_marks(batch) + (x1.dyn[-2], x2.dyn[-2])]
+
+
+def _pdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """pdist(x, p): the n(n-1)/2 pairs of x's n rows."""
+    x = _input(op, 0)
+    if x is None or x.rank != 2:
         return None
-    # A static length is a static piece (of a dynamic axis, bounds within the traced size).
-    return x.dyn[:a] + (_mark(ceil_div(end - begin, step)),) + x.dyn[a + 1 :]
+    n = size_of(x, 0)
+    return [(mark(n * (n - 1) // 2),)]
 
 
-def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """narrow(x, dim, start, length): the length, constant or a dynamic size."""
-    a = const_ints(args[0])[0] % x.rank
-    length = args[2]
-    mark = length.expr if isinstance(length, SymInt) else None
-    return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
-
-
-def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
-    ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
-    items = args[0].items if args and isinstance(args[0], ListValue) else []
-    amounts = [_int_expr(v) for v in items]
-    if len(amounts) % 2 or len(amounts) // 2 > x.rank or out.rank != x.rank:
+def _diag_embed(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """diag_embed(x, offset, dim1, dim2): x's last dim n becomes an (n+|offset|)-square
+    plane at dim1 and dim2, x's other dims fill the remaining places in order."""
+    x, offset, d1, d2 = _input(op, 0), _int_arg(op, 1), _int_arg(op, 2), _int_arg(op, 3)
+    if x is None or x.rank == 0 or offset is None or d1 is None or d2 is None:
         return None
-    dyn = list(x.dyn)
-    for k in range(len(amounts) // 2):
-        d = x.rank - 1 - k
-        before, after = amounts[2 * k], amounts[2 * k + 1]
-        if dyn[d] == UNKNOWN or (dyn[d] is None and isinstance(before, int) and isinstance(after, int)):
-            continue
-        size = x.shape[d] if dyn[d] is None else dyn[d]
-        dyn[d] = UNKNOWN if before is None or after is None else _mark(size + before + after)  # type: ignore[operator]
-    return tuple(dyn)
+    rank = x.rank + 1
+    side = mark(size_of(x, x.rank - 1) + abs(offset))
+    rest = iter(x.dyn[:-1])
+    return [tuple(side if p in (d1 % rank, d2 % rank) else next(rest) for p in range(rank))]
 
 
-def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
-    dynamic L (padded by n_fft//2 each side when centred)."""
-    if out.rank != x.rank + 1 or x.dyn[-1] is None:
+def _view_as_real(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x = _input(op, 0)
+    return None if x is None else [x.dyn + (None,)]
+
+
+def _view_as_complex(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x = _input(op, 0)
+    return None if x is None or x.rank == 0 else [x.dyn[:-1]]
+
+
+def _glu(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """glu(x, dim): the dim halved."""
+    x, d = _input(op, 0), _int_arg(op, 1)
+    if x is None or d is None or x.rank == 0:
         return None
-    n_fft = const_ints(args[0])[0]
-    hop_arg = args[1]
-    hop = hop_arg.value if isinstance(hop_arg, Const) and hop_arg.value is not None else n_fft // 4
-    center_overload = len(args) > 5 and isinstance(args[5], Const) and isinstance(args[5].value, str)
-    length: DimExpr | None = x.dyn[-1]
-    if center_overload and isinstance(args[4], Const) and args[4].value:
-        length = x.dyn[-1] + 2 * (n_fft // 2)  # type: ignore[assignment]
-    return x.dyn[:-1] + (None, _windows(length, n_fft, hop))
+    a = d % x.rank
+    return [x.dyn[:a] + (mark(size_of(x, a) // 2),) + x.dyn[a + 1 :]]
 
 
-def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    d = const_ints(args[0])[0] % out.rank
-    return x.dyn[:d] + (None,) + x.dyn[d:]
-
-
-def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """embedding(weight, indices): the indices' dims, then the embedding's."""
-    idx = args[0]
-    assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
-    return idx.dyn + weight.dyn[1:]
-
-
-def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
-    idx = args[1]
-    assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
-    a = const_ints(args[0])[0] % x.rank
-    return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
-
-
-def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """matmul: broadcast batch dims, then a's rows and b's columns (the contracted dim,
-    dynamic or not, never reaches the output)."""
-    b = args[0]
-    assert isinstance(b, TensorValue)
-    if a.rank == 1:  # vector @ matrix: b's batch dims and columns
-        return b.dyn[:-2] + b.dyn[-1:] if b.rank > 1 else ()
-    if b.rank == 1:  # matrix @ vector: a's batch dims and rows
-        return a.dyn[:-1]
-    dyn: list[DimExpr | None] = []
-    for d in range(out.rank - 2):
-        mark: DimExpr | None = None
-        for t in (a, b):
-            k = d - (out.rank - t.rank)
-            if k >= 0 and t.dyn[k] is not None and t.shape[k] == out.shape[d]:
-                mark = t.dyn[k]
-        dyn.append(mark)
-    return tuple(dyn) + (a.dyn[-2], b.dyn[-1])
-
-
-def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
-    """scaled_dot_product_attention: the query's dims, with the values' last one (the
-    mask's key axis never reaches the output)."""
-    v = args[1]
-    assert isinstance(v, TensorValue) and q.rank == out.rank
-    return q.dyn[:-1] + v.dyn[-1:]
-
-
-def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
-    """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
-    as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
-    d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
-    and integer division agree). String paddings: 'same' keeps the size."""
-    weight = args[0] if args else None
-    if not isinstance(weight, TensorValue) or out.rank != x.rank or x.rank != weight.rank:
+def _conv_tbc(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """conv_tbc(x [T, B, C], weight [k, C, C_out], bias, pad): T + 2 pad - k + 1 frames."""
+    x, w, pad = _input(op, 0), _input(op, 1), _int_arg(op, 3)
+    if x is None or w is None or pad is None or x.rank != 3:
         return None
-    n = x.rank - 2
-    if len(args) < 4:
+    return [(mark(size_of(x, 0) + 2 * pad - w.shape[0] + 1), x.dyn[1], None)]
+
+
+def _pieces(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """chunk / split / split_with_sizes (x, how, dim): x's dims in every piece, the split
+    dim static where x's is, a constant piece of split_with_sizes static, else unknown."""
+    x, d = _input(op, 0), _int_arg(op, 2)
+    if x is None or d is None or x.rank == 0:
         return None
-    stride, padding = args[2], args[3]
-    dilation: IRValue | None = args[4] if len(args) > 4 else None
-    output_padding: IRValue | None = None
-    transposed = False
-    if len(args) >= 8 and isinstance(args[5], Const) and isinstance(args[5].value, bool):  # _convolution
-        output_padding, transposed = args[6], args[5].value
-    # else convNd(input, weight, bias, stride, padding, dilation, groups)
-    strides, dilations = _per_axis(stride, n, 1), _per_axis(dilation, n, 1)
-    out_pads = _per_axis(output_padding, n, 0)
-    same = isinstance(padding, Const) and padding.value == "same"
-    valid = isinstance(padding, Const) and padding.value == "valid"
-    pads = [0] * n if valid or same else _per_axis(padding, n, 0)
-    if None in (strides, dilations, pads, out_pads):
+    a = d % x.rank
+    sizes = op.inputs[1].items if op.kind == "aten::split_with_sizes" and isinstance(op.inputs[1], ListValue) else []
+    marks: list[Marks] = []
+    for k in range(len(outs)):
+        piece: DimExpr | None = None if x.dyn[a] is None else UNKNOWN
+        if k < len(sizes):
+            size = int_expr(sizes[k])
+            piece = UNKNOWN if size is None else mark(size)
+        marks.append(x.dyn[:a] + (piece,) + x.dyn[a + 1 :])
+    return marks
+
+
+def _unbind(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x, d = _input(op, 0), _int_arg(op, 1)
+    if x is None or d is None or x.rank == 0:
         return None
-    kernel = weight.shape[2:]
-    dyn: list[DimExpr | None] = [x.dyn[0], None]
-    for a in range(n):
-        size = x.dyn[a + 2]
-        if size is None or size == UNKNOWN or same:
-            dyn.append(size if same or size == UNKNOWN else None)
-            continue
-        k, s_, d, p = kernel[a], strides[a], dilations[a], pads[a]  # type: ignore[index]
-        if transposed:
-            grown = (size - 1) * s_ - 2 * p + d * (k - 1) + out_pads[a] + 1  # type: ignore[index]
-        else:
-            grown = (size + 2 * p - d * (k - 1) - 1) // s_ + 1
-        dyn.append(_mark(grown))
-    return tuple(dyn)
+    a = d % x.rank
+    return [x.dyn[:a] + x.dyn[a + 1 :]] * len(outs)
 
 
-def _per_axis(value: IRValue | None, n: int, default: int) -> list[int] | None:
-    """A convolution's per-axis ints (one value expands to every axis); None if unknown."""
-    if value is None or (isinstance(value, Const) and value.value is None):
-        return [default] * n
-    items = const_ints(value)
-    if isinstance(value, ListValue) and len(items) != len(value.items):
+def _meshgrid(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """meshgrid(tensors[, indexing]): every grid has the vectors' lengths ('xy' swaps the
+    first two)."""
+    items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
+    if not all(isinstance(t, TensorValue) and t.rank <= 1 for t in items):
         return None
-    if len(items) == 1:
-        return items * n
-    return items if len(items) == n else None
+    lengths = [t.dyn[0] if t.rank else None for t in items if isinstance(t, TensorValue)]
+    xy = len(op.inputs) > 1 and isinstance(op.inputs[1], Const) and op.inputs[1].value == "xy"
+    if xy and len(lengths) >= 2:
+        lengths[0], lengths[1] = lengths[1], lengths[0]
+    return [tuple(lengths)] * len(outs)
 
 
-DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[DimExpr | None, ...] | None]
-# A rule returns the output's marks, or None where it cannot tell (the generic rule then applies).
-_DYN_RULES: dict[str, DynRule] = {
-    "aten::view": _sizes_dyn,
-    "aten::reshape": _sizes_dyn,
-    "aten::flatten": _flatten_dyn,
-    "aten::unflatten": _unflatten_dyn,
-    "aten::squeeze": _squeeze_dyn,
-    "aten::permute": _permute_dyn,
-    "aten::transpose": _transpose_dyn,
-    "aten::t": _transpose_dyn,
-    "aten::unsqueeze": _unsqueeze_dyn,
-    "aten::embedding": _embedding_dyn,
-    "aten::scaled_dot_product_attention": _sdpa_dyn,
-    "aten::matmul": _matmul_dyn,
-    "aten::mm": _matmul_dyn,
-    "aten::bmm": _matmul_dyn,
-    "aten::index_select": _index_select_dyn,
-    "aten::select": _select_dyn,
-    "aten::movedim": _movedim_dyn,
-    "aten::moveaxis": _movedim_dyn,
-    "aten::mT": _matrix_transpose_dyn,
-    "aten::mH": _matrix_transpose_dyn,
-    "aten::adjoint": _matrix_transpose_dyn,
-    "aten::matrix_H": _matrix_transpose_dyn,
-    "aten::numpy_T": _reverse_dyn,
-    "aten::rot90": _rot90_dyn,
-    "aten::unfold": _unfold_dyn,
-    "aten::diagonal": _diagonal_dyn,
-    "aten::slice": _slice_dyn,
-    "aten::narrow": _narrow_dyn,
-    "aten::constant_pad_nd": _pad_dyn,
-    "aten::pad": _pad_dyn,
-    "aten::stft": _stft_dyn,
-    "aten::_convolution": _conv_dyn,
-    "aten::conv1d": _conv_dyn,
-    "aten::conv2d": _conv_dyn,
-    "aten::conv3d": _conv_dyn,
-    "aten::expand": _expand_dyn,
-    "aten::expand_as": _expand_as_dyn,
-    "aten::broadcast_to": _expand_as_dyn,
-    "aten::new_zeros": _new_fill_dyn,
-    "aten::new_ones": _new_fill_dyn,
-    "aten::new_empty": _new_fill_dyn,
-    "aten::new_full": _new_fill_dyn,
+def _recurrent(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """lstm / gru / rnn_tanh / rnn_relu (input, hx, params, has_biases, layers, dropout,
+    train, bidirectional, batch_first): the output has the input's time and batch dims,
+    the final states [layers * directions, batch, hidden] the input's batch."""
+    x, batch_first = _input(op, 0), _bool_arg(op, 8)
+    if x is None or batch_first is None or x.rank not in (2, 3):
+        return None
+    batch: Marks = () if x.rank == 2 else (x.dyn[0 if batch_first else 1],)
+    return [x.dyn[:-1] + (None,)] + [(None,) + batch + (None,)] * (len(outs) - 1)
+
+
+def _repeat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """repeat(x, repeats): each dim times its repeat, new leading dims their repeats."""
+    x = _input(op, 0)
+    repeats = op.inputs[1] if len(op.inputs) > 1 else None
+    reps = [int_expr(v) for v in repeats.items] if isinstance(repeats, ListValue) else []
+    if x is None or None in reps or len(reps) < x.rank:
+        return None
+    lead = len(reps) - x.rank
+    return [tuple(mark((1 if i < lead else size_of(x, i - lead)) * r) for i, r in enumerate(reps))]  # type: ignore[operator]
+
+
+def _upsample(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """upsample_* / _upsample_*(x, output_size, ...): batch and channels kept, the spatial
+    dims the output size's where it is given, else (scale factors) unknown where x's vary."""
+    x = _input(op, 0)
+    if x is None or x.rank < 3:
+        return None
+    given = size_list_marks(op.inputs[1], x.rank - 2) if len(op.inputs) > 1 else None
+    spatial = given if given is not None else tuple(None if m is None else UNKNOWN for m in x.dyn[2:])
+    return [x.dyn[:2] + spatial]
+
+
+# Output dims equal to input 0's: unary elementwise ops, casts, normalizations, softmax,
+# scans, masks of a matrix, *_like creations.
+_SAME_AS_INPUT = (
+    "abs", "neg", "sign", "sgn", "ceil", "floor", "round", "trunc", "frac", "exp", "exp2", "expm1", "log", "log2",
+    "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "square", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+    "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "sigmoid", "relu", "relu6", "gelu", "silu",
+    "mish", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softplus", "softsign",
+    "threshold", "logit", "nan_to_num", "bitwise_not", "logical_not", "isnan", "isinf", "isfinite", "clamp_min",
+    "clamp_max", "to", "type_as", "clone", "contiguous", "detach", "dropout", "alpha_dropout", "feature_dropout",
+    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "tril", "triu", "softmax",
+    "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "instance_norm", "cumsum", "cumprod",
+    "logcumsumexp", "cummax", "cummin", "prelu", "diagonal_scatter", "slice_scatter", "select_scatter",
+    "scatter", "scatter_add", "scatter_reduce", "index_put", "index_fill", "masked_scatter", "flip", "roll",
+    "fill", "local_response_norm",
+)
+# Elementwise ops over several tensors: the broadcast of their shapes.
+_BROADCASTING = (
+    "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "minimum",
+    "maximum", "fmin", "fmax", "atan2", "hypot", "copysign", "xlogy", "lerp", "addcmul", "addcdiv", "where",
+    "masked_fill", "clamp", "clip", "eq", "ne", "lt", "le", "gt", "ge", "__and__", "__or__", "__xor__",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
+    "__lshift__", "__rshift__", "logical_and", "logical_or", "logical_xor",
+)
+_KIND_RULES: dict[str, KindRule] = {
+    **{f"aten::{k}": _same_as_input for k in _SAME_AS_INPUT},
+    **{f"aten::{k}": _broadcasting for k in _BROADCASTING},
+    "aten::linear": _linear,
+    "aten::view_as": _like_input(1),
+    "aten::gather": _like_input(2),
+    "aten::one_hot": _one_hot,
+    "aten::eye": _eye,
+    "aten::cumulative_trapezoid": _without_dim(2, 1),
+    "aten::trapezoid": _without_dim(2, None),
+    "aten::pairwise_distance": _pair_distance,
+    "aten::cosine_similarity": _pair_distance,
+    "aten::cdist": _cdist,
+    "aten::pdist": _pdist,
+    "aten::diag_embed": _diag_embed,
+    "aten::view_as_real": _view_as_real,
+    "aten::view_as_complex": _view_as_complex,
+    "aten::glu": _glu,
+    "aten::conv_tbc": _conv_tbc,
+    "aten::chunk": _pieces,
+    "aten::unsafe_chunk": _pieces,
+    "aten::split": _pieces,
+    "aten::split_with_sizes": _pieces,
+    "aten::unbind": _unbind,
+    "aten::meshgrid": _meshgrid,
+    "aten::lstm": _recurrent,
+    "aten::gru": _recurrent,
+    "aten::rnn_tanh": _recurrent,
+    "aten::rnn_relu": _recurrent,
+    "aten::repeat": _repeat,
+    **{f"aten::{k}": _upsample for k in (
+        "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
+        "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_nearest_exact1d",
+        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "_upsample_bilinear2d_aa",
+        "_upsample_bicubic2d_aa")},
 }
-# Reductions (single output) by the position of their dim argument after self.
-_DYN_RULES.update({kind: _reduction(0) for kind in (
-    "aten::sum", "aten::mean", "aten::prod", "aten::amax", "aten::amin", "aten::argmax", "aten::argmin",
-    "aten::all", "aten::any", "aten::logsumexp", "aten::nansum", "aten::nanmean", "aten::count_nonzero",
-    "aten::var", "aten::std")})
-_DYN_RULES.update({kind: _reduction(1) for kind in ("aten::norm", "aten::linalg_vector_norm")})
-# torch.*_copy forms of views: the same dims as the view.
-_DYN_RULES.update({f"{kind}_copy": _DYN_RULES[kind] for kind in (
-    "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",
-    "aten::slice", "aten::select", "aten::narrow", "aten::unfold", "aten::diagonal")})
+
+
+def _bool_arg(op: IROp, i: int) -> bool | None:
+    v = op.inputs[i] if i < len(op.inputs) else None
+    return bool(v.value) if isinstance(v, Const) and isinstance(v.value, (bool, int)) else None
+
+
+def _dim_list(op: IROp, i: int, rank: int) -> set[int] | None:
+    """Argument ``i`` as a set of dims (an int, a list of ints; None or [] for all)."""
+    v = op.inputs[i] if i < len(op.inputs) else None
+    if v is None or (isinstance(v, Const) and v.value is None):
+        return set(range(rank))
+    ints = const_ints(v)
+    if isinstance(v, ListValue) and len(ints) != len(v.items):
+        return None
+    if not isinstance(v, ListValue) and len(ints) != 1:
+        return None
+    return {d % rank for d in ints} if ints else set(range(rank))
+
+
+def _reduced(x: TensorValue, dims: set[int], keep: bool) -> Marks:
+    """x's marks with ``dims`` reduced: static 1 with ``keep``, else gone."""
+    return tuple(None if d in dims else m for d, m in enumerate(x.dyn) if keep or d not in dims)
+
+
+def _max_like(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """max / min (x, other): broadcast; (x, dim, keepdim): values and indices reduced;
+    (x): a 0-d result. aminmax(x, dim=None, keepdim)."""
+    x = _input(op, 0)
+    if x is None:
+        return None
+    if _input(op, 1) is not None:
+        return _broadcasting(op, outs)
+    if len(op.inputs) == 1:
+        return [()] * len(outs)
+    dims = _dim_list(op, 1, x.rank) if x.rank else set()
+    keep = _bool_arg(op, 2)
+    if dims is None or keep is None:
+        return None
+    return [_reduced(x, dims, keep)] * len(outs)
+
+
+def _reduction_of(dim_arg: int, keep_arg: int) -> KindRule:
+    """A reduction over the dims at argument ``dim_arg`` with keepdim at ``keep_arg``."""
+
+    def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+        x = _input(op, 0)
+        if x is None:
+            return None
+        dims, keep = _dim_list(op, dim_arg, x.rank), _bool_arg(op, keep_arg)
+        return None if dims is None or keep is None else [_reduced(x, dims, keep)] * len(outs)
+
+    return rule
+
+
+def _topk(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """topk(x, k, dim, ...): values and indices with k along dim."""
+    x, k, d = _input(op, 0), _size_arg(op, 1), _int_arg(op, 2)
+    if x is None or k is None or d is None or x.rank == 0:
+        return None
+    a = d % x.rank
+    return [x.dyn[:a] + (mark(k),) + x.dyn[a + 1 :]] * len(outs)
+
+
+def _native_layer_norm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """native_layer_norm(x, normalized_shape, ...): x's dims, then mean and rstd with the
+    normalized dims 1."""
+    x = _input(op, 0)
+    n = len(op.inputs[1].items) if len(op.inputs) > 1 and isinstance(op.inputs[1], ListValue) else None
+    if x is None or n is None:
+        return None
+    stats = x.dyn[: x.rank - n] + (None,) * n
+    return [x.dyn] + [stats] * (len(outs) - 1)
+
+
+def _native_group_norm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """native_group_norm(x, weight, bias, N, C, HxW, group, eps): x's dims, mean and rstd
+    [N, group]."""
+    x = _input(op, 0)
+    return None if x is None or x.rank == 0 else [x.dyn] + [(x.dyn[0], None)] * (len(outs) - 1)
+
+
+def _mv(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    a = _input(op, 0)
+    return None if a is None or a.rank != 2 else [a.dyn[:1]]
+
+
+def _outer(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    a, b = _input(op, 0), _input(op, 1)
+    return None if a is None or b is None or a.rank != 1 or b.rank != 1 else [a.dyn + b.dyn]
+
+
+def _scalar_out(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """dot, vdot: a 0-d result."""
+    return [()] * len(outs)
+
+
+def _kron(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """kron(a, b): dim by dim products (ranks aligned on the right)."""
+    a, b = _input(op, 0), _input(op, 1)
+    if a is None or b is None:
+        return None
+    rank = max(a.rank, b.rank)
+    da, db = (1,) * (rank - a.rank) + _dims(a), (1,) * (rank - b.rank) + _dims(b)
+    return [_marks([x * y for x, y in zip(da, db)])]
+
+
+def _bilinear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """bilinear(x1, x2, weight, bias): x1's dims with the last one the weight's rows."""
+    x = _input(op, 0)
+    return None if x is None or x.rank == 0 else [x.dyn[:-1] + (None,)]
+
+
+def _einsum(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """einsum(equation, tensors): each output letter's size (broadcast over the operands
+    that have it), '...' the operands' broadcast batch dims. Explicit outputs only."""
+    eq = op.inputs[0].value if op.inputs and isinstance(op.inputs[0], Const) else None
+    items = op.inputs[1].items if len(op.inputs) > 1 and isinstance(op.inputs[1], ListValue) else []
+    if not isinstance(eq, str) or "->" not in eq or not all(isinstance(t, TensorValue) for t in items):
+        return None
+    specs, out_spec = eq.replace(" ", "").split("->")
+    letters: dict[str, Size] = {}
+    ellipses: list[tuple[Size, ...]] = []
+    try:
+        for spec, t in zip(specs.split(","), items):
+            assert isinstance(t, TensorValue)
+            dims = _dims(t)
+            if "..." in spec:
+                head, tail = spec.split("...")
+                ellipses.append(dims[len(head) : t.rank - len(tail)])
+                spec_dims = list(zip(head, dims[: len(head)])) + list(zip(tail, dims[t.rank - len(tail) :]))
+            else:
+                spec_dims = list(zip(spec, dims))
+            for letter, size in spec_dims:
+                letters[letter] = broadcast(letters.get(letter, 1), size)
+        batch = broadcast_all(ellipses)
+    except ValueError:
+        return None
+    head, _, tail = out_spec.partition("...")
+    if not all(c in letters for c in head + tail):
+        return None
+    middle = list(batch) if "..." in out_spec else []
+    return [_marks([letters[c] for c in head] + middle + [letters[c] for c in tail])]
+
+
+def _atleast_2d(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x = _input(op, 0)
+    if x is None:
+        return None
+    return [(None,) * (2 - x.rank) + x.dyn if x.rank < 2 else x.dyn]
+
+
+def _grid_sampler(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """grid_sampler(x [N, C, *in], grid [N, *out, k], ...): [N, C, *out]."""
+    x, grid = _input(op, 0), _input(op, 1)
+    return None if x is None or grid is None or x.rank < 3 else [x.dyn[:2] + grid.dyn[1:-1]]
+
+
+def _pool(kernel_arg: int, stride_arg: int, pad_arg: int, dil_arg: int | None, ceil_arg: int) -> KindRule:
+    """max/avg pooling: each dynamic spatial size through the window arithmetic of
+    convolutions (unknown with ceil_mode)."""
+
+    def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+        x = _input(op, 0)
+        kernel = const_ints(op.inputs[kernel_arg]) if x is not None else []
+        if x is None or not kernel or x.rank < len(kernel):
+            return None
+        n = len(kernel)
+        strides = per_axis(op.inputs[stride_arg], n, 1) if const_ints(op.inputs[stride_arg]) else kernel
+        pads = per_axis(op.inputs[pad_arg], n, 0)
+        dils = per_axis(op.inputs[dil_arg], n, 1) if dil_arg is not None else [1] * n
+        ceil_mode = _bool_arg(op, ceil_arg)
+        if strides is None or pads is None or dils is None or ceil_mode is None:
+            return None
+        spatial: list[DimExpr | None] = []
+        for a in range(n):
+            size = x.dyn[x.rank - n + a]
+            if size is None or size == UNKNOWN or ceil_mode:
+                spatial.append(None if size is None else UNKNOWN)
+            else:
+                spatial.append(mark(windows(size, kernel[a], strides[a], dils[a], 2 * pads[a])))
+        return [x.dyn[: x.rank - n] + tuple(spatial)] * len(outs)
+
+    return rule
+
+
+def _adaptive_pool(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """adaptive_*_pool(x, output_size): the leading dims kept, the output size's after."""
+    x = _input(op, 0)
+    sizes = op.inputs[1] if len(op.inputs) > 1 else None
+    n = len(sizes.items) if isinstance(sizes, ListValue) else 0
+    marks = size_list_marks(sizes, n) if sizes is not None and n else None
+    return None if x is None or marks is None or x.rank < n else [x.dyn[: x.rank - n] + marks] * len(outs)
+
+
+def _istft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """istft(z [B?, F, T], n_fft, hop, win_length, window, center, normalized, onesided,
+    length, ...): the batch, then the samples, ``length`` or n_fft + hop (T - 1) less
+    n_fft // 2 each side when centred."""
+    z, n_fft, center = _input(op, 0), _int_arg(op, 1), _bool_arg(op, 5)
+    if z is None or n_fft is None or center is None or z.rank not in (2, 3):
+        return None
+    hop = _int_arg(op, 2) or n_fft // 4
+    length_arg = op.inputs[8] if len(op.inputs) > 8 else None
+    if isinstance(length_arg, Const) and length_arg.value is None:
+        length: Size | None = n_fft + hop * (size_of(z, z.rank - 1) - 1) - (2 * (n_fft // 2) if center else 0)
+    else:
+        length = _size_arg(op, 8)
+    return None if length is None else [z.dyn[: z.rank - 2] + (mark(length),)]
+
+
+def _im2col(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """im2col(x [N, C, H, W], kernel, ...): [N, C*kh*kw, L], the number of patches L
+    unknown where H or W varies."""
+    x, kernel = _input(op, 0), const_ints(op.inputs[1]) if len(op.inputs) > 1 else []
+    if x is None or x.rank not in (3, 4) or len(kernel) != 2:
+        return None
+    channels = mark(size_of(x, x.rank - 3) * kernel[0] * kernel[1])
+    patches = None if x.dyn[-2] is None and x.dyn[-1] is None else UNKNOWN
+    return [x.dyn[: x.rank - 3] + (channels, patches)]
+
+
+def _col2im(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """col2im(x [N, C*k, L], output_size, ...): [N, C, *output_size]."""
+    x = _input(op, 0)
+    sizes = size_list_marks(op.inputs[1], 2) if x is not None and len(op.inputs) > 1 else None
+    return None if x is None or sizes is None or x.rank != 3 else [(x.dyn[0], None) + sizes]
+
+
+def _index(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """index(x, indices): integer index tensors at adjacent dims replace them by their
+    broadcast dims (a boolean mask: a count known only at run time)."""
+    x = _input(op, 0)
+    items = op.inputs[1].items if x is not None and len(op.inputs) > 1 and isinstance(op.inputs[1], ListValue) else []
+    given = [(k, t) for k, t in enumerate(items) if isinstance(t, TensorValue)]
+    if x is None or not given or len(items) > x.rank:
+        return None
+    if any(t.dtype in (torch.bool, torch.uint8) for _, t in given):
+        return None
+    positions = [k for k, _ in given]
+    if positions != list(range(positions[0], positions[-1] + 1)):
+        return None  # torch moves separated index dims to the front
+    try:
+        idx = _marks(broadcast_all([_dims(t) for _, t in given]))
+    except ValueError:
+        return None
+    return [x.dyn[: positions[0]] + idx + x.dyn[positions[-1] + 1 :]]
+
+
+def _repeat_interleave(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """repeat_interleave(x, repeats int, dim): the dim times the repeats (flattened
+    without dim); tensor repeats: unknown."""
+    x, reps = _input(op, 0), _size_arg(op, 1)
+    if x is None:
+        return None
+    d = _int_arg(op, 2)
+    if d is None:
+        total: Size = reps * _volume(x) if reps is not None else UNKNOWN
+        return [(mark(total),)]
+    a = d % x.rank
+    return [x.dyn[:a] + (UNKNOWN if reps is None else mark(size_of(x, a) * reps),) + x.dyn[a + 1 :]]
+
+
+def _volume(x: TensorValue) -> Size:
+    total: Size = 1
+    for size in _dims(x):
+        total = total * size
+    return total
+
+
+def _ravel(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x = _input(op, 0)
+    return None if x is None else [(volume_mark(x, range(x.rank)),)]
+
+
+def _fft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """fft_fft / fft_ifft / fft_rfft(x, n, dim, norm): the dim n long (rfft: n//2+1)."""
+    x, d = _input(op, 0), _int_arg(op, 2)
+    if x is None or d is None or x.rank == 0:
+        return None
+    a = d % x.rank
+    n_arg = op.inputs[1] if len(op.inputs) > 1 else None
+    n = size_of(x, a) if isinstance(n_arg, Const) and n_arg.value is None else _size_arg(op, 1)
+    if n is None:
+        return None
+    return [x.dyn[:a] + (mark(n // 2 + 1 if op.kind == "aten::fft_rfft" else n),) + x.dyn[a + 1 :]]
+
+
+def _loss(reduction_arg: int) -> KindRule:
+    """Losses: 0-d when reduced (mean, sum), the operands' broadcast otherwise
+    (cross_entropy: the target's dims)."""
+
+    def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+        reduction = _int_arg(op, reduction_arg)
+        if reduction is None:
+            return None
+        if reduction:
+            return [()]
+        if op.kind == "aten::cross_entropy_loss":
+            return _like_input(1)(op, outs)
+        return _broadcasting(op, outs)
+
+    return rule
+
+
+def _diff(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """diff(x, n, dim, prepend, append): the dim n shorter, longer by what is added."""
+    x, n, d = _input(op, 0), _int_arg(op, 1), _int_arg(op, 2)
+    if x is None or n is None or d is None or x.rank == 0:
+        return None
+    a = d % x.rank
+    size = size_of(x, a) - n
+    for extra in (_input(op, 3), _input(op, 4)):
+        if extra is not None:
+            size = size + size_of(extra, a)
+    return [x.dyn[:a] + (mark(size),) + x.dyn[a + 1 :]]
+
+
+def _stack(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """stack(tensors, dim): the tensors' (equal) dims with their count at dim; hstack:
+    concatenated along dim 1 (0 for vectors)."""
+    items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
+    parts = [t for t in items if isinstance(t, TensorValue)]
+    if not parts or len(parts) != len(items) or any(t.rank != parts[0].rank for t in parts):
+        return None
+    rank = parts[0].rank
+    common = tuple(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None) for d in range(rank))
+    if op.kind == "aten::hstack":
+        a = 0 if rank == 1 else 1
+        total: Size = 0
+        for t in parts:
+            total = total + size_of(t, a)
+        return [common[:a] + (mark(total),) + common[a + 1 :]]
+    d = _int_arg(op, 1)
+    if d is None:
+        return None
+    a = d % (rank + 1)
+    return [common[:a] + (None,) + common[a:]]
+
+
+def _broadcast_tensors(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
+    if not all(isinstance(t, TensorValue) for t in items):
+        return None
+    try:
+        return [_marks(broadcast_all([_dims(t) for t in items if isinstance(t, TensorValue)]))] * len(outs)
+    except ValueError:
+        return None
+
+
+def _take_along_dim(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """take_along_dim(x, indices, dim): the broadcast of both, the indices' size at dim."""
+    x, idx, d = _input(op, 0), _input(op, 1), _int_arg(op, 2)
+    if x is None or idx is None or d is None or x.rank != idx.rank:
+        return None
+    a = d % x.rank
+    try:
+        dims = [broadcast(p, q) if k != a else q for k, (p, q) in enumerate(zip(_dims(x), _dims(idx)))]
+    except ValueError:
+        return None
+    return [_marks(dims)]
+
+
+def _hsplit(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """hsplit(x, sections): pieces along dim 1 (0 for vectors), unknown where it varies."""
+    x = _input(op, 0)
+    if x is None or x.rank == 0:
+        return None
+    a = 0 if x.rank == 1 else 1
+    return [x.dyn[:a] + (None if x.dyn[a] is None else UNKNOWN,) + x.dyn[a + 1 :]] * len(outs)
+
+
+def _static_out(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """histc: as many bins as asked, whatever the input."""
+    return [(None,) * o.rank for o in outs]
+
+
+def _embedding_bag(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """embedding_bag(weight, indices, offsets, scale_grad, mode, sparse, per_sample_weights,
+    include_last_offset, ...): the output [bags, D] (bags: the offsets, one fewer with
+    include_last_offset; or the rows of 2-D indices); the auxiliary outputs unknown."""
+    weight, indices, offsets, last = _input(op, 0), _input(op, 1), _input(op, 2), _bool_arg(op, 7)
+    if weight is None or indices is None or weight.rank != 2 or not outs or outs[0].rank != 2:
+        return None
+    if indices.rank == 2:
+        bags: DimExpr | None = indices.dyn[0]
+    elif offsets is not None and offsets.rank == 1 and last is not None:
+        bags = mark(size_of(offsets, 0) - int(last))
+    else:
+        return None
+    return [(bags, weight.dyn[1])] + [(UNKNOWN,) * o.rank for o in outs[1:]]
+
+
+def _grouped_mm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """_grouped_mm(a, b, offs, ...): a's rows by b's columns, one matrix per group ([M, N]
+    for 2-D a and 3-D b, [G, M, N] with the groups' broadcast or offsets)."""
+    a, b = _input(op, 0), _input(op, 1)
+    if a is None or b is None or len(outs) != 1 or min(a.rank, b.rank) < 2:
+        return None
+    matrix = (a.dyn[-2], b.dyn[-1])
+    if outs[0].rank == 2:
+        return [matrix]
+    if a.rank == 3 and b.rank == 3:
+        try:
+            return [_marks(broadcast_all([_dims(a)[:1], _dims(b)[:1]])) + matrix]
+        except ValueError:
+            return None
+    return [(None,) + matrix] if outs[0].rank == 3 else None
+
+
+def _multi_head_attention(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """_native_multi_head_attention(q [B, L, E], k [B, S, E], ...): the output [B, L, E],
+    the weights [B, L, S] (or [B, heads, L, S] not averaged)."""
+    q, k = _input(op, 0), _input(op, 1)
+    if q is None or k is None or q.rank != 3 or k.rank != 3:
+        return None
+    marks = [q.dyn[:-1] + (None,)]
+    for o in outs[1:]:
+        marks.append((q.dyn[0],) + (None,) * (o.rank - 3) + (q.dyn[1], k.dyn[1]) if o.rank >= 3 else (None,) * o.rank)
+    return marks
+
+
+def _quantized_conv(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """quantized::conv* (x, packed params, scale, zero point): batch kept, channels static,
+    spatial dims unknown where they vary (the kernel sits in the packed parameters)."""
+    x = _input(op, 0)
+    if x is None or x.rank < 3:
+        return None
+    return [(x.dyn[0], None) + tuple(None if m is None else UNKNOWN for m in x.dyn[2:])]
+
+
+def _quantized_linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    x = _input(op, 0)
+    return None if x is None or x.rank == 0 else [x.dyn[:-1] + (None,)]
+
+
+def _quantized_matmul(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    a, b = _input(op, 0), _input(op, 1)
+    if a is None or b is None or min(a.rank, b.rank) < 2 or outs[0].rank != max(a.rank, b.rank):
+        return None
+    try:
+        batch = broadcast_all([_dims(a)[:-2], _dims(b)[:-2]])
+    except ValueError:
+        return None
+    return [_marks(batch) + (a.dyn[-2], b.dyn[-1])]
+
+
+def _quantized_cat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """quantized::cat(tensors, dim, scale, zero point): as aten::cat."""
+    items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
+    parts = [t for t in items if isinstance(t, TensorValue)]
+    d = _int_arg(op, 1)
+    if not parts or len(parts) != len(items) or d is None or any(t.rank != outs[0].rank for t in parts):
+        return None
+    a = d % outs[0].rank
+    total: Size = 0
+    for t in parts:
+        total = total + size_of(t, a)
+    dims = tuple(next((t.dyn[k] for t in parts if t.dyn[k] is not None), None) for k in range(outs[0].rank))
+    return [dims[:a] + (mark(total),) + dims[a + 1 :]]
+
+
+def _to_padded_tensor(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """to_padded_tensor(nested, padding, output_size): the output size's dims (a nested
+    tensor has no dims in the IR; nn.TransformerEncoder passes its input's sizes)."""
+    sizes = size_list_marks(op.inputs[2], outs[0].rank) if len(op.inputs) > 2 and len(outs) == 1 else None
+    return None if sizes is None else [sizes]
+
+
+def _module_call(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """A module kept whole (``wired_custom::``): its extractor tells its outputs' dims
+    (``ModuleInfoExtractor.output_dims``), from its tensor inputs' marks."""
+    if op.extractor is None:
+        return None
+    marks = op.extractor.output_dims([t.dyn for t in tensor_inputs(op)], [o.rank for o in outs])
+    return None if marks is None else [tuple(m) for m in marks]
+
+
+_KIND_RULES.update({f"aten::{k}": _same_as_input for k in (
+    "rsqrt", "sigmoid", "hardsigmoid", "floor", "special_i0e", "special_gammaln", "empty_like", "flipud",
+    "fliplr", "index_copy", "index_add", "frexp", "channel_shuffle", "native_channel_shuffle",
+    "quantize_per_tensor", "quantize_per_channel", "dequantize", "bucketize", "argsort", "sort",
+    "_transformer_encoder_layer_fwd", "_nested_tensor_from_mask")})
+_KIND_RULES.update({
+    "aten::max": _max_like,
+    "aten::min": _max_like,
+    "aten::aminmax": _reduction_of(1, 2),
+    "aten::linalg_matrix_norm": _reduction_of(2, 3),
+    "aten::topk": _topk,
+    "aten::native_layer_norm": _native_layer_norm,
+    "aten::native_group_norm": _native_group_norm,
+    "aten::mv": _mv,
+    "aten::outer": _outer,
+    "aten::ger": _outer,
+    "aten::dot": _scalar_out,
+    "aten::vdot": _scalar_out,
+    "aten::kron": _kron,
+    "aten::bilinear": _bilinear,
+    "aten::einsum": _einsum,
+    "aten::atleast_2d": _atleast_2d,
+    "aten::grid_sampler": _grid_sampler,
+    "aten::max_pool1d": _pool(1, 2, 3, 4, 5),
+    "aten::max_pool2d": _pool(1, 2, 3, 4, 5),
+    "aten::max_pool3d": _pool(1, 2, 3, 4, 5),
+    "aten::max_pool1d_with_indices": _pool(1, 2, 3, 4, 5),
+    "aten::max_pool2d_with_indices": _pool(1, 2, 3, 4, 5),
+    "aten::avg_pool1d": _pool(1, 2, 3, None, 4),
+    "aten::avg_pool2d": _pool(1, 2, 3, None, 4),
+    "aten::avg_pool3d": _pool(1, 2, 3, None, 4),
+    "aten::adaptive_avg_pool1d": _adaptive_pool,
+    "aten::adaptive_avg_pool2d": _adaptive_pool,
+    "aten::adaptive_avg_pool3d": _adaptive_pool,
+    "aten::adaptive_max_pool1d": _adaptive_pool,
+    "aten::adaptive_max_pool2d": _adaptive_pool,
+    "aten::im2col": _im2col,
+    "aten::istft": _istft,
+    "aten::col2im": _col2im,
+    "aten::index": _index,
+    "aten::repeat_interleave": _repeat_interleave,
+    "aten::ravel": _ravel,
+    "aten::fft_fft": _fft,
+    "aten::fft_ifft": _fft,
+    "aten::fft_rfft": _fft,
+    "aten::mse_loss": _loss(2),
+    "aten::cross_entropy_loss": _loss(3),
+    "aten::binary_cross_entropy_with_logits": _loss(4),
+    "aten::diff": _diff,
+    "aten::stack": _stack,
+    "aten::hstack": _stack,
+    "aten::broadcast_tensors": _broadcast_tensors,
+    "aten::take_along_dim": _take_along_dim,
+    "aten::hsplit": _hsplit,
+    "aten::histc": _static_out,
+    "aten::linalg_cross": _broadcasting,
+    "aten::_native_multi_head_attention": _multi_head_attention,
+    "aten::embedding_bag": _embedding_bag,
+    "aten::_embedding_bag": _embedding_bag,
+    "aten::_grouped_mm": _grouped_mm,
+    "aten::to_padded_tensor": _to_padded_tensor,
+    "quantized::conv1d": _quantized_conv,
+    "quantized::conv2d": _quantized_conv,
+    "quantized::conv2d_relu": _quantized_conv,
+    "quantized::linear": _quantized_linear,
+    "quantized::linear_relu": _quantized_linear,
+    "quantized::matmul": _quantized_matmul,
+    "quantized::cat": _quantized_cat,
+    **{f"quantized::{k}": _same_as_input for k in (
+        "batch_norm2d", "hardswish", "relu6", "leaky_relu", "mul_scalar", "add_scalar", "sigmoid", "hardsigmoid")},
+    **{f"quantized::{k}": _broadcasting for k in ("mul", "add", "add_relu")},
+})

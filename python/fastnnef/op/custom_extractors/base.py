@@ -7,10 +7,12 @@ at the reference's path (``op.custom_extractors``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import nn
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorNotFoundModuleExtractor, T2NErrorNotImplemented
 from fastnnef.nnef.graph import NTensor
 from fastnnef.torch_graph.ir import CUSTOMOP_KIND, TensorValue
@@ -99,6 +101,15 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         False leaves it to the trace (e.g. the MoE experts extractor takes only the
         modules planned for ``tract_moe_ffn``, see moe.py)."""
         return True
+
+    def output_dims(
+        self, inputs: Sequence[tuple[DimExpr | None, ...]], output_ranks: Sequence[int]
+    ) -> list[tuple[DimExpr | None, ...]] | None:
+        """The dynamic dims of the module's outputs, from those of its tensor inputs (in
+        call order): per dim ``None`` where static, else its size's expression. The default
+        (``None``) leaves every dim of the outputs unknown, as for any op without a rule
+        (torch_graph/ir_dynamic.py): override it when later ops need the outputs' sizes."""
+        return None
 
     def convert_to_nnef(
         self,

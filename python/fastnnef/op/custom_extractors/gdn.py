@@ -105,6 +105,12 @@ class _TractOpExtractor(ModuleInfoExtractor):
     REGISTERED = False
     OP = ""
     ORDER: tuple[int, ...] = ()
+    OUTPUTS_LIKE: tuple[int, int] = (0, 0)  # the module's tensor arguments whose dims each output has
+
+    def output_dims(self, inputs: Any, output_ranks: Any) -> list[Any] | None:
+        if len(inputs) != len(self.ORDER):
+            return None
+        return [inputs[i] for i in self.OUTPUTS_LIKE]
 
     def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
                         inference_target: Any, **kwargs: Any) -> list[str]:
@@ -128,6 +134,7 @@ class CausalConvUpdateExtractor(_TractOpExtractor):
 
     MODULE_CLASS = CausalConvUpdateReified
     ORDER = (0, 2, 1)  # (input, weight, initial_state) from (hidden_states, conv_state, weight)
+    OUTPUTS_LIKE = (0, 1)  # output like hidden_states, final state like conv_state
     OP = CAUSAL_CONV_OP
 
 
@@ -136,4 +143,5 @@ class GatedDeltaNetRecurrentExtractor(_TractOpExtractor):
 
     MODULE_CLASS = GatedDeltaNetRecurrentReified
     ORDER = (0, 1, 2, 3, 4, 5)
+    OUTPUTS_LIKE = (2, 5)  # output like value, final state like initial_state
     OP = GDN_RECURRENT_OP

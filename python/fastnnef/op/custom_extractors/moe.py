@@ -288,6 +288,10 @@ class MoEFFNExpertsExtractor(ModuleInfoExtractor):
     def takes_over(self, module: nn.Module) -> bool:
         return _plan_of(module) is not None
 
+    def output_dims(self, inputs: Any, output_ranks: Any) -> list[Any] | None:
+        """The routed tokens' output has the hidden states' dims [T, D]."""
+        return [inputs[0]] if inputs and list(output_ranks) == [len(inputs[0])] else None
+
     def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
                         inference_target: Any, **kwargs: Any) -> list[str]:
         plan = _plan_of(node.module)
