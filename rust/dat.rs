@@ -713,16 +713,19 @@ fn narrow_to_f16(src: &[u8], width: usize, first: usize, out: &mut Vec<u8>) -> R
                 let narrow = &mut narrow[..n];
                 narrow.convert_from_f32_slice(wide);
                 // f16 infinity is 0x7c00 with a zero mantissa: a cheap test first.
-                if narrow.iter().any(|h| h.to_bits() & 0x7fff == 0x7c00) {
-                    if let Some(i) = narrow.iter().zip(wide.iter()).position(|(h, v)| h.is_infinite() && v.is_finite()) {
-                        let name = if width == 2 { "bf16" } else { "f32" };
-                        return Err(Error::DtypeOverflow(format!(
-                            "{name} value {} at flat index {} does not fit f16 (max 65504); export it as f32 or rescale \
-                             the tensor",
-                            wide[i],
-                            first + piece * NARROW_PIECE + run * NARROW_RUN + i
-                        )));
-                    }
+                let overflow = if narrow.iter().any(|h| h.to_bits() & 0x7fff == 0x7c00) {
+                    narrow.iter().zip(wide.iter()).position(|(h, v)| h.is_infinite() && v.is_finite())
+                } else {
+                    None
+                };
+                if let Some(i) = overflow {
+                    let name = if width == 2 { "bf16" } else { "f32" };
+                    return Err(Error::DtypeOverflow(format!(
+                        "{name} value {} at flat index {} does not fit f16 (max 65504); export it as f32 or rescale \
+                         the tensor",
+                        wide[i],
+                        first + piece * NARROW_PIECE + run * NARROW_RUN + i
+                    )));
                 }
                 for (d, h) in dst.chunks_exact_mut(2).zip(narrow.iter()) {
                     d.copy_from_slice(&h.to_bits().to_le_bytes());
