@@ -37,6 +37,11 @@ Typical use (documented in the README, with the memory bound)::
 The reference-style entry points :func:`t2n_load_checkpoint_and_dispatch` and
 ``ctx_maybe_load_from_disk_as_offloaded`` (drop-in only, fastnnef/compat/offload_loading.py)
 build the same tensors.
+
+Why one module of ~950 lines: everything here is what ``OffloadedTensor``'s torch hooks
+dispatch to (materialization, the blocked f16 product, the trace stand-ins) or what binds
+checkpoint tensors to a model as ``OffloadedTensor``s; split apart, each piece would import
+the class and the class would import it back (a circle, which the project forbids).
 """
 
 from __future__ import annotations
