@@ -44,6 +44,12 @@ CASES = [
                  [(S, None)], id="softmax"),
     pytest.param(lambda x: torch.cumsum(x, 0) * 2, torch.randn(5, 3), {0: "S"}, "aten::cumsum", [(S, None)],
                  id="cumsum"),
+    # GPT-2's Conv1D: rows of the flattened input by the weight's columns
+    pytest.param(lambda x: torch.addmm(torch.ones(5), x.view(-1, x.size(-1)), torch.ones(4, 5)).view(-1, 2, 5),
+                 torch.randn(3, 2, 4), {0: "S"}, "aten::addmm", [(2 * S, None)], id="addmm"),
+    # rotary embeddings written with complex numbers (DeepSeek-V2): polar broadcasts
+    pytest.param(lambda x: torch.view_as_real(torch.polar(torch.ones(1, 4), x) * torch.polar(x, x)).flatten(1),
+                 torch.randn(3, 4), {0: "S"}, "aten::polar", [(S, None), (S, None)], id="polar"),
 ]
 
 

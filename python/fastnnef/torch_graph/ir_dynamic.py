@@ -222,6 +222,14 @@ def _linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:-1] + (w.dyn[:1] if w.rank == 2 else ())]
 
 
+def _addmm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """addmm(bias, m1, m2): m1's rows by m2's columns (the bias broadcasts to them)."""
+    m1, m2 = _input(op, 1), _input(op, 2)
+    if m1 is None or m2 is None or m1.rank != 2 or m2.rank != 2:
+        return None
+    return [(m1.dyn[0], m2.dyn[1])]
+
+
 def _like_input(i: int) -> KindRule:
     """The output has tensor input ``i``'s dims (view_as: other; gather: the index)."""
 
@@ -429,7 +437,10 @@ _SAME_AS_INPUT = (
     "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "instance_norm", "cumsum", "cumprod",
     "logcumsumexp", "cummax", "cummin", "prelu", "diagonal_scatter", "slice_scatter", "select_scatter",
     "scatter", "scatter_add", "scatter_reduce", "index_put", "index_fill", "masked_scatter", "flip", "roll",
-    "fill", "local_response_norm",
+    "fill", "local_response_norm", "angle", "conj", "real", "imag", "deg2rad", "digamma", "lgamma", "mvlgamma",
+    "hardshrink", "softshrink", "log_sigmoid", "positive", "signbit", "sinc", "special_entr", "special_erfcx",
+    "special_log_ndtr", "special_ndtr", "special_ndtri", "renorm", "zero", "zero_", "copy_", "alias_copy",
+    "_weight_norm", "fft_fftshift", "fft_ifftshift",
 )
 # Elementwise ops over several tensors: the broadcast of their shapes.
 _BROADCASTING = (
@@ -437,12 +448,14 @@ _BROADCASTING = (
     "maximum", "fmin", "fmax", "atan2", "hypot", "copysign", "xlogy", "lerp", "addcmul", "addcdiv", "where",
     "masked_fill", "clamp", "clip", "eq", "ne", "lt", "le", "gt", "ge", "__and__", "__or__", "__xor__",
     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
-    "__lshift__", "__rshift__", "logical_and", "logical_or", "logical_xor",
+    "__lshift__", "__rshift__", "logical_and", "logical_or", "logical_xor", "polar", "complex", "heaviside",
+    "ldexp", "logaddexp", "float_power", "isclose", "special_xlog1py",
 )
 _KIND_RULES: dict[str, KindRule] = {
     **{f"aten::{k}": _same_as_input for k in _SAME_AS_INPUT},
     **{f"aten::{k}": _broadcasting for k in _BROADCASTING},
     "aten::linear": _linear,
+    "aten::addmm": _addmm,
     "aten::view_as": _like_input(1),
     "aten::gather": _like_input(2),
     "aten::one_hot": _one_hot,
