@@ -50,6 +50,11 @@ CASES = [
     # rotary embeddings written with complex numbers (DeepSeek-V2): polar broadcasts
     pytest.param(lambda x: torch.view_as_real(torch.polar(torch.ones(1, 4), x) * torch.polar(x, x)).flatten(1),
                  torch.randn(3, 4), {0: "S"}, "aten::polar", [(S, None), (S, None)], id="polar"),
+    # an alias takes its kind's rule; a reflection pad of a dynamic axis adds to it
+    pytest.param(lambda x: torch.divide(x, 2.0).reshape(-1, 4), torch.randn(2, 4), {0: "S"}, "aten::divide",
+                 [(S, None)], id="alias-divide"),
+    pytest.param(lambda x: torch._C._nn.reflection_pad1d(x, [2, 1]).reshape(-1, 3), torch.randn(1, 3, 6),
+                 {2: "S"}, "aten::reflection_pad1d", [(None, None, S + 3)], id="reflection-pad"),
 ]
 
 

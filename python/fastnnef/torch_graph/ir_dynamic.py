@@ -52,7 +52,7 @@ def propagate_dyn(op: IROp) -> None:
     arguments, by the rule of its kind (unknown where there is none)."""
     if op.kind == "aten::arange" and _arange_dyn(op):
         return
-    if op.kind == "aten::cat" and _cat_dyn(op):
+    if op.kind in ("aten::cat", "aten::concat", "aten::concatenate") and _cat_dyn(op):
         return
     if op.kind in _FILLS and _fill_dyn(op):
         return
@@ -1038,3 +1038,26 @@ _KIND_RULES.update({
         "batch_norm2d", "hardswish", "relu6", "leaky_relu", "mul_scalar", "add_scalar", "sigmoid", "hardsigmoid")},
     **{f"quantized::{k}": _broadcasting for k in ("mul", "add", "add_relu")},
 })
+
+# Aliases and private/copy forms of kinds that have a rule: the same rule.
+_KIND_ALIASES = {
+    "aten::divide": "aten::div", "aten::multiply": "aten::mul", "aten::greater": "aten::gt",
+    "aten::greater_equal": "aten::ge", "aten::less": "aten::lt", "aten::less_equal": "aten::le",
+    "aten::not_equal": "aten::ne", "aten::arctan2": "aten::atan2", "aten::negative": "aten::neg",
+    "aten::fix": "aten::trunc", "aten::rad2deg": "aten::deg2rad", "aten::_softmax": "aten::softmax",
+    "aten::_log_softmax": "aten::log_softmax", "aten::special_softmax": "aten::softmax",
+    "aten::special_log_softmax": "aten::log_softmax", "aten::_to_copy": "aten::to", "aten::to_dtype": "aten::to",
+    "aten::detach_copy": "aten::detach", "aten::_conj": "aten::conj", "aten::_conj_physical": "aten::conj",
+    "aten::conj_physical": "aten::conj", "aten::_prelu_kernel": "aten::prelu", "aten::special_erf": "aten::erf",
+    "aten::special_erfc": "aten::erfc", "aten::special_erfinv": "aten::erfinv", "aten::special_exp2": "aten::exp2",
+    "aten::special_expm1": "aten::expm1", "aten::special_log1p": "aten::log1p", "aten::special_logit": "aten::logit",
+    "aten::special_psi": "aten::digamma", "aten::special_digamma": "aten::digamma", "aten::special_sinc": "aten::sinc",
+    "aten::special_xlogy": "aten::xlogy", "aten::logaddexp2": "aten::logaddexp", "aten::i0": "aten::abs",
+    "aten::special_i0": "aten::abs", "aten::special_i1": "aten::abs", "aten::special_i1e": "aten::abs",
+    "aten::isneginf": "aten::isinf", "aten::isposinf": "aten::isinf", "aten::unsafe_split": "aten::split",
+    "aten::split_copy": "aten::split", "aten::unbind_copy": "aten::unbind", "aten::reshape_as": "aten::view_as",
+    "aten::_adaptive_avg_pool2d": "aten::adaptive_avg_pool2d",
+    "aten::_adaptive_avg_pool3d": "aten::adaptive_avg_pool3d",
+    "aten::adaptive_max_pool3d": "aten::adaptive_max_pool2d", "aten::max_pool3d_with_indices": "aten::max_pool3d",
+}
+_KIND_RULES.update({alias: _KIND_RULES[kind] for alias, kind in _KIND_ALIASES.items()})

@@ -575,6 +575,12 @@ SHAPE_RULES.update({kind: _reduction(0) for kind in (
     "aten::all", "aten::any", "aten::logsumexp", "aten::nansum", "aten::nanmean", "aten::count_nonzero",
     "aten::var", "aten::std")})
 SHAPE_RULES.update({kind: _reduction(1) for kind in ("aten::norm", "aten::linalg_vector_norm")})
+# Aliases and private forms of shape ops: the same rule.
+SHAPE_RULES.update({alias: SHAPE_RULES[kind] for alias, kind in {
+    "aten::_reshape_alias": "aten::view", "aten::_reshape_copy": "aten::reshape", "aten::swapaxes": "aten::transpose",
+    "aten::swapdims": "aten::transpose", "aten::squeeze_copy": "aten::squeeze", "aten::_pad_circular": "aten::pad",
+    **{f"aten::{mode}_pad{n}d": "aten::pad" for mode in ("reflection", "replication") for n in (1, 2, 3)},
+}.items()})
 # torch.*_copy forms of views: the same dims as the view.
 SHAPE_RULES.update({f"{kind}_copy": SHAPE_RULES[kind] for kind in (
     "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",
