@@ -55,6 +55,10 @@ CASES = [
                  [(S, None)], id="alias-divide"),
     pytest.param(lambda x: torch._C._nn.reflection_pad1d(x, [2, 1]).reshape(-1, 3), torch.randn(1, 3, 6),
                  {2: "S"}, "aten::reflection_pad1d", [(None, None, S + 3)], id="reflection-pad"),
+    pytest.param(lambda x: torch.nn.functional.pixel_shuffle(x, 2).reshape(1, 2, -1), torch.randn(1, 8, 3, 4),
+                 {2: "S"}, "aten::pixel_shuffle", [(None, None, 2 * S, None)], id="pixel-shuffle"),
+    pytest.param(lambda x: x.tile((2, 1, 3)).reshape(2, -1, 6), torch.randn(5, 2), {0: "S"}, "aten::tile",
+                 [(None, S, None)], id="tile"),
 ]
 
 

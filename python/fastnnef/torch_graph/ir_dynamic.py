@@ -1039,6 +1039,38 @@ _KIND_RULES.update({
     **{f"quantized::{k}": _broadcasting for k in ("mul", "add", "add_relu")},
 })
 
+def _scaled(dim: DimExpr | None, factor: int, divide: bool = False) -> DimExpr | None:
+    if dim is None:
+        return None
+    return mark(dim // factor if divide else dim * factor)
+
+
+def _pixel_shuffle(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """pixel_shuffle(x, r) / pixel_unshuffle(x, r): the last two dims times (divided by) r,
+    the channels divided by (times) r*r, the leading ones kept."""
+    x, r = _input(op, 0), _int_arg(op, 1)
+    if x is None or r is None or x.rank < 3:
+        return None
+    unshuffle = op.kind == "aten::pixel_unshuffle"
+    *lead, c, h, w = x.dyn
+    return [(*lead, _scaled(c, r * r, divide=not unshuffle), _scaled(h, r, unshuffle), _scaled(w, r, unshuffle))]
+
+
+def _tile(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+    """tile(x, reps): reps aligned to x's last dims (missing ones are 1, extra ones new
+    leading dims of their static size); each dim times its repeat."""
+    x = _input(op, 0)
+    reps = const_ints(op.inputs[1]) if x is not None and len(op.inputs) > 1 else []
+    if x is None or not isinstance(op.inputs[1], ListValue) or len(reps) != len(op.inputs[1].items):
+        return None
+    reps = [1] * (x.rank - len(reps)) + reps
+    new = len(reps) - x.rank
+    return [tuple([None] * new + [_scaled(m, k) for m, k in zip(x.dyn, reps[new:])])]
+
+
+_KIND_RULES.update({"aten::pixel_shuffle": _pixel_shuffle, "aten::pixel_unshuffle": _pixel_shuffle,
+                    "aten::tile": _tile, "aten::cross": _broadcasting})
+
 # Aliases and private/copy forms of kinds that have a rule: the same rule.
 _KIND_ALIASES = {
     "aten::divide": "aten::div", "aten::multiply": "aten::mul", "aten::greater": "aten::gt",
