@@ -227,6 +227,19 @@ fn quantize_block(
     Ok(())
 }
 
+/// The number of Q4_0 blocks in `src` (little-endian values of `kind`), or the error
+/// naming how many values it holds when they do not fill whole blocks.
+fn whole_blocks(src: &[u8], kind: FloatKind) -> Result<usize> {
+    let block_src = BLOCK * kind.size();
+    if !src.len().is_multiple_of(block_src) {
+        return Err(Error::ImpossibleQuantization(format!(
+            "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
+            src.len() / kind.size()
+        )));
+    }
+    Ok(src.len() / block_src)
+}
+
 /// Quantize `src` (little-endian values of `kind`, a whole number of blocks) into `out`
 /// (`n_blocks * 18` bytes). `first_block` numbers the blocks in error messages when a
 /// tensor is quantized chunk by chunk. Runs on the current rayon pool.
@@ -240,13 +253,7 @@ pub fn quantize_q4_0(
 ) -> Result<()> {
     check_percentile(percentile)?;
     let block_src = BLOCK * kind.size();
-    if !src.len().is_multiple_of(block_src) {
-        return Err(Error::ImpossibleQuantization(format!(
-            "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
-            src.len() / kind.size()
-        )));
-    }
-    let n_blocks = src.len() / block_src;
+    let n_blocks = whole_blocks(src, kind)?;
     if out.len() != n_blocks * BLOCK_BYTES {
         return Err(Error::InvalidArgument(format!(
             "Q4_0 output buffer holds {} bytes, {n_blocks} blocks need {}",
@@ -282,13 +289,7 @@ pub fn round_trip_q4_0(
     check_percentile(percentile)?;
     let block_src = BLOCK * kind.size();
     let block_out = BLOCK * target.size();
-    if !src.len().is_multiple_of(block_src) {
-        return Err(Error::ImpossibleQuantization(format!(
-            "Q4_0 needs a multiple of {BLOCK} values, got {} values; pad the tensor or keep it in float",
-            src.len() / kind.size()
-        )));
-    }
-    let n_blocks = src.len() / block_src;
+    let n_blocks = whole_blocks(src, kind)?;
     if out.len() != n_blocks * block_out {
         return Err(Error::InvalidArgument(format!(
             "Q4_0 round-trip output buffer holds {} bytes, {n_blocks} blocks of {:?} need {}",

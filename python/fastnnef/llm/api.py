@@ -7,7 +7,7 @@ behind, and an existing directory is only written into with ``ignore_already_exi
 
 Steps: load (``load.py``) -> optional compression (the ``fastnnef.compress`` registry)
 -> PyTorch runs of the wrapper (``bundles.py``) -> trace and write the artefact
-(``export_model_with_result`` with the reference's dynamic axes and assertions) -> verify in
+(``export_model_to_nnef`` with the reference's dynamic axes and assertions) -> verify in
 tract (``verify.py``) -> move into place.
 """
 
@@ -36,7 +36,7 @@ from fastnnef.exceptions import (
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotImplemented,
 )
-from fastnnef.export import export_model_with_result
+from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target.base import as_version
 from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
@@ -238,7 +238,7 @@ def dump_llm(
         with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
               traceable_mla(model), progress.writing(), trace_on_stand_ins(),
               fast_cpu_kernels(model.dtype)):
-            export_model_with_result(
+            export_model_to_nnef(
                 wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured

@@ -297,11 +297,17 @@ def _cdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x1, x2 = _input(op, 0), _input(op, 1)
     if x1 is None or x2 is None or min(x1.rank, x2.rank) < 2:
         return None
+    return _batched(x1, x2, x1.dyn[-2], x2.dyn[-2])
+
+
+def _batched(a: TensorValue, b: TensorValue, rows: DimExpr | None, cols: DimExpr | None) -> list[Marks] | None:
+    """The broadcast of ``a``'s and ``b``'s batch dims (all but their last two), then
+    ``rows`` and ``cols``: the output of a batched product or distance."""
     try:
-        batch = broadcast_all([_dims(x1)[:-2], _dims(x2)[:-2]])
+        batch = broadcast_all([_dims(a)[:-2], _dims(b)[:-2]])
     except ValueError:
         return None
-    return [_marks(batch) + (x1.dyn[-2], x2.dyn[-2])]
+    return [_marks(batch) + (rows, cols)]
 
 
 def _pdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
@@ -928,11 +934,7 @@ def _quantized_matmul(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     a, b = _input(op, 0), _input(op, 1)
     if a is None or b is None or min(a.rank, b.rank) < 2 or outs[0].rank != max(a.rank, b.rank):
         return None
-    try:
-        batch = broadcast_all([_dims(a)[:-2], _dims(b)[:-2]])
-    except ValueError:
-        return None
-    return [_marks(batch) + (a.dyn[-2], b.dyn[-1])]
+    return _batched(a, b, a.dyn[-2], b.dyn[-1])
 
 
 def _quantized_cat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
