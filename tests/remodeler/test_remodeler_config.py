@@ -184,6 +184,14 @@ def test_bad_files(tmp_path: Path) -> None:
     broken.write_text("enc: [B, \n")
     with pytest.raises(T2NErrorInvalidArgument, match="cannot be read"):
         load_axis_symbol_registry(broken)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("enc:\n  inputs:\n    x: [B]\n    x: [B, T]\n")
+    with pytest.raises(T2NErrorInvalidArgument, match=r"key 'x' is written twice \(line 4\)"):
+        load_axis_symbol_registry(twice)
+    twice_json = tmp_path / "twice.json"
+    twice_json.write_text('{"enc": {"inputs": {"x": ["B"]}, "inputs": {"y": ["B"]}}}')
+    with pytest.raises(T2NErrorInvalidArgument, match=r"keys \['inputs'\] are written twice"):
+        load_axis_symbol_registry(twice_json)
     with pytest.raises(T2NErrorInvalidArgument, match="needs a path or a stream"):
         save_config(None, AxisSymbolRegistry.empty())
 

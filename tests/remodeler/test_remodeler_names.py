@@ -30,6 +30,10 @@ SIGNATURES = [
     ("fastnnef.remodeler.dyn_axes", "apply_eval_symbols",
      ["test_input", "input_names", "subnet_name", "dyn", "eval_symbols"]),
     ("fastnnef.remodeler.dyn_axes", "rewrite_and_filter_assertions", ["assertions", "rename_map", "dyn"]),
+    ("fastnnef.remodeler.serialize", "write_signatures_json", ["sigs", "to_path", "stream", "model_label", "indent"]),
+    ("fastnnef.remodeler.serialize", "signatures_to_json_text", ["sigs", "model_label", "indent"]),
+    ("fastnnef.remodeler.inspect_utils", "render_diffs_plain", ["groups"]),
+    ("fastnnef.remodeler.rich_render", "print_signatures_rich", ["sigs", "to_path", "diff", "rich", "model_label"]),
 ]
 
 
@@ -37,7 +41,7 @@ def test_reference_names() -> None:
     assert remodeler.__all__[: len(REFERENCE_ALL)] == REFERENCE_ALL
     for name in remodeler.__all__:
         assert hasattr(remodeler, name), name
-    for module in ("schema", "adapter", "dyn_axes"):
+    for module in ("schema", "adapter", "dyn_axes", "serialize", "inspect_utils", "rich_render"):
         importlib.import_module(f"fastnnef.remodeler.{module}")
 
 

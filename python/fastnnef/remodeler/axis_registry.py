@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import typing as T
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -265,15 +265,51 @@ def parse_axis_symbol_registry(raw: object) -> AxisSymbolRegistry:
     return parser.reg
 
 
+class _DuplicateKey(Exception):
+    """A key written twice in one mapping of the config file (YAML and JSON keep the last)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing a key written twice in one mapping."""
+
+
+def _unique_mapping(loader: _StrictLoader, node: T.Any) -> dict:
+    loader.flatten_mapping(node)
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if not isinstance(key, Hashable):
+            continue  # construct_mapping refuses it, with yaml's own message
+        if key in seen:
+            raise _DuplicateKey(f"key {key!r} is written twice (line {key_node.start_mark.line + 1})")
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _unique_pairs(pairs: list[tuple[str, T.Any]]) -> dict[str, T.Any]:
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise _DuplicateKey(f"keys {repeated} are written twice in one mapping")
+    return dict(pairs)
+
+
 def load_axis_symbol_registry(config_path: Path | str) -> AxisSymbolRegistry:
-    """Read a shape config (``.yml``/``.yaml``: YAML; otherwise JSON) and parse it strictly."""
+    """Read a shape config (``.yml``/``.yaml``: YAML; otherwise JSON) and parse it strictly
+    (a key written twice in one mapping is refused too)."""
     path = Path(config_path)
     if not path.is_file():
         raise T2NErrorNotFoundFile(f"shape-config file not found: {path}")
     text = path.read_text(encoding="utf8")
     try:
-        raw = yaml.safe_load(text) if path.suffix.lower() in (".yml", ".yaml") else json.loads(text or "{}")
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        if path.suffix.lower() in (".yml", ".yaml"):
+            raw = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: builds plain data only
+        else:
+            raw = json.loads(text or "{}", object_pairs_hook=_unique_pairs)
+    except (yaml.YAMLError, json.JSONDecodeError, _DuplicateKey) as err:
         raise T2NErrorInvalidArgument(f"shape-config {path} cannot be read: {err}") from err
     return parse_axis_symbol_registry(raw if raw is not None else {})
 
