@@ -25,6 +25,7 @@ from fastnnef.remodeler import (
     SubnetSignature,
     dump_registry_from_signatures,
     dynamic_axes_from_registry,
+    load_axis_symbol_registry,
     parse_axis_symbol_registry,
     plan_from_registry,
     prepare_subnet_export,
@@ -332,3 +333,72 @@ def test_provider_flow(tmp_path: Path) -> None:
     art = TractArtefact.load(export_prepared(p, tmp_path / "out"))
     assert art.input_facts == [("f32", [F, "S"])]
     assert [s.order for s in (Stage.RAW, Stage.COLLAPSED, Stage.BOUND, Stage.FINAL)] == [0, 1, 2, 3]
+
+
+def test_adapter_refusals_and_collapse_of_a_longer_example(caplog: pytest.LogCaptureFixture) -> None:
+    model, example = Pair(), [torch.randn(2, 4), torch.randn(2, 4)]
+    dyn = {"a": {0: "N"}, "b": {0: "N"}}
+    with pytest.raises(T2NErrorInvalidArgument, match=r"dynamic axes name \['c'\], which are not inputs"):
+        BoundaryAdapter(model, "pair", example, {"c": {0: "N"}}, {}, input_names=["a", "b"])
+    with pytest.raises(T2NErrorInvalidArgument, match=r"outputs_keep \['y', 'y'\] repeats an output"):
+        BoundaryAdapter(model, "pair", example, dyn, {}, outputs_keep=["y", "y"], input_names=["a", "b"])
+    with pytest.raises(T2NErrorInvalidArgument, match="collapse_dims is set on 'c', which is not an input"):
+        BoundaryAdapter(model, "pair", example, dyn, {"pair.c": {"N"}}, input_names=["a", "b"])
+    with pytest.raises(T2NErrorInvalidArgument, match=r"the flat names \['a'\] repeat"):
+        BoundaryAdapter(model, "pair", example, {}, {}, input_names=["a", "a"])
+    adapter = BoundaryAdapter(model, "pair", example, dyn, {"pair.a": {"n"}, "other.b": {"N"}}, input_names=["a", "b"])
+    with caplog.at_level("WARNING", logger="fastnnef"):
+        a, b = adapter.input_example()
+    assert (a.shape, b.shape) == ((4,), (2, 4))
+    assert "the example of 'a' has 2 entries on collapsed axis 0: the first one is kept" in caplog.text
+    assert adapter.dynamic_shapes_for_export() == {"b": {0: "N"}}
+    torch.testing.assert_close(adapter(a, b), example[0][:1] * 2 + example[1])
+    with pytest.raises(T2NErrorInvalidArgument, match=r"called with 1 inputs, the boundary has 2: \['a', 'b'\]"):
+        adapter(a)
+
+
+# A config as torch_to_nnef's NeMo template writes it, edited as its tutorial shows: namespaced
+# symbols, renames as a list, a collapse through an alias, a bind qualified by the subnet, and
+# another subnet's entries (ignored when preparing this one).
+NEMO_STYLE_YAML = """\
+encoder:
+  inputs:
+    audio_signal:
+      original_shape: [AUDIO_SIGNAL__BATCH, 6, AUDIO_SIGNAL__TIME]
+      collapse_dims: [AUDIO_SIGNAL__BATCH]
+    length:
+      original_shape: [LENGTH__BATCH]
+      collapse_dims: [BATCH]
+      bind_scalar_to_dim_size: encoder.audio_signal.AUDIO_SIGNAL__TIME
+  renamed_symbols:
+  - BATCH: [AUDIO_SIGNAL__BATCH, LENGTH__BATCH]
+  - S: [AUDIO_SIGNAL__TIME]
+  outputs_keep: [frames, pooled]
+  extensions: ["tract_assert S >= 1"]
+decoder:
+  inputs:
+    targets:
+      original_shape: [TARGETS__BATCH, TARGETS__TIME]
+      collapse_dims: []
+"""
+
+
+def test_reference_style_config_file_applied(tmp_path: Path) -> None:
+    (tmp_path / "shapes.yaml").write_text(NEMO_STYLE_YAML)
+    reg = load_axis_symbol_registry(tmp_path / "shapes.yaml")
+    model = Encoder().eval()
+    torch.manual_seed(1)
+    p = prepare_subnet_export(
+        model, [torch.randn(1, F, 7), torch.tensor([7])], *ENCODER_NAMES, "encoder",
+        dynamic_axes_from_registry(reg, "encoder"), [], reg,
+    )
+    assert (p.input_names, p.output_names) == (["audio_signal"], ["frames", "pooled"])
+    assert p.dyn == {"audio_signal": {1: "S"}}
+    (tmp_path / "out").mkdir()
+    art = TractArtefact.load(export_prepared(p, tmp_path / "out"))
+    x = torch.randn(F, 10)
+    with torch.no_grad():
+        frames, pooled, _ = model(x.unsqueeze(0), torch.tensor([10]))
+    got_frames, got_pooled = art.run([x])
+    torch.testing.assert_close(torch.from_numpy(got_frames), frames, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(got_pooled), pooled, atol=1e-5, rtol=1e-5)

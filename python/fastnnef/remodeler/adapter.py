@@ -26,7 +26,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.log import get_logger
 from fastnnef.remodeler.dyn_axes import DynAxes, alias_of, apply_symbol_renames_to_dyn
+
+log = get_logger(__name__)
 
 
 def _flat_name(names: Sequence[str], path: tuple[T.Any, ...], default_tmpl: str) -> str:
@@ -207,7 +210,10 @@ class BoundaryAdapter(torch.nn.Module):
         for name in self._ext_names:
             t = self._examples[name]
             for axis in reversed(self._collapse.get(name, [])):
-                t = t.squeeze(axis) if t.size(axis) == 1 else t.select(axis, 0)
+                if t.size(axis) != 1:
+                    log.warning("the example of '%s' has %d entries on collapsed axis %d: the first one is kept",
+                                name, t.size(axis), axis)
+                t = t.select(axis, 0)
             out.append(t)
         return tuple(out)
 
@@ -222,13 +228,17 @@ class BoundaryAdapter(torch.nn.Module):
         return apply_symbol_renames_to_dyn(dyn, self._rename_map) if self._apply_renames else dyn
 
     def _check_outputs(self, names: Sequence[str], flat: bool) -> None:
+        """Refuse output settings naming outputs not in ``names`` (``outputs_keep`` only
+        against the flat names, known once the module ran)."""
+        faults = []
         unknown_collapse = sorted(set(self._output_collapse) - set(names))
+        if unknown_collapse:
+            faults.append(f"outputs {unknown_collapse} have collapse_dims")
         unknown_keep = sorted(set(self._outputs_keep) - set(names)) if flat else []
-        if unknown_collapse or unknown_keep:
-            what = f"outputs {unknown_collapse} have collapse_dims" if unknown_collapse else ""
-            what += (" and " if what and unknown_keep else "") + (f"outputs_keep names {unknown_keep}" if unknown_keep
-                                                                 else "")
-            raise T2NErrorInvalidArgument(self._where(f"{what}, but the outputs are {list(names)}"))
+        if unknown_keep:
+            faults.append(f"outputs_keep names {unknown_keep}")
+        if faults:
+            raise T2NErrorInvalidArgument(self._where(f"{' and '.join(faults)}, but the outputs are {list(names)}"))
 
     def _squeeze_outputs(self, outs: T.Any) -> T.Any:
         if not self._output_collapse:
