@@ -168,8 +168,12 @@ class BoundaryAdapter(torch.nn.Module):
                     self._where(f"bind_scalar_to_dim_size is set on '{target}', which is not an input")
                 )
             src_path, _, sym = spec.rpartition(".")
-            src = src_path.split(".", 1)[1] if "." in src_path else src_path
+            subnet, _, src = src_path.rpartition(".")  # "<subnet>.<input>.<SYMBOL>" or "<input>.<SYMBOL>"
             sym = sym.strip().upper()
+            if subnet and subnet != self.subnet_name:
+                raise T2NErrorInvalidArgument(self._where(
+                    f"'{target}' is bound to '{spec}', a size of subnet '{subnet}': bind to an input of this subnet"
+                ))
             if src not in self._examples or src in binds:
                 raise T2NErrorInvalidArgument(self._where(
                     f"'{target}' is bound to '{spec}', but '{src}' is not an input left at the boundary"
