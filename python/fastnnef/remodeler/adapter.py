@@ -20,6 +20,7 @@ naming it: nothing is exported from a plan that does not fit.
 from __future__ import annotations
 
 import typing as T
+import warnings
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -255,9 +256,13 @@ class BoundaryAdapter(torch.nn.Module):
             if not axes:
                 continue
             t = items[i]
-            bad = [a for a in axes if not isinstance(t, torch.Tensor) or a >= t.dim() or t.size(a) != 1]
-            if bad:
+            with warnings.catch_warnings():
+                # Under the export's trace sizes are traced values, and reading one warns; this
+                # read only decides whether to raise, the graph never depends on it.
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                bad = [a for a in axes if not isinstance(t, torch.Tensor) or a >= t.dim() or t.size(a) != 1]
                 shape = [int(d) for d in t.shape] if isinstance(t, torch.Tensor) else type(t).__name__
+            if bad:
                 raise T2NErrorInvalidArgument(self._where(
                     f"output '{name}' of shape {shape} cannot collapse axes {bad}: only axes of size 1 collapse"
                 ))
