@@ -62,11 +62,6 @@ def flatten_named(
     return flat_names, tensors, [leaf for _, leaf in with_paths], spec, slots
 
 
-def flat_input_names(input_names: Sequence[str], test_input: Sequence[T.Any]) -> list[str]:
-    """The names the boundary gives the tensors of ``test_input`` (``states_0``, ``states_1``...)."""
-    return flatten_named(input_names, test_input, "input_{}")[0]
-
-
 def _local(qualified: Mapping[str, T.Any], subnet_name: str) -> dict[str, T.Any]:
     """The entries of ``subnet_name`` (keys ``"<subnet>.<name>"``), keyed by ``name``."""
     prefix = f"{subnet_name}."

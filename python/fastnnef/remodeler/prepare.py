@@ -15,10 +15,9 @@ import typing as T
 from dataclasses import dataclass
 
 import torch
-from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
-from fastnnef.remodeler.adapter import BoundaryAdapter, flat_input_names
+from fastnnef.remodeler.adapter import BoundaryAdapter, flatten_named
 from fastnnef.remodeler.axis_registry import AxisSymbolRegistry
 from fastnnef.remodeler.dyn_axes import (
     DynAxes,
@@ -57,7 +56,8 @@ def _check_registry_fits(
     registry: AxisSymbolRegistry, subnet_name: str, test_input: list, input_names: list[str], dyn: DynAxes
 ) -> None:
     """Refuse a config whose entries for ``subnet_name`` name inputs, ranks or symbols it lacks."""
-    flat = dict(zip(flat_input_names(input_names, test_input), _flat_tensors(test_input)))
+    names, tensors, *_ = flatten_named(input_names, test_input, "input_{}")
+    flat = dict(zip(names, tensors))
     prefix = f"{subnet_name}."
 
     def fail(what: str) -> T.NoReturn:
@@ -83,10 +83,6 @@ def _check_registry_fits(
             missing = sorted(set(pins) - carried)
             if missing:
                 fail(f"eval_symbols of '{qname}' pins {missing}, which are none of its dynamic axes {sorted(carried)}")
-
-
-def _flat_tensors(test_input: list) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(tuple(test_input)) if isinstance(leaf, torch.Tensor)]
 
 
 def prepare_subnet_export(
