@@ -49,6 +49,8 @@ decoder:
     states:
       "0": {original_shape: [2, B, 640]}
       "1": {original_shape: [2, B, 640], eval_symbols: {b: 1}}
+  outputs:
+  renamed_symbols:
 joint.encoder_outputs: [B, 1024, R]
 """
 

@@ -349,6 +349,10 @@ def test_adapter_refusals_and_collapse_of_a_longer_example(caplog: pytest.LogCap
         BoundaryAdapter(model, "pair", example, dyn, {"pair.c": {"N"}}, input_names=["a", "b"])
     with pytest.raises(T2NErrorInvalidArgument, match=r"the flat names \['a'\] repeat"):
         BoundaryAdapter(model, "pair", example, {}, {}, input_names=["a", "a"])
+    with pytest.raises(T2NErrorInvalidArgument, match=r"3 names \['a', 'b', 'c'\] for 2 values holding 2 tensors"):
+        BoundaryAdapter(model, "pair", example, {}, {}, input_names=["a", "b", "c"])
+    with pytest.raises(T2NErrorInvalidArgument, match="axis_registry must be a parsed registry, got dict"):
+        prepare_subnet_export(model, example, ["a", "b"], ["y"], "pair", dyn, [], {"pair": {}})  # type: ignore[arg-type]
     adapter = BoundaryAdapter(model, "pair", example, dyn, {"pair.a": {"n"}, "other.b": {"N"}}, input_names=["a", "b"])
     with caplog.at_level("WARNING", logger="fastnnef"):
         a, b = adapter.input_example()
@@ -405,3 +409,16 @@ def test_reference_style_config_file_applied(tmp_path: Path) -> None:
     got_frames, got_pooled = art.run([x])
     torch.testing.assert_close(torch.from_numpy(got_frames), frames, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.from_numpy(got_pooled), pooled, atol=1e-5, rtol=1e-5)
+
+
+def test_names_given_per_tensor() -> None:
+    """As in export, names may name each flat tensor instead of each top-level value."""
+    cell = Cell().eval()
+    x, h, c = torch.randn(1, 3, 4), torch.randn(1, 4), torch.randn(1, 4)
+    adapter = BoundaryAdapter(cell, "cell", [x, (h, c)], {}, {}, outputs_keep=["c2", "y"],
+                              input_names=["x", "h", "c"], output_names=["y", "h2", "c2"])
+    assert adapter.input_names == ["x", "h", "c"]
+    with torch.no_grad():
+        c2, y = adapter(x, h, c)
+        expected_y, (_, expected_c2) = cell(x, (h, c))
+    torch.testing.assert_close((c2, y), (expected_c2, expected_y))

@@ -45,17 +45,23 @@ def flatten_named(
 ) -> tuple[list[str], list[torch.Tensor], list[T.Any], T.Any, list[int]]:
     """Flat names and tensors of structured ``values`` (tuples, lists, dicts of tensors).
 
-    Returns the names, the tensors, every leaf (tensors and the constants kept as they
-    are), the structure, and the positions of the tensors among the leaves."""
+    ``names`` name the flat tensors (as many names as tensors) or, as export does too, the
+    top-level values (nested tensors get the key path appended: ``state_0``; values without a
+    name get ``default_tmpl``). Returns the names, the tensors, every leaf (tensors and the
+    constants kept as they are), the structure, and the positions of the tensors among the
+    leaves."""
     with_paths, spec = pytree.tree_flatten_with_path(tuple(values))
-    flat_names: list[str] = []
-    tensors: list[torch.Tensor] = []
-    slots: list[int] = []
-    for slot, (path, leaf) in enumerate(with_paths):
-        if isinstance(leaf, torch.Tensor):
-            flat_names.append(_flat_name(names, path, default_tmpl))
-            tensors.append(leaf)
-            slots.append(slot)
+    slots = [slot for slot, (_, leaf) in enumerate(with_paths) if isinstance(leaf, torch.Tensor)]
+    tensors = [with_paths[slot][1] for slot in slots]
+    if len(names) == len(tensors):
+        flat_names = list(names)
+    elif len(names) <= len(values):
+        flat_names = [_flat_name(names, with_paths[slot][0], default_tmpl) for slot in slots]
+    else:
+        raise T2NErrorInvalidArgument(
+            f"{len(names)} names {list(names)} for {len(values)} values holding {len(tensors)} tensors: name each "
+            "value, or each tensor"
+        )
     repeated = sorted({n for n in flat_names if flat_names.count(n) > 1})
     if repeated:
         raise T2NErrorInvalidArgument(f"the flat names {repeated} repeat: give each input and output its own name")

@@ -230,7 +230,7 @@ class _Parser:
             )
         _check_keys(body, SUBNET_KEYS, f"subnet '{subnet}'")
         self.inputs(subnet, body.get(SHAPE_KEY_INPUTS))
-        if SHAPE_KEY_OUTPUTS in body:
+        if body.get(SHAPE_KEY_OUTPUTS) is not None:  # `outputs:` left empty, as torch_to_nnef allows
             self.outputs(subnet, body[SHAPE_KEY_OUTPUTS])
         if SHAPE_KEY_RENAMED in body and body[SHAPE_KEY_RENAMED] is not None:
             self.renamed(subnet, body[SHAPE_KEY_RENAMED])

@@ -11,7 +11,9 @@ What the result holds is what ``export_model_to_nnef`` takes::
 
 from __future__ import annotations
 
+import os
 import typing as T
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -105,6 +107,13 @@ def prepare_subnet_export(
     pinned symbol. ``model`` itself is not changed. A config entry that does not fit the
     subnet raises ``T2NErrorInvalidArgument``.
     """
+    if isinstance(test_input, torch.Tensor):
+        test_input = [test_input]  # one input given alone, as export_model_to_nnef's args allow
+    if isinstance(axis_registry, (str, os.PathLike, Mapping)):
+        raise T2NErrorInvalidArgument(
+            f"axis_registry must be a parsed registry, got {type(axis_registry).__name__}: read a file with "
+            "load_axis_symbol_registry(path), a mapping with parse_axis_symbol_registry(mapping)"
+        )
     if axis_registry is None:
         exts = rewrite_and_filter_assertions(list(custom_extensions), None, dyn)
         return PreparedSubnet(model, list(test_input), list(input_names), list(output_names), dyn, exts)
