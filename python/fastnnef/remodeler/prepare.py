@@ -69,10 +69,12 @@ def _check_registry_fits(
         for qname in table:
             if qname.startswith(prefix) and qname[len(prefix):] not in flat:
                 fail(f"it configures '{qname}', which is not an input")
-    for qname, rank in registry.rank_per_input.items():
-        name = qname[len(prefix):]
-        if qname.startswith(prefix) and flat[name].dim() != rank:
-            fail(f"original_shape of '{qname}' has {rank} dims, the input has shape {list(flat[name].shape)}")
+    for qname, dims in registry.original_shape_per_input.items():
+        if not qname.startswith(prefix):
+            continue
+        shape = list(flat[qname[len(prefix):]].shape)
+        if len(dims) != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(dims, shape)):
+            fail(f"original_shape of '{qname}' is {dims}, the input has shape {shape}")
     present = {str(s).upper() for axes in dyn.values() for s in axes.values()}
     for target, sources in registry.renamed_symbols_per_subnet.get(subnet_name, {}).items():
         missing = [s for s in sources if s not in present]
