@@ -171,6 +171,11 @@ def _enc(**inputs: object) -> dict:
         ({"enc": {"inputs": {"x": ["B"]}, "extensions": [""]}},
          "an entry of the extensions of subnet 'enc' must be a non-empty string"),
         ({"enc": 3}, "'enc' must be a subnet mapping or a list of dims, got 3"),
+        ({"x": ["B", 4]}, "the dims ['B', 4] of 'x' name no subnet: key them '<subnet>.x'"),
+        ({"enc": {"inputs": {"x": ["B"]}, "renamed_symbols": [{"S": ["A"]}, {"S": ["B"]}]}},
+         "target 'S' is given twice"),
+        ({"enc": {"inputs": {"x": ["B"]}, "renamed_symbols": {"S": ["A", "B"], "T": ["b"]}}},
+         "sources ['B'] are renamed to two targets"),
     ],
 )
 def test_bad_config_refused(raw: object, message: str) -> None:

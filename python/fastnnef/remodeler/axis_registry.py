@@ -218,6 +218,11 @@ class _Parser:
             srcs = [s.strip().upper() for s in _str_list(sources, f"{where} ({tgt})")]
             if tgt in srcs:
                 raise T2NErrorInvalidArgument(f"shape-config: in {where}, target '{tgt}' cannot be one of its sources")
+            if tgt in mapping:
+                raise T2NErrorInvalidArgument(f"shape-config: in {where}, target '{tgt}' is given twice")
+            taken = sorted({s for s in srcs for other in mapping.values() if s in other})
+            if taken:
+                raise T2NErrorInvalidArgument(f"shape-config: in {where}, sources {taken} are renamed to two targets")
             mapping[tgt] = srcs
         if mapping:
             self.reg.renamed_symbols_per_subnet[subnet] = mapping
@@ -255,6 +260,11 @@ def parse_axis_symbol_registry(raw: object) -> AxisSymbolRegistry:
         if isinstance(value, Mapping):
             parser.subnet(key, value)
         elif isinstance(value, (list, tuple)):
+            if "." not in key.strip("."):
+                raise T2NErrorInvalidArgument(
+                    f"shape-config: the dims {value!r} of '{key}' name no subnet: key them '<subnet>.{key}', or "
+                    f"write them under '<subnet>: inputs: {key}:'"
+                )
             parser.record_shape(key, value)
         else:
             raise T2NErrorInvalidArgument(
