@@ -105,6 +105,11 @@ class WrapStructIO(nn.Module):
         self.input_infos = input_infos
         self.output_infos = output_infos
 
+    @property
+    def __wrapped_model__(self) -> nn.Module:  # noqa: N802 (inference_target.base.WRAPPED_MODEL_ATTR)
+        """The wrapped model, for ``UnfoldModelInfo.original_model``."""
+        return self.model
+
     def forward(self, *flat_args: Any) -> Any:
         return flatten_structured_outputs(self.model(*build_structured_inputs(flat_args, self.input_infos)),
                                           self.output_infos)

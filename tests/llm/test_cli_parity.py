@@ -170,5 +170,6 @@ EVERY_FLAG = [
 def test_llm_every_reference_flag(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert llm_main(["-d", str(checkpoint("llama", tokenizer=True)), "-e", str(out), *EVERY_FLAG,
-                     "--export-dir-struct", "flat", "--tract-specific-version", "0.23.0", "-td"]) == 0
+                     "--export-dir-struct", "flat", "--tract-specific-version", "0.23.0", "-td",
+                     "-c", "min_max_q4_0"]) == 0
     assert (out / "model.nnef.tgz").is_file() and (out / "tokenizer.json").is_file()

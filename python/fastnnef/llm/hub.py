@@ -76,7 +76,7 @@ def snapshot_dir(model_id: str, revision: str | None = None,
     cache = hub_cache_dir()
     what = f"model {model_id!r}" + (f" at revision {revision!r}" if revision else "")
     try:
-        return Path(snapshot_download(model_id, revision=revision, cache_dir=cache, local_files_only=True))
+        return _snapshot(model_id, revision, cache, None, local_files_only=True)
     except LocalEntryNotFoundError:
         pass
     except HFValidationError as err:
@@ -106,13 +106,7 @@ def _download(model_id: str, revision: str | None, cache: Path, what: str, n_ret
     attempt = 0
     while True:
         try:
-            path = Path(snapshot_download(model_id, revision=revision, cache_dir=cache, endpoint=endpoint,
-                                          ignore_patterns=OTHER_FORMATS + PICKLED_WEIGHTS))
-            if not any(path.rglob("*.safetensors")):
-                # No safetensors: the pickled weights are the checkpoint.
-                path = Path(snapshot_download(model_id, revision=revision, cache_dir=cache, endpoint=endpoint,
-                                              ignore_patterns=OTHER_FORMATS))
-            return path
+            return _snapshot(model_id, revision, cache, endpoint, local_files_only=False)
         except GatedRepoError as err:
             raise T2NErrorNotFoundFile(
                 f"{what} is gated on {where}: request access on its page, then set HF_TOKEN to a token of that "
@@ -143,6 +137,20 @@ def _download(model_id: str, revision: str | None, cache: Path, what: str, n_ret
             ) from err
         except OSError as err:  # the cache: disk full, permissions
             raise T2NErrorRuntime(f"downloading {what} into {cache} failed: {err}") from err
+
+
+def _snapshot(model_id: str, revision: str | None, cache: Path, endpoint: str | None,
+              local_files_only: bool) -> Path:
+    """The snapshot without other runtimes' and pickled weights; with the pickled ones too
+    when it has no safetensors. The cache is read with the same patterns it was filled
+    with (huggingface_hub calls a snapshot incomplete when a listed file it was asked for
+    is missing)."""
+    def fetch(ignore: list[str]) -> Path:
+        return Path(snapshot_download(model_id, revision=revision, cache_dir=cache, endpoint=endpoint,
+                                      local_files_only=local_files_only, ignore_patterns=ignore))
+
+    path = fetch(OTHER_FORMATS + PICKLED_WEIGHTS)
+    return path if any(path.rglob("*.safetensors")) else fetch(OTHER_FORMATS)
 
 
 def _http_status(err: BaseException) -> int | None:
