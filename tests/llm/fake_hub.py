@@ -22,6 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import huggingface_hub.constants
+import pytest
+
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
 
@@ -136,3 +139,18 @@ def serving(hub: FakeHub) -> Iterator[FakeHub]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@contextmanager
+def online_hub(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """A served fake hub as the environment's endpoint, ``cache`` as the hub cache, online
+    and without a token (huggingface_hub reads HF_HUB_OFFLINE once, at import: its
+    constant is reset too, for a session started offline)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with serving(FakeHub()) as served:
+        monkeypatch.setenv("HF_ENDPOINT", served.url)
+        yield served

@@ -13,28 +13,19 @@ import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import huggingface_hub.constants
 import pytest
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotFoundFile
 from fastnnef.llm.cli import main
 from fastnnef.llm.hub import snapshot_dir
-from tests.llm.fake_hub import COMMIT, FakeHub, serving
+from tests.llm.fake_hub import COMMIT, FakeHub, online_hub
 
 MODEL = "tiny-org/tiny-llama"
 
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    """A served fake hub, an empty cache, online (huggingface_hub reads HF_HUB_OFFLINE once,
-    at import: its constant is reset too, for a session started offline)."""
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    with serving(FakeHub()) as served:
-        monkeypatch.setenv("HF_ENDPOINT", served.url)
+    with online_hub(tmp_path / "cache", monkeypatch) as served:
         yield served
 
 

@@ -14,6 +14,7 @@ import pytest
 from fastnnef.check import TractArtefact
 from fastnnef.llm.cli import build_parser as llm_build_parser
 from fastnnef.multimodal.cli import build_parser, main
+from tests.llm.fake_hub import online_hub
 from tests.llm.test_cli_parity import EVERY_FLAG, fake_tract
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,3 +95,18 @@ def test_a_tract_binary_rejecting_a_bundle_leaves_nothing(
                  "--tract-specific-path", str(binary)]) == 2
     assert "exited with code 1:\nfake tract: mismatch" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["argv.txt", "tract"]
+
+
+def test_model_slug_downloads(mm_checkpoint: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """-s fetches the checkpoint (with its processor) from the hub (llm/hub.py; served on
+    127.0.0.1 here), and a model the hub does not have is a clear error."""
+    source = mm_checkpoint("qwen2_5_vl")
+    with online_hub(tmp_path / "cache", monkeypatch) as hub:
+        hub.add("tiny-org/tiny-qwen-vl", source)
+        assert main(["-s", "tiny-org/tiny-qwen-vl", "-e", str(tmp_path / "out"), "-nv"]) == 0
+        assert hub.downloads() == sorted(str(p.relative_to(source)) for p in source.rglob("*") if p.is_file())
+        assert (tmp_path / "out" / "multimodal.json").is_file()
+        assert main(["-s", "tiny-org/absent", "-e", str(tmp_path / "absent")]) == 2
+    assert f"model 'tiny-org/absent' was not found on {hub.url}" in capsys.readouterr().err
+    assert not (tmp_path / "absent").exists()
