@@ -1,5 +1,5 @@
-"""Find a checkpoint on this machine, check it, and load it: the one place that reads
-weights.
+"""Find a checkpoint (a directory, or a model id through ``hub.py``), check it, and load
+it: the one place that reads weights.
 
 ``.safetensors`` checkpoints (one file, or shards listed by
 ``model.safetensors.index.json``) are *streamed*: the model is built with its parameters
