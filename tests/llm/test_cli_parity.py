@@ -173,3 +173,14 @@ def test_llm_every_reference_flag(checkpoint: Callable[..., Path], tmp_path: Pat
                      "--export-dir-struct", "flat", "--tract-specific-version", "0.23.0", "-td",
                      "-c", "min_max_q4_0"]) == 0
     assert (out / "model.nnef.tgz").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_inputs_dtype_other_than_the_models_is_refused_clearly(
+    checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-idt takes the reference's choices; the cache inputs take the model's dtype (tract
+    has no bf16), so another one is an error saying to use -dt, and nothing is written."""
+    assert llm_main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "out"), "-idt", "bf16", "-nv"]) == 2
+    assert ("-idt/--force-inputs-dtype bf16: the cache inputs take the model's dtype, f32 here; load the model in "
+            "bf16 with -dt/--force-module-dtype instead") in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
