@@ -32,6 +32,7 @@ original_inputs  # inference_target/base.py UnfoldModelInfo
 original_outputs
 _.restore_require_grad  # tensor/updater.py ModTensorUpdater
 _.is_empty  # utils.py ReactiveNamedItemDict
+COLORMAP  # console.py Console
 
 # --- drop-in signatures: parameters a caller passes and this implementation ignores -----
 name_to_tensor  # ModuleInfoExtractor.convert_to_nnef(g, node, name_to_tensor, null_ref, torch_graph, ...)
@@ -51,6 +52,8 @@ _.help  # argparse.Action
 _._is_param  # OpaqueTensorRef as an nn.Parameter for torch (tensor/opaque.py)
 __getattr__  # module-level __getattr__ (PEP 562), op/custom_extractors/__init__.py
 Payload  # nnef/payload.py: the protocol every payload class implements (typing.Protocol)
+_.log_message  # http.server.BaseHTTPRequestHandler (tests/llm/fake_hub.py)
+_.do_HEAD
 
 # --- reached by string or by a metaclass --------------------------------------------------
 MOE_COMPRESSION  # compression_registry="fastnnef.llm.moe.MOE_COMPRESSION"

@@ -139,14 +139,15 @@ def test_no_import_circle():
 # its ``__init__``). The foundation is left out of the dependency table: everything uses it.
 FOUNDATION = "foundation"
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (FOUNDATION, ("exceptions", "log", "utils", "dim", "compat", "compat.process_patch", "compat.empty_weights")),
+    (FOUNDATION, ("exceptions", "log", "utils", "dim", "compat", "compat.process_patch", "compat.empty_weights",
+                  "console", "collect_env")),
     ("Rust core and the linked tract", ("_native", "check")),
     ("weights that are not plain tensors", ("tensor", "nnef_io", "compat.offload_loading")),
     ("trace: torch model -> IR", ("torch_graph", "compat.ir_names", "compat.jit_mutation")),
-    ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress")),
-    ("inference targets", ("inference_target", "compat.tract_downloader")),
+    ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress", "dtypes")),
+    ("inference targets", ("inference_target", "compat.tract_downloader", "model_wrapper")),
     ("conversion: IR -> NNEF", ("op", "compat.extractors", "compat.op_helper")),
-    ("export", ("export", "fastnnef")),
+    ("export", ("export", "fastnnef", "nnef_graph")),
     ("exporters and commands", ("llm", "peft", "remodeler", "cli", "cli_exit", "examples")),
     ("exporters built on the LLM one", ("multimodal",)),
 )

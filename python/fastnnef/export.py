@@ -257,13 +257,8 @@ def _export(
     stage_done("trace")
     if check_io_names_qte_match:
         checks.append("io_quantity")
-        n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
-        if n_graph_inputs != len(traced.flat_inputs):
-            raise T2NErrorIoQuantity(
-                f"tracing kept {n_graph_inputs} of {len(traced.flat_inputs)} inputs (unused "
-                "inputs are dropped): remove them, or pass check_io_names_qte_match=False"
-            )
-    dynamic = _dynamic_axes_by_index(inference_target, traced.input_names, traced.flat_inputs)
+        check_io_quantity(traced)
+    dynamic = dynamic_axes_by_index(inference_target, traced.input_names, traced.flat_inputs)
     ir = build_ir(traced, dynamic)
     in_names = traced.input_names[: len(ir.inputs)]
     stage_done("build_ir")
@@ -320,7 +315,17 @@ def convert_to_nnef(
     return graph
 
 
-def _dynamic_axes_by_index(
+def check_io_quantity(traced: TracedModel) -> None:
+    """Raise when the trace dropped inputs (unused by the model): the names would shift."""
+    n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
+    if n_graph_inputs != len(traced.flat_inputs):
+        raise T2NErrorIoQuantity(
+            f"tracing kept {n_graph_inputs} of {len(traced.flat_inputs)} inputs (unused "
+            "inputs are dropped): remove them, or pass check_io_names_qte_match=False"
+        )
+
+
+def dynamic_axes_by_index(
     target: InferenceTarget, input_names: list[str], inputs: list[torch.Tensor]
 ) -> dict[int, dict[int, str]]:
     """{flat input index: {axis: symbol}}, axes made non-negative by the target."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import fastnnef
 from fastnnef.check import TractArtefact
 from fastnnef.llm import architectures
 from fastnnef.llm.cli import NOT_APPLICABLE, build_parser, main
+from tests.llm.test_cli_parity import fake_tract
 
 
 def test_export_verify_and_display(checkpoint: Callable[..., Path], tmp_path: Path,
@@ -62,23 +62,10 @@ def test_choices_come_from_the_enums_and_registry(capsys: pytest.CaptureFixture[
     assert f"tested model types: {architectures.tested_list()}" in text
 
 
-def _fake_tract(tmp_path: Path, version: str, exit_code: int = 0) -> tuple[Path, Path]:
-    """A stand-in tract binary (no real one on this machine, none is downloaded): answers
-    ``--version`` and records each command line."""
-    script, log = tmp_path / "tract", tmp_path / "argv.txt"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = "--version" ]; then echo "tract {version}"; exit 0; fi\n'
-        f'echo "$@" >> {log}\necho "fake tract: mismatch" >&2\nexit {exit_code}\n'
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script, log
-
-
 def test_tract_specific_path_checks_every_bundle_with_the_flags_its_version_knows(
     checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    binary, log = _fake_tract(tmp_path, "0.21.13")
+    binary, log = fake_tract(tmp_path, "0.21.13")
     out = tmp_path / "out"
     assert main(["-d", str(checkpoint("llama")), "-e", str(out), "--tract-specific-path", str(binary),
                  "-tt", "very"]) == 0
@@ -97,7 +84,7 @@ def test_tract_specific_path_checks_every_bundle_with_the_flags_its_version_know
 def test_a_tract_binary_rejecting_a_bundle_fails_the_export(
     checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    binary, _ = _fake_tract(tmp_path, "0.23.8", exit_code=1)
+    binary, _ = fake_tract(tmp_path, "0.23.8", exit_code=1)
     out = tmp_path / "out"
     assert main(["-d", str(checkpoint("llama")), "-e", str(out), "--tract-specific-path", str(binary)]) == 2
     err = capsys.readouterr().err

@@ -1,6 +1,6 @@
 """Model sources: a checkpoint directory (or a directory holding exactly one), and a model
-id resolved in the local Hugging Face cache only (a fake cache built here, selected
-through the environment as users do)."""
+id resolved in the local Hugging Face cache (a fake cache built here, selected through the
+environment as users do; downloads into it: test_hub.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotFoundFile
 from fastnnef.llm import dump_llm
-from fastnnef.llm.load import hub_cache_dir, resolve_source
+from fastnnef.llm.hub import hub_cache_dir
+from fastnnef.llm.load import resolve_source
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -46,12 +47,14 @@ def test_slug_from_hf_home(checkpoint: Callable[..., Path], tmp_path: Path, monk
     assert resolve_source("tiny-org/tiny-gpt2", None) == snapshot
 
 
-def test_slug_not_in_the_cache_is_never_downloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slug_not_in_the_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(T2NErrorNotFoundFile, match=r"model 'meta-llama/Llama-3.2-1B' is not in the local Hugging Face "
-                       r"cache \(.*hub\), and fastnnef-llm never downloads: fetch it first \(`hf download "
-                       r"meta-llama/Llama-3.2-1B`\), or pass -d"):
+                       r"cache \(.*hub\) and HF_HUB_OFFLINE is set: download it where the hub is reachable "
+                       r"\(`hf download meta-llama/Llama-3.2-1B`\), unset HF_HUB_OFFLINE, or pass -d"):
         resolve_source("meta-llama/Llama-3.2-1B", None)
+    assert not (tmp_path / "hub").exists()
 
 
 def test_bad_slug(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIoQuantity
@@ -69,6 +71,15 @@ class UnfoldModelInfo:
         """The user's model, unwrapped from the exporter's IO wrapper."""
         return unwrap_model(self.model)
 
+    def write_input_npz(self, filepath: Path, tract_compat: bool = False) -> None:
+        """The flat inputs, by name, as an ``.npz`` (``tract_compat``: f16/bf16 as f32, which
+        tract's bundle reader takes)."""
+        _write_npz(self.input_names, self.flat_inputs, filepath, tract_compat)
+
+    def write_output_npz(self, filepath: Path, tract_compat: bool = False) -> None:
+        """The flat outputs, by name, as an ``.npz`` (as ``write_input_npz``)."""
+        _write_npz(self.output_names, self.flat_outputs, filepath, tract_compat)
+
     def validate(self) -> None:
         """Raise ``T2NErrorIoQuantity`` when names and flattened tensors differ in number."""
         for kind, names, values in (
@@ -80,6 +91,15 @@ class UnfoldModelInfo:
                     f"{len(names)} {kind} names {list(names)} for {len(values)} flattened "
                     f"{kind} tensors: give one name per flattened {kind}"
                 )
+
+
+def _write_npz(names: Sequence[str], tensors: Sequence[Any], filepath: Path, tract_compat: bool) -> None:
+    def as_array(t: Any) -> Any:
+        if tract_compat and t.dtype in (torch.float16, torch.bfloat16):
+            t = t.float()
+        return t.detach().numpy() if tract_compat else t
+
+    np.savez(filepath, **{name: as_array(t) for name, t in zip(names, tensors)})
 
 
 class InferenceTarget:

@@ -7,7 +7,8 @@
 ``api.py``          ``dump_llm`` and its report: the export, step by step
 ``cli.py``          the command line (flags from ``options.py`` and the registries)
 ``options.py``      the option choices (dtypes, layouts, attention implementations)
-``load.py``         finding, checking and loading a checkpoint (offline only)
+``hub.py``          ``-s`` model ids: the Hugging Face cache, or a download into it
+``load.py``         finding, checking and loading a checkpoint
 ``architectures.py``  tested and refused ``model_type`` values, the cache layout of a config
 ``wrapper.py``      the traced module: flat cache in and out, positions and masks
 ``cache.py``        flat tensors <-> transformers' cache object

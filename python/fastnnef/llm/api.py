@@ -50,6 +50,7 @@ from fastnnef.llm.bundles import (
     trace_new_tokens,
     write_modes_json,
 )
+from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.mla import traceable_mla
@@ -144,12 +145,17 @@ def dump_llm(
     tract_specific_path: PathLike | None = None,
     tract_specific_version: str | None = None,
     force_inputs_dtype: str | None = None,
+    revision: str | None = None,
+    hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
 ) -> LLMExportReport:
-    """Export a causal LM from the local disk to ``export_dirpath`` (see the module docstring).
+    """Export a causal LM to ``export_dirpath`` (see the module docstring).
 
-    The parameters are torch_to_nnef_llm's ``dump_llm`` keywords that make sense offline
+    The parameters are torch_to_nnef_llm's ``dump_llm`` keywords that fastnnef applies
     (``fastnnef-llm --help`` describes each); ``trust_remote_code`` defaults to False.
+    ``model_slug`` is a Hugging Face model id, taken from the hub cache or downloaded there
+    (``llm/hub.py``: ``revision`` a branch, tag or commit; ``hf_download_n_retries`` the
+    retries of transient hub failures).
     ``progress`` shows phases and the weight writing (default: on a terminal only).
 
     ``tract_specific_path``: a tract binary that also checks every test bundle (through
@@ -187,7 +193,7 @@ def dump_llm(
 
     progress.phase("loading the checkpoint")
     with _timed(timings, "load"):
-        source = resolve_source(model_slug, local_dir)
+        source = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
         checkpoint = load_checkpoint(source, dtype.torch_dtype if dtype else None, attn, trust_remote_code)
     model: Any = checkpoint.model
     n_parameters = sum(p.numel() for p in model.parameters())

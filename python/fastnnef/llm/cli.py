@@ -1,11 +1,12 @@
-"""``fastnnef-llm`` (alias ``t2n_export_llm_to_tract``): torch_to_nnef_llm's command line,
-offline. Flags keep the reference's names; their choices come from ``options.py``, the
-naming schemes, tract's tolerances and the compression registry.
+"""``fastnnef-llm`` (alias ``t2n_export_llm_to_tract``): torch_to_nnef_llm's command line.
+Flags keep the reference's names; their choices come from ``options.py``, the naming
+schemes, tract's tolerances and the compression registry. ``-s`` takes the model from the
+Hugging Face cache or downloads it there (``hub.py``); ``--revision`` is fastnnef's own.
 
-Every reference flag is accepted: with its effect, or, where it does not apply offline
-(``NOT_APPLICABLE``: downloads, device placement, PEFT and natively quantized
-checkpoints, the experts implementation), accepted and ignored with the reason in
-``--help`` (and in the log with -v).
+Every reference flag is accepted: with its effect, or, where it does not apply
+(``NOT_APPLICABLE``: device placement, PEFT and natively quantized checkpoints, the
+experts implementation), accepted and ignored with the reason in ``--help`` (and in the
+log with -v). ``tests/llm/test_cli_parity.py`` holds the reference's flags and checks each.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from fastnnef.exceptions import T2NError
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
 from fastnnef.llm.architectures import tested_list
+from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct
 from fastnnef.llm.progress import Progress
 from fastnnef.log import get_logger
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 
+REFERENCE_PACKAGE = "torch_to_nnef."
 # Reference flags accepted without effect: dest -> why it does not apply.
 NOT_APPLICABLE = {
-    "hf_download_n_retries": "fastnnef-llm never downloads: models come from -d or the local Hugging Face cache",
     "device_map": "the model runs on the CPU with its weights streamed from the checkpoint, which bounds memory "
                   "as disk offload would",
     "merge_peft": "PEFT adapters are not loaded: merge them into the checkpoint first",
@@ -39,7 +41,7 @@ NOT_APPLICABLE = {
 }
 
 DESCRIPTION = (
-    "Export a Hugging Face causal LM with its KV cache to NNEF for tract, from the local disk, and verify it "
+    "Export a Hugging Face causal LM with its KV cache to NNEF for tract, and verify it "
     "by greedy generation in tract. Any model type transformers builds is attempted and verification decides; "
     f"tested model types: {tested_list()}."
 )
@@ -66,27 +68,32 @@ def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.A
         prog="fastnnef-llm", description=DESCRIPTION, formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     source = parser.add_argument_group("model source (exactly one)")
-    source.add_argument("-s", "--model-slug", help="a Hugging Face model id, read from the local cache only")
+    source.add_argument("-s", "--model-slug",
+                        help="a Hugging Face model id (org/name): from the hub cache, else downloaded into it "
+                             "(HF_HUB_CACHE/HF_HOME, HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE are honoured)")
+    source.add_argument("--revision", help="with -s: the branch, tag or commit to export (default: main)")
     source.add_argument("-d", "--local-dir", help="a checkpoint directory (config.json + safetensors)")
     source.add_argument("--trust-remote-code", action=argparse.BooleanOptionalAction, default=False,
                         help="run model code shipped with the checkpoint (auto_map); off by default")
     source.add_argument("-mp", "--merge-peft", action="store_true",
                         help=f"accepted, not applicable: {NOT_APPLICABLE['merge_peft']}")
-    source.add_argument("--hf-download-n-retries", type=int, default=5,
-                        help=f"accepted, not applicable: {NOT_APPLICABLE['hf_download_n_retries']}")
+    source.add_argument("--hf-download-n-retries", type=int, default=DEFAULT_HF_DOWNLOAD_N_RETRIES,
+                        help="retries of a download on HTTP 429 and 5xx, with exponential backoff (0: none)")
     source.add_argument("--upcast-quant", help=f"accepted, not applicable: {NOT_APPLICABLE['upcast_quant']}")
 
     export = parser.add_argument_group("export")
     export.add_argument("-e", "--export-dirpath", required=True, help="the directory to create")
     export.add_argument("-dt", "--force-module-dtype", choices=_values(DtypeStr),
                         help="load the model in this dtype (default: the checkpoint's; bf16 runs in f32 in tract)")
-    export.add_argument("-idt", "--force-inputs-dtype", choices=["f32", "f16"],
-                        help="the cache inputs' dtype: accepted when it is the model's (-dt chooses it)")
+    export.add_argument("-idt", "--force-inputs-dtype", choices=_values(DtypeStr),
+                        help="the cache inputs' dtype: accepted when it is the model's (-dt chooses it; tract "
+                             "has no bf16, so a bf16 model's inputs are f32)")
     export.add_argument("--device-map", help=f"accepted, not applicable: {NOT_APPLICABLE['device_map']}")
     export.add_argument("-c", "--compression-method", choices=compression_choices,
                         help="compress the weights with this registry entry (Q4_0)")
     export.add_argument("--compression-registry", default=DEFAULT_COMPRESSION_REGISTRY,
-                        help="the registry of compression methods, as package.module.NAME")
+                        help="the registry of compression methods, as package.module.NAME (torch_to_nnef.X "
+                             "reads as fastnnef.X)")
     export.add_argument("-n", "--naming-scheme", default=LLM_NAMING_SCHEME, choices=_values(VariableNamingScheme),
                         help="how graph values are named")
     export.add_argument("--num-logits-to-keep", type=_logits_to_keep, default=1,
@@ -132,6 +139,13 @@ def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.A
     return parser
 
 
+def registry_path(path: str) -> str:
+    """A ``--compression-registry`` path, with the reference's package read as fastnnef
+    (``torch_to_nnef.compress.DEFAULT_COMPRESSION``, the reference's default, is
+    ``fastnnef.compress.DEFAULT_COMPRESSION``: fastnnef serves the reference's module paths)."""
+    return "fastnnef." + path.removeprefix(REFERENCE_PACKAGE) if path.startswith(REFERENCE_PACKAGE) else path
+
+
 def parse_arguments(
     build: Callable[..., argparse.ArgumentParser], prog: str, argv: Sequence[str] | None
 ) -> tuple[argparse.ArgumentParser, argparse.Namespace] | int:
@@ -142,12 +156,13 @@ def parse_arguments(
     argv = list(sys.argv[1:] if argv is None else argv)
     pre, _ = build().parse_known_args([a for a in argv if a not in ("-h", "--help")] + ["-e", "_"])
     try:
-        choices = sorted(dynamic_load_registry(pre.compression_registry))
+        choices = sorted(dynamic_load_registry(registry_path(pre.compression_registry)))
     except T2NError as err:
         print(f"{prog}: error: --compression-registry: {err}", file=sys.stderr)
         return 2
     parser = build(choices)
     args = parser.parse_args(argv)
+    args.compression_registry = registry_path(args.compression_registry)
     if (args.model_slug is None) == (args.local_dir is None):
         print(f"{prog}: error: give exactly one of -s/--model-slug and -d/--local-dir", file=sys.stderr)
         return 2
@@ -202,6 +217,7 @@ def _run(args: argparse.Namespace) -> LLMExportReport:
                 sample_generation_total_size=args.sample_generation_total_size, no_verify=args.no_verify,
                 trust_remote_code=args.trust_remote_code, tract_specific_path=args.tract_specific_path,
                 tract_specific_version=args.tract_specific_version, force_inputs_dtype=args.force_inputs_dtype,
+                revision=args.revision, hf_download_n_retries=args.hf_download_n_retries,
                 progress=Progress.for_terminal(),
             )
         finally:

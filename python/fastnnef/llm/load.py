@@ -1,5 +1,5 @@
-"""Find a checkpoint on this machine, check it, and load it: the one place that reads
-weights.
+"""Find a checkpoint (a directory, or a model id through ``hub.py``), check it, and load
+it: the one place that reads weights.
 
 ``.safetensors`` checkpoints (one file, or shards listed by
 ``model.safetensors.index.json``) are *streamed*: the model is built with its parameters
@@ -17,7 +17,7 @@ are loaded in memory by ``from_pretrained``.
 
 Sources: ``-d/--local-dir`` (a directory with ``config.json`` and the weights, or with
 exactly one such subdirectory, as the reference accepts) or ``-s/--model-slug``,
-resolved in the local Hugging Face cache only. Nothing is ever downloaded, and code
+resolved in the Hugging Face cache and downloaded there when missing (``hub.py``). Code
 shipped with a checkpoint runs only with ``trust_remote_code``.
 
 Every problem found here is a fastnnef error raised before anything is written: a
@@ -43,6 +43,7 @@ from fastnnef.exceptions import (
     T2NErrorNotFoundFile,
 )
 from fastnnef.llm.architectures import Architecture, architecture_of
+from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES, snapshot_dir
 from fastnnef.log import get_logger
 from fastnnef.tensor.offload import (
     SAFETENSORS_DTYPES,
@@ -73,43 +74,23 @@ class Checkpoint:
     streamed: bool  # weights are OffloadedTensors of the checkpoint's files, never loaded
 
 
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment at call time (huggingface_hub
-    reads it once at import): HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub, then
-    XDG_CACHE_HOME/huggingface/hub or ~/.cache/huggingface/hub."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.path.expanduser(os.environ[var]))
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
-    )
-    return Path(os.path.expanduser(home)) / "hub"
-
-
-def resolve_source(model_slug: str | None, local_dir: str | os.PathLike | None) -> Path:
-    """The checkpoint directory (holding config.json) for exactly one of the two sources."""
+def resolve_source(model_slug: str | None, local_dir: str | os.PathLike | None, revision: str | None = None,
+                   hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES) -> Path:
+    """The checkpoint directory (holding config.json) for exactly one of the two sources;
+    a model id comes from the Hugging Face cache, downloaded there when missing (``hub.py``)."""
     if (model_slug is None) == (local_dir is None):
         raise T2NErrorInvalidArgument(
-            "give exactly one model source: -s/--model-slug (a model in the local Hugging Face cache) "
+            "give exactly one model source: -s/--model-slug (a Hugging Face model id) "
             "or -d/--local-dir (a checkpoint directory)"
         )
     if local_dir is not None:
+        if revision is not None:
+            raise T2NErrorInvalidArgument(
+                f"--revision {revision!r} applies to -s/--model-slug only: a -d directory holds one revision"
+            )
         return _config_dir(Path(local_dir))
     assert model_slug is not None
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    cache = hub_cache_dir()
-    try:
-        path = snapshot_download(repo_id=model_slug, cache_dir=cache, local_files_only=True)
-    except (LocalEntryNotFoundError, FileNotFoundError) as err:
-        raise T2NErrorNotFoundFile(
-            f"model {model_slug!r} is not in the local Hugging Face cache ({cache}), and fastnnef-llm never "
-            f"downloads: fetch it first (`hf download {model_slug}`), or pass -d <checkpoint directory>"
-        ) from err
-    except HFValidationError as err:
-        raise T2NErrorInvalidArgument(f"{model_slug!r} is not a Hugging Face model id (org/name): {err}") from err
-    return _config_dir(Path(path))
+    return _config_dir(snapshot_dir(model_slug, revision, hf_download_n_retries))
 
 
 def _config_dir(path: Path) -> Path:

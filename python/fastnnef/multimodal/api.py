@@ -43,6 +43,7 @@ from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFile
 from fastnnef.export import export_model_with_result
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.api import (
     LLM_NAMING_SCHEME,
     _attn,
@@ -59,6 +60,7 @@ from fastnnef.llm.api import (
 )
 from fastnnef.llm.architectures import kv_layout
 from fastnnef.llm.bundles import Bundle, write_modes_json
+from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.load import CONFIG, Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, to_enum
@@ -116,6 +118,8 @@ class MultimodalExportReport:
     bundle_checks: list[BundleCheck] = field(default_factory=list)
     generation: GenerationCheck | None = None
     verified: bool = False
+    binary_checks: list[str] = field(default_factory=list)  # "<artefact> <bundle>" checked by tract_binary
+    tract_binary: str | None = None  # --tract-specific-path
 
     def summary(self) -> str:
         lines = [f"exported {self.model_type} ({self.n_parameters:,} parameters, {self.weight_dtype}"
@@ -129,6 +133,8 @@ class MultimodalExportReport:
                          f"{'ok' if check.ok else 'FAILED'}")
         for bundle in self.bundle_checks:
             lines.append(f"tract decoder {bundle.name}: {'ok' if bundle.ok else 'FAILED'}")
+        for name in self.binary_checks:
+            lines.append(f"{self.tract_binary} {name}: ok")
         if self.generation is not None:
             lines.append(f"generation from the sample prompt: {self.generation.summary()}")
         return "\n".join(lines)
@@ -154,11 +160,14 @@ def dump_multimodal(
     test_display_token_gens: bool = False,
     no_verify: bool = False,
     trust_remote_code: bool = False,
+    tract_specific_path: PathLike | None = None,
     tract_specific_version: str | None = None,
     force_inputs_dtype: str | None = None,
+    revision: str | None = None,
+    hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
 ) -> MultimodalExportReport:
-    """Export a multimodal checkpoint from the local disk to ``export_dirpath`` (see the
+    """Export a multimodal checkpoint to ``export_dirpath`` (see the
     module docstring). The keywords are ``dump_llm``'s (``fastnnef-multimodal --help``
     describes each); the families are ``families.FAMILIES``.
 
@@ -176,7 +185,7 @@ def dump_multimodal(
     compress = _compressor(compression_method, compression_registry)
     if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
         raise T2NErrorInvalidArgument(f"num_logits_to_keep must be an int >= 0, got {num_logits_to_keep!r}")
-    _, target_version = _tract_target(None, tract_specific_version)
+    tract_binary, target_version = _tract_target(tract_specific_path, tract_specific_version)
     target = Path(export_dirpath)
     if target.exists() and not ignore_already_exist_dir:
         raise T2NErrorInvalidArgument(
@@ -189,7 +198,7 @@ def dump_multimodal(
 
     progress.phase("loading the checkpoint and its processor")
     with _timed(timings, "load"):
-        directory = resolve_source(model_slug, local_dir)
+        directory = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
         family = family_of(_raw_config(directory))
         processor = (family.load_processor or _load_processor)(directory, trust_remote_code)
         checkpoint = load_checkpoint(directory, dtype.torch_dtype if dtype else None, attn, trust_remote_code,
@@ -276,6 +285,7 @@ def dump_multimodal(
 
         encoder_checks: list[EncoderCheck] = []
         bundle_checks: list[BundleCheck] = []
+        binary_checks: list[str] = []
         generation: GenerationCheck | None = None
         if not no_verify:
             progress.phase("verifying in tract: encoders, decoder bundles, generation from the image prompt")
@@ -286,6 +296,9 @@ def dump_multimodal(
                     [example, *modes], inputs, wrapper.empty_cache(cache_dtype), hidden, cache_dtype, tolerance,
                     exact,
                 )
+                if tract_binary is not None:
+                    binary_checks = _check_with_binary(tract_binary, staging, encoder_artefacts, decoder_path,
+                                                       [example, *modes], tolerance)
             if test_display_token_gens:
                 sys.stdout.write(_display(generation))
         manifest = build_manifest(f"{DECODER_DIRNAME}/{ARTEFACT_NAME}", encoder_artefacts, _dtype_str(cache_dtype))
@@ -301,13 +314,33 @@ def dump_multimodal(
         encoder_paths=encoder_paths, files=files, model_type=family.model_type, n_parameters=n_parameters,
         weight_dtype=weight_dtype, inputs_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
         timings=timings, encoder_checks=encoder_checks, bundle_checks=bundle_checks, generation=generation,
-        verified=not no_verify,
+        verified=not no_verify, binary_checks=binary_checks,
+        tract_binary=str(tract_binary.tract_path) if tract_binary else None,
     )
     progress.phase(f"done in {timings['total']:.1f} s: {report.manifest_path}")
     return report
 
 
 # --- helpers ---------------------------------------------------------------------------
+def _check_with_binary(binary: TractCli, staging: Path, encoders: list[EncoderArtefact], decoder_path: Path,
+                       decoder_bundles: list[Bundle], tolerance: str) -> list[str]:
+    """Every saved bundle, the encoders' and the decoder's, through the tract binary's own
+    check (its exit code decides; ``TractCli`` passes only the flags its version knows)."""
+    checked = []
+    for encoder in encoders:
+        artefact = staging / encoder.rel_path
+        tests = artefact.parent / TESTS_DIR
+        binary.assert_io(artefact, tests / "export_inputs.npz", tests / "export_outputs.npz",
+                         check_tolerance=tolerance)
+        checked.append(f"{encoder.label} export")
+    tests = decoder_path.parent / TESTS_DIR
+    for bundle in decoder_bundles:
+        binary.assert_io(decoder_path, tests / f"{bundle.name}_inputs.npz", tests / f"{bundle.name}_outputs.npz",
+                         check_tolerance=tolerance)
+        checked.append(f"{DECODER_DIRNAME} {bundle.name}")
+    return checked
+
+
 def _verify(
     family: Family, model: Any, checkpoint: Checkpoint, sample: Sample, staging: Path,
     encoders: list[EncoderArtefact], decoder_path: Path, bundles: list[Bundle], inputs: Any,

@@ -1,7 +1,7 @@
 """``fastnnef-multimodal`` (alias ``t2n_export_multimodal_to_tract``): the LLM command
 line's flags (``llm/cli.py``, one parser) for ``dump_multimodal``. Flags that do not apply
 to a multimodal export are accepted and ignored with the reason (``NOT_APPLICABLE``), as
-the LLM command line does for the reference's online flags."""
+the LLM command line does."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ NOT_APPLICABLE = {
 }
 
 DESCRIPTION = (
-    "Export a Hugging Face vision-language checkpoint to NNEF for tract, from the local disk: one decoder "
+    "Export a Hugging Face vision-language checkpoint to NNEF for tract: one decoder "
     "artefact (KV cache, modality embeddings as inputs) and one encoder artefact per modality, tied by "
     "multimodal.json, verified end to end in tract (image prompt -> encoder -> decoder -> 16 greedy tokens "
     f"equal to Hugging Face's). Supported model types: {supported_list()}."
@@ -49,11 +49,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(parsed, int):
         return parsed
     parser, args = parsed
-    if args.tract_specific_path is not None:
-        print(f"{PROG}: error: --tract-specific-path is not supported for multimodal exports yet: they are "
-              "verified in the tract linked into fastnnef (--tract-specific-version picks the target version)",
-              file=sys.stderr)
-        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     for dest, reason in NOT_APPLICABLE.items():
@@ -91,8 +86,10 @@ def _run(args: argparse.Namespace) -> MultimodalExportReport:
                 force_f32_normalization=args.force_f32_normalization, reify_sdpa_operator=args.reify_sdpa_operator,
                 attn_implementation=args.attn_implementation, tract_check_io_tolerance=args.tract_check_io_tolerance,
                 test_display_token_gens=args.test_display_token_gens, no_verify=args.no_verify,
-                trust_remote_code=args.trust_remote_code, tract_specific_version=args.tract_specific_version,
-                force_inputs_dtype=args.force_inputs_dtype, progress=Progress.for_terminal(),
+                trust_remote_code=args.trust_remote_code, tract_specific_path=args.tract_specific_path,
+                tract_specific_version=args.tract_specific_version, force_inputs_dtype=args.force_inputs_dtype,
+                revision=args.revision, hf_download_n_retries=args.hf_download_n_retries,
+                progress=Progress.for_terminal(),
             )
         finally:
             hf_logging.set_verbosity(verbosity)
