@@ -139,8 +139,6 @@ def test_provided_module_imports_with_its_names(module: str) -> None:
 
 @pytest.mark.parametrize("module", sorted(REMODELER))
 def test_remodeler_modules(module: str) -> None:
-    if importlib.util.find_spec("fastnnef.remodeler") is None:
-        pytest.skip("fastnnef.remodeler comes from issue 24's remodeler branch, not merged in this tree yet")
     imported = importlib.import_module(_path(module))
     missing = [name for name in REMODELER[module].split() if not hasattr(imported, name)]
     assert not missing, f"{_path(module)} lacks {missing}"
