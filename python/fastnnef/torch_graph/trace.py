@@ -25,6 +25,7 @@ from fastnnef.exceptions import (
 from fastnnef.log import get_logger
 from fastnnef.torch_graph import size_watch
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
+from fastnnef.torch_graph.script_state import attributes_kept
 from fastnnef.torch_graph.size_watch import SizeConversion
 
 log = get_logger(__name__)
@@ -207,15 +208,18 @@ def trace_model(
     for i, t in enumerate(flat_inputs):
         if t.device.type != "cpu":
             raise T2NErrorInvalidArgument(
-                f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
+                f"input {i} is on {t.device}: the trace needs its values on CPU (export_model_to_nnef "
+                "copies tensors of other devices there; a meta tensor has no values): pass a tensor with values"
             )
     in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     conversions = size_watch.ConversionLog() if watch_sizes else None
+    # A script's forward may also rebind its attributes (its state): all are given back.
+    state_kept = attributes_kept(model._c) if isinstance(model, torch.jit.ScriptModule) else buffers_kept(model)
     try:
-        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
+        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), state_kept, \
                 kept_whole(model, keep) as module_calls, warnings.catch_warnings():
             # jit.trace probes every attribute of every submodule (module_has_exports), which
             # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
