@@ -36,7 +36,7 @@ class ConvBnMlp(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(3, channels, 3, padding=1)
         self.bn = nn.BatchNorm2d(channels)
-        self.mlp = nn.Sequential(nn.Linear(channels, 2 * channels), nn.GELU(), nn.Linear(2 * channels, channels))
+        self.mlp = nn.Sequential(nn.Linear(channels, channels), nn.GELU(), nn.Linear(channels, channels))
         self.head = nn.Linear(channels, channels)
         self.head.weight = self.mlp[2].weight  # tied
         self.register_buffer("offset", torch.linspace(-1.0, 1.0, channels))

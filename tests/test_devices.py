@@ -28,10 +28,10 @@ class ConvBnMlp(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
         self.bn = nn.BatchNorm2d(8)
-        self.mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
-        self.head = nn.Linear(4, 4)
+        self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 8)
         self.head.weight = self.mlp[2].weight  # tied: one tensor, one copy
-        self.register_buffer("offset", torch.linspace(-1.0, 1.0, 4))
+        self.register_buffer("offset", torch.linspace(-1.0, 1.0, 8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
