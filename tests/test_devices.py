@@ -86,9 +86,11 @@ def test_stand_in_copies_nothing_already_on_cpu() -> None:
     copies, tensors on CPU are the model's own (an accelerator's would be CPU copies),
     tied weights stay tied."""
     _, model, _x = models()[0]
+    model.cache = {"past": [torch.zeros(3)]}  # a tensor held in containers is a tensor of the model too
     stand_in = _module_stand_in(model)
     assert stand_in is not model and stand_in.mlp is not model.mlp
     assert stand_in.conv.weight is model.conv.weight and stand_in.bn.running_var is model.bn.running_var
+    assert stand_in.cache is not model.cache and stand_in.cache["past"][0] is model.cache["past"][0]
     assert stand_in.head.weight is stand_in.mlp[2].weight
 
 

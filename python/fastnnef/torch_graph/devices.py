@@ -34,7 +34,8 @@ def _elsewhere(tensor: torch.Tensor) -> bool:
 
 
 def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
-    """Every parameter, buffer and plain tensor attribute of ``model``'s modules."""
+    """Every parameter, buffer and other tensor attribute (held alone or in a list, tuple
+    or dict: a cache) of ``model``'s modules."""
     if isinstance(model, torch.jit.ScriptModule):
         for _owner, _name, _path, value in script_attributes(model._c):
             if isinstance(value, torch.Tensor):
@@ -43,7 +44,9 @@ def _module_tensors(model: nn.Module) -> Iterator[torch.Tensor]:
     for module in model.modules():
         yield from (t for t in module._parameters.values() if t is not None)
         yield from (t for t in module._buffers.values() if t is not None)
-        yield from (v for v in vars(module).values() if isinstance(v, torch.Tensor))
+        for key, value in vars(module).items():
+            if key not in ("_parameters", "_buffers", "_modules"):
+                yield from (leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
 
 
 def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
