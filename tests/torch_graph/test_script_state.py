@@ -87,6 +87,18 @@ def test_hardening_leaves_the_state(tmp_path: Path) -> None:
     _assert_same_state(hardened, before)
 
 
+def test_hardening_leaves_the_inputs() -> None:
+    class Scaling(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if bool(x.sum() > 0):  # an If the hardening evaluates
+                x.mul_(2.0)
+            return x + 1.0
+
+    x = torch.ones(3)
+    harden_jit_for_export(torch.jit.script(Scaling()).eval(), (x,))
+    assert torch.equal(x, torch.ones(3))
+
+
 def test_writes_in_place_are_undone() -> None:
     class Running(nn.Module):
         def __init__(self) -> None:
