@@ -37,6 +37,7 @@ RESULT_LINES = {
     "bench_graph_build.py": r"^\s+2\s+\d+\s+\d+\.\d+\s+\d+\.\d+",
     "bench_tensors.py": r"^artefact tgz level 1\s+\d+\.\d+ s\s+\d+ MB/s",
     "check_io.py": r"^check_io median/min s: \d+\.\d+ \d+\.\d+$",
+    "check_gpu_export.py": r"^\S+ \(.+\): 2 models exported, checked, left on their device$",
     "deflate_encoders.py": r"^python zlib level1\s+\d+\.\d+ MB/s",
 }
 TIMEOUT_S = 300

@@ -1,4 +1,4 @@
-"""Exporting never changes the model (parameters, buffers, flags, hooks), and two exports
+"""Exporting never changes the model (parameters, buffers, attributes, flags, hooks), and two exports
 from two threads at once give the same bytes as one at a time."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 
@@ -79,6 +81,33 @@ def test_export_never_mutates(tmp_path: Path) -> None:
     assert _hooks(model) == hooks_before
     assert list(model.state_dict().keys()) == keys_before
     assert set(vars(model)) == set(vars(before))
+
+
+class Streaming(nn.Module):
+    """A forward that changes its module: a state buffer rebound, a counter, a cache added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.register_buffer("state", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.state = self.state * 0.5 + x
+        self.last = x
+        return self.state * 2.0
+
+
+def test_forward_changing_its_module(tmp_path: Path) -> None:
+    """The artefact computes the call asked for (its weights are read after the trace: the
+    state the forward rebound is read as it was before), and the module is left as it was."""
+    model = Streaming()
+    state, x = model.state, torch.arange(3.0)
+    path = export_model_to_nnef(model, x, tmp_path / "s.nnef.tgz", TractNNEF.latest())  # check_io: tract == 2x
+    (got,) = TractArtefact.load(path).run([x])
+    np.testing.assert_allclose(got, 2.0 * x.numpy())
+    assert model.calls == 0 and model.state is state and not hasattr(model, "last")
+    assert torch.equal(state, torch.zeros(3))
 
 
 class Other(nn.Module):

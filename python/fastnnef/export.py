@@ -29,6 +29,7 @@ from fastnnef.tensor_export import (
     export_tensors_to_nnef,
     iter_torch_tensors_from_disk,
 )
+from fastnnef.torch_graph.devices import on_cpu
 from fastnnef.torch_graph.harden import harden_jit_for_export
 from fastnnef.torch_graph.ir import IRGraph, build_ir
 from fastnnef.torch_graph.ir_naming import DEFAULT_VARNAME_SCHEME, VariableNamingScheme
@@ -237,6 +238,7 @@ def _export(
             )
     path, fmt = resolve_artefact_path(file_path_export, compression_level)
 
+    model, args = on_cpu(model, args)  # a model on an accelerator: its CPU stand-in (devices.py)
     names_from = model
     if isinstance(model, torch.jit.ScriptModule) and auto_harden_jit:
         model = harden_jit_for_export(model, args)

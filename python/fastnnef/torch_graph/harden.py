@@ -13,7 +13,10 @@ Two stages, as in the reference:
 
 The passes rewrite the forward graph of the module returned, never the user's: freezing
 makes a new module, and the unfrozen path works on a copy with its own classes (TorchScript
-keeps method graphs on the class) that shares the user's weights.
+keeps method graphs on the class) that shares the user's weights. The passes that run the
+graph on the example inputs run it on copies of them, and give a stateful module's
+attributes back after each run (``script_state.py``): the module returned has the user's
+state, and so has the user's.
 
 fastnnef's exporter would not need stage 2: it runs the graph in TorchScript's interpreter
 under a function trace, which records the branches the example inputs take anyway. The

@@ -21,6 +21,9 @@ rewrites it made; a graph without its pattern is left as is (0).
    branch the example inputs take (evaluated by running the graph in TorchScript's
    interpreter), until none is left at the top level.
 
+Each evaluation runs the graph from the module's state as it was before (``script_state.py``):
+the passes of a stateful module (Silero VAD's) see the call the user asked for, not a later one.
+
 ``example_inputs`` are the graph's inputs, the module (``module._c``) first for a method.
 Size calls and ``If`` conditions are evaluated at the top level of the graph (values inside
 an ``If`` or a ``Loop`` can't be observed from outside); nested ones surface as their
@@ -29,6 +32,7 @@ enclosing ``If`` is folded.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -36,6 +40,7 @@ from typing import Any
 import torch
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.torch_graph.script_state import attributes_kept
 
 __all__ = [
     "SPECIALIZATION_PASSES",
@@ -102,13 +107,19 @@ def inline_block(node: torch._C.Node, block: torch._C.Block) -> None:
 def evaluate(graph: torch._C.Graph, values: Sequence[torch._C.Value], example_inputs: Sequence[Any]) -> list[Any]:
     """The values ``values`` (top-level) take when ``graph`` runs on ``example_inputs``:
     they are returned by the graph for one run of TorchScript's interpreter, then the
-    graph's outputs are restored."""
+    graph's outputs are restored, and so is the state of the module (the first example
+    input of a method graph) that the run changed; the graph runs on copies of the tensors."""
     n_outputs = len(list(graph.outputs()))
     for value in values:
         graph.registerOutput(value)
+    module = example_inputs[0] if example_inputs else None
+    state_kept = attributes_kept(module) if isinstance(module, torch._C.ScriptModule) else contextlib.nullcontext()
     try:
-        # torch's stubs lack the private torch._C._jit_interpret_graph
-        results = torch._C._jit_interpret_graph(graph, tuple(example_inputs))  # type: ignore[attr-defined]
+        with state_kept:
+            # on copies of the inputs: the graph may write into them, the caller's stay as given
+            inputs = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in example_inputs)
+            # torch's stubs lack the private torch._C._jit_interpret_graph
+            results = torch._C._jit_interpret_graph(graph, inputs)  # type: ignore[attr-defined]
     except RuntimeError as err:
         raise T2NErrorInvalidArgument(
             f"running the TorchScript graph on the example inputs failed: {err}. Give the "

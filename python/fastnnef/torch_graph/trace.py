@@ -25,6 +25,7 @@ from fastnnef.exceptions import (
 from fastnnef.log import get_logger
 from fastnnef.torch_graph import size_watch
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
+from fastnnef.torch_graph.script_state import attributes_kept
 from fastnnef.torch_graph.size_watch import SizeConversion
 
 log = get_logger(__name__)
@@ -153,17 +154,45 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
             module.training = training
 
 
+# The dicts of a module that hold its parameters, buffers (restored entry by entry) and
+# submodules; everything else in its __dict__ is an attribute, restored by identity.
+_MODULE_DICTS = frozenset({"_parameters", "_buffers", "_modules"})
+
+
+def _attributes_of(module: nn.Module) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items() if k not in _MODULE_DICTS}
+
+
+def _restore(held: dict[str, Any], before: dict[str, Any]) -> None:
+    """``held`` made the same mapping to the same objects as ``before``."""
+    if held.keys() != before.keys() or any(held[k] is not v for k, v in before.items()):
+        held.clear()
+        held.update(before)
+
+
 @contextlib.contextmanager
-def buffers_kept(model: nn.Module) -> Iterator[None]:
-    """A forward may write into the model's buffers (a cache, a counter): they get their
-    values back after the trace, so the export leaves the model as it was, and the graph
-    reads them as they were before its own writes. A write into a weight is refused:
-    keeping a copy of every weight to undo one would double the memory of an export."""
+def state_kept(model: nn.Module) -> Iterator[None]:
+    """A forward may change the model: write into its buffers (a cache, a counter), rebind
+    them (``self.state = self.state + x``) or other attributes (``self.calls += 1``). After
+    the trace, every module gets its buffers, parameters and attributes back (the same
+    objects; a buffer written in place its values), so the export leaves the model as it was
+    and the graph's weights, read from the model after the trace, are those the traced call
+    read. A write into a weight is refused: keeping a copy of every weight to undo one would
+    double the memory of an export."""
     buffers = [(b, b._version, b.detach().clone()) for b in model.buffers() if type(b) is torch.Tensor]
     params = [(name, p, p._version) for name, p in model.named_parameters()]
+    bindings = [(m, dict(m._parameters), dict(m._buffers), _attributes_of(m)) for m in model.modules()]
     try:
         yield
     finally:
+        for module, module_params, module_buffers, attributes in bindings:
+            _restore(module._parameters, module_params)
+            _restore(module._buffers, module_buffers)
+            for name in _attributes_of(module).keys() - attributes.keys():
+                delattr(module, name)  # added by the forward
+            for name, value in attributes.items():
+                if vars(module).get(name) is not value:
+                    object.__setattr__(module, name, value)
         for buffer, version, saved in buffers:
             if buffer._version != version:
                 buffer.copy_(saved)
@@ -207,15 +236,18 @@ def trace_model(
     for i, t in enumerate(flat_inputs):
         if t.device.type != "cpu":
             raise T2NErrorInvalidArgument(
-                f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
+                f"input {i} is on {t.device}: the trace needs its values on CPU (export_model_to_nnef "
+                "copies tensors of other devices there; a meta tensor has no values): pass a tensor with values"
             )
     in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     conversions = size_watch.ConversionLog() if watch_sizes else None
+    # What the forward changes in the model (its state) is given back after the trace.
+    kept = attributes_kept(model._c) if isinstance(model, torch.jit.ScriptModule) else state_kept(model)
     try:
-        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), buffers_kept(model), \
+        with _TRACE_LOCK, torch.no_grad(), eval_mode(model), kept, \
                 kept_whole(model, keep) as module_calls, warnings.catch_warnings():
             # jit.trace probes every attribute of every submodule (module_has_exports), which
             # fires transformers' deprecated-property FutureWarnings (is_gradient_checkpointing)
