@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from fastnnef.op.custom_extractors import base as extractors
-from fastnnef.op.registry import load_handlers
+from fastnnef.op.families import load_handlers
 from tests.helpers import export_and_check
 from tests.test_import_layers import ARCHITECTURE, PACKAGE, STAGES, _imports, _unit_file
 

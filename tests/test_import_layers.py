@@ -6,8 +6,9 @@ imported, so the tests need only the repository):
   and inside functions (a deferred import hides a circle from Python's loader, not from the
   design), and so does a name taken from a parent package (``from fastnnef.op.custom_extractors
   import X`` in one of its submodules reads the package's ``__init__``, which may import the
-  submodule). A circle is broken by moving what both sides need down to the module that owns
-  it. The few edges that cannot be otherwise are ``FACADE_EDGES``, each with its reason.
+  submodule), and so does an import by name (``importlib.import_module`` of a literal name,
+  or over a module-level table of them). A circle is broken by moving what both sides need
+  down to the module that owns it. The few edges that cannot be otherwise are ``FACADE_EDGES``, each with its reason.
 - Stages: every top-level module or package of ``fastnnef`` belongs to one of ``STAGES``,
   in the order an export runs, and imports nothing from a later stage (inside functions
   too), but for ``FACADE_EDGES``.
@@ -50,15 +51,50 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def import_nodes(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
-    """Every import statement, with whether it sits inside a function body (deferred)."""
+def _nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
+    """Every node, with whether it sits inside a function body (deferred)."""
     pending: list[tuple[ast.AST, bool]] = [(node, False) for node in tree.body]
     while pending:
         node, deferred = pending.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node, deferred
+        yield node, deferred
         inside = deferred or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         pending.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def import_nodes(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, with whether it sits inside a function body (deferred)."""
+    for node, deferred in _nodes(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, deferred
+
+
+def imports_by_name(tree: ast.Module) -> Iterator[tuple[str, bool]]:
+    """Modules imported by name, with whether the call is deferred: ``import_module("x")``,
+    and ``import_module(name)`` in a ``for name in TABLE`` loop over a module-level tuple or
+    list of literal names (``op/families.py``'s ``FAMILIES``)."""
+    tables = {
+        target.id: [e.value for e in node.value.elts]
+        for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    loops = {
+        node.target.id: tables[node.iter.id]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Name)
+        and node.iter.id in tables
+    }
+    for node, deferred in _nodes(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) != "import_module":
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            yield arg.value, deferred
+        elif isinstance(arg, ast.Name):
+            yield from ((name, deferred) for name in loops.get(arg.id, []))
 
 
 def imported_modules(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
@@ -109,6 +145,9 @@ def _imports(deferred: bool) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
                         external[module].add(top)
                     continue
             graph[module] |= imported_modules(module, path.name == "__init__.py", node, modules)
+        for name, inside in imports_by_name(tree):
+            if name.startswith("fastnnef.") and (deferred or not inside):
+                graph[module] |= imported_modules(module, False, ast.Import([ast.alias(name)]), modules)
     return graph, external
 
 
@@ -164,6 +203,18 @@ def test_the_walk_counts_deferred_imports_and_parent_packages():
     assert _edges("fastnnef.op.custom_extractors.gdn", "from fastnnef.op.custom_extractors import base\n") \
         == {("fastnnef.op.custom_extractors.base", False)}
     assert _edges("fastnnef.tensor.offload", "from fastnnef import __version__\n") == {("fastnnef", False)}
+
+
+def test_the_walk_counts_imports_by_name():
+    modules = set(_imports(deferred=True)[0])
+    source = ("import importlib\nFAMILIES = ('fastnnef.op.aten.shape', 'fastnnef.op.aten.conv')\n"
+              "def load():\n    for m in FAMILIES:\n        importlib.import_module(m)\n"
+              "importlib.import_module('fastnnef.dim')\n")
+    assert sorted(imports_by_name(ast.parse(source))) == [
+        ("fastnnef.dim", False), ("fastnnef.op.aten.conv", True), ("fastnnef.op.aten.shape", True),
+    ]
+    assert "fastnnef.op.aten.shape" in _imports(deferred=True)[0]["fastnnef.op.families"]
+    assert "fastnnef.op.aten.shape" in modules
 
 
 def test_the_walk_finds_a_circle():

@@ -21,7 +21,8 @@ import pytest
 import fastnnef.op.aten as aten_package
 from fastnnef.exceptions import T2NErrorConsistency
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.op.registry import OpRegistry, load_handlers
+from fastnnef.op.families import load_handlers
+from fastnnef.op.registry import OpRegistry
 
 ATEN = Path(aten_package.__file__).parent
 PACKAGE = "fastnnef.op.aten"
