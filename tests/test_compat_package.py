@@ -3,8 +3,8 @@
 - nothing outside compat imports it but the package's root, inside ``compat_wing`` (read
   from the sources); the modules at the reference's paths serve its names through their
   ``__getattr__`` (``fastnnef/reference_names.py``), exactly those of ``compat.SERVED``;
-- ``import fastnnef``, and importing every module of the core, loads none of it; the first
-  drop-in name used loads it (in a fresh interpreter);
+- ``import fastnnef``, importing every module of the core and an export checked in tract
+  load none of it; the first drop-in name used loads it (in a fresh interpreter);
 - the process-wide patches (``init_empty_weights``, ``ctx_maybe_load_from_disk_as_offloaded``)
   are safe when uses overlap, nested or in threads: installed once, restored exactly once
   when the last use leaves, whatever the order uses leave in.
@@ -97,10 +97,16 @@ def test_the_reference_paths_serve_the_wing():
 
 # Run in a fresh interpreter: this process has loaded compat already.
 _FRESH = """
-import importlib, json, sys
+import importlib, json, sys, tempfile, warnings
+warnings.simplefilter("ignore")
+import torch
 core = json.loads(sys.argv[1])
 for name in core:
     importlib.import_module(name)
+from fastnnef import TractNNEF, export_model_to_nnef
+with tempfile.TemporaryDirectory() as tmp:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GRU(8, 3, batch_first=True))
+    export_model_to_nnef(model, torch.randn(1, 5, 4), tmp + "/m.nnef.tgz", TractNNEF.latest())  # check_io on
 before = sorted(m for m in sys.modules if m.startswith("fastnnef.compat"))
 from fastnnef.torch_graph import TorchModuleIRGraph
 after = sorted(m for m in sys.modules if m.startswith("fastnnef.compat"))
@@ -108,11 +114,11 @@ print(json.dumps([before, after, TorchModuleIRGraph.__module__]))
 """
 
 
-def test_the_core_runs_without_the_wing():
+def test_the_core_and_an_export_run_without_the_wing():
     core = [m for m in _modules() if not m.endswith("__main__")]
     out = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(core)], capture_output=True, text=True,
                          check=True).stdout
-    before, after, served_from = json.loads(out)
+    before, after, served_from = json.loads(out.splitlines()[-1])
     assert len(core) > 100 and before == []
     assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir_data"
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -27,9 +27,8 @@ from fastnnef.llm.load import Checkpoint
 from fastnnef.llm.options import AttnImplementation, DtypeStr
 from fastnnef.llm.verify import GenerationCheck
 from fastnnef.llm.wrapper import KVCacheLM
+from fastnnef.tensor.offload import PathLike
 from fastnnef.utils import SemanticVersion
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 def dtype_str(dtype: torch.dtype) -> str:
