@@ -1,7 +1,8 @@
 """torch_to_nnef's tract command-line names (fastnnef.inference_target.tract): ``build_io``
 with nested IO, ``TractCli`` over a binary (a recording stand-in script; its ``check_io``
-with the reference's command line) and over the linked tract, ``TractNNEF.tract_cli``, ``assert_io`` / ``assert_io_and_debug_bundle``,
-``TractBinaryDownloader`` and ``apply_dynamic_shape_in_nnef`` (which never download)."""
+with the reference's command line) and over the linked tract, ``TractNNEF.tract_cli``,
+``assert_io`` / ``assert_io_and_debug_bundle``, ``TractBinaryDownloader`` and
+``apply_dynamic_shape_in_nnef`` (which never download)."""
 
 from __future__ import annotations
 
