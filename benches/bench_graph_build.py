@@ -23,7 +23,7 @@ from torch import nn
 from fastnnef.export import convert_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.nnef.writer import graph_text
-from fastnnef.op.registry import load_handlers
+from fastnnef.op.families import load_handlers
 from fastnnef.torch_graph.ir import build_ir
 from fastnnef.torch_graph.trace import trace_model
 

@@ -143,7 +143,7 @@ def export_and_check(
 def needs_handler(kind: str) -> pytest.MarkDecorator:
     """Strict xfail while no handler for ``kind`` is registered (a family not merged yet);
     turns into a normal test, and an XPASS failure reminds to drop it, once it is."""
-    from fastnnef.op.registry import load_handlers
+    from fastnnef.op.families import load_handlers
 
     missing = load_handlers().lookup(kind, TractNNEF.latest().version) is None
     return pytest.mark.xfail(missing, strict=True, reason=f"no handler for {kind} yet")

@@ -369,65 +369,6 @@ def test_directory_artefact_copied_into_bundle(tmp_path: Path) -> None:
     assert (bundle / "model.nnef" / "graph.nnef").read_text() == mul_graph()
 
 
-def fake_tract(tmp_path: Path, code: int, version: str = "0.23.8") -> tuple[Path, Path]:
-    log = tmp_path / "argv.txt"
-    script = tmp_path / "tract"
-    script.write_text(
-        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "tract {version}"; exit 0; fi\n'
-        f'for a in "$@"; do echo "$a"; done > {log}\necho "fake tract says no" >&2\nexit {code}\n'
-    )
-    script.chmod(0o755)
-    return script, log
-
-
-@pytest.mark.parametrize("code", [0, 1])
-def test_specific_tract_binary(tmp_path: Path, code: int) -> None:
-    path = write_artefact(tmp_path, mul_graph())
-    script, log = fake_tract(tmp_path, code)
-    if code == 0:
-        assert check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="super", tract_binary_path=script) == []
-    else:
-        with pytest.raises(T2NErrorIOPytorchTractNotISO, match="fake tract says no"):
-            check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="super", tract_binary_path=script)
-    argv = log.read_text().splitlines()
-    assert argv[0] == str(path)
-    assert argv[1:7] == [
-        "--nnef-tract-core",
-        "--nnef-tract-pulse",
-        "--nnef-tract-extra",
-        "--nnef-tract-transformers",
-        "-O",
-        "run",
-    ]
-    assert argv[7] == "--input-from-bundle" and argv[8].endswith("inputs.npz")
-    assert argv[9] == "--assert-output-bundle" and argv[10].endswith("outputs.npz")
-    assert argv[11:] == ["--allow-float-casts", "--approx", "super"]
-
-
-@pytest.mark.parametrize("version, flags, approx", [
-    ("0.21.9", ["--nnef-tract-extra"], ["--approx", "very"]),
-    ("0.21.7", ["--nnef-tract-extra"], ["--approx", "super"]),  # 0.21.7 has no "very": super
-    ("0.20.22", ["--nnef-tract-extra"], []),  # no --approx before 0.21.7: exact check
-])
-def test_an_older_tract_binary_gets_only_flags_it_knows(tmp_path: Path, version: str, flags: list,
-                                                        approx: list) -> None:
-    path = write_artefact(tmp_path, mul_graph())
-    script, log = fake_tract(tmp_path, 0, version)
-    check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="very", tract_binary_path=script)
-    argv = log.read_text().splitlines()
-    assert argv[1:] == ["--nnef-tract-core", "--nnef-tract-pulse", *flags, "-O", "run", "--input-from-bundle",
-                        argv[-4 - len(approx)], "--assert-output-bundle", argv[-2 - len(approx)],
-                        "--allow-float-casts", *approx]
-    assert "--nnef-tract-transformers" not in argv
-
-
-def test_custom_tolerance_through_a_binary(tmp_path: Path) -> None:
-    path = write_artefact(tmp_path, mul_graph())
-    script, log = fake_tract(tmp_path, 0)
-    check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="custom:0.1,0.01,0", tract_binary_path=script)
-    assert log.read_text().splitlines()[-2:] == ["--approx-custom", "0.1,0.01,0"]
-
-
 def test_gil_released_while_tract_runs(tmp_path: Path) -> None:
     """While one thread is inside run(), another keeps executing Python: no long pause."""
     n = 1024

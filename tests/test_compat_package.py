@@ -1,7 +1,10 @@
-"""fastnnef/compat/: drop-in-only surfaces, apart from the export path.
+"""fastnnef/compat/: the drop-in wing on top of the core.
 
-- compat is reached only through the reference's module paths (never by fastnnef's own
-  exporters), read from the sources;
+- nothing outside compat imports it but the package's root, inside ``compat_wing`` (read
+  from the sources); the modules at the reference's paths serve its names through their
+  ``__getattr__`` (``fastnnef/reference_names.py``), exactly those of ``compat.SERVED``;
+- ``import fastnnef``, importing every module of the core and an export checked in tract
+  load none of it; the first drop-in name used loads it (in a fresh interpreter);
 - the process-wide patches (``init_empty_weights``, ``ctx_maybe_load_from_disk_as_offloaded``)
   are safe when uses overlap, nested or in threads: installed once, restored exactly once
   when the last use leaves, whatever the order uses leave in.
@@ -10,6 +13,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +26,8 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+import fastnnef
+from fastnnef.compat import SERVED
 from fastnnef.compat.process_patch import ProcessWidePatch
 from fastnnef.tensor.offload import OffloadedTensor, ctx_maybe_load_from_disk_as_offloaded
 from fastnnef.utils import init_empty_weights
@@ -27,34 +35,92 @@ from tests.helpers import export_and_check
 
 PACKAGE = Path(__file__).resolve().parent.parent / "python" / "fastnnef"
 
-# The modules at the reference's paths that re-export compat names (tensor.offload lazily).
-REFERENCE_PATHS = {
-    "fastnnef.torch_graph", "fastnnef.torch_graph.jit_mutation", "fastnnef.op.helper",
-    "fastnnef.op.custom_extractors", "fastnnef.inference_target.tract", "fastnnef.utils",
-    "fastnnef.tensor.offload",
-}
 
-
-def _importers_of_compat() -> set[str]:
-    """Modules outside compat/ that import from it anywhere (in functions too)."""
-    found = set()
-    for path in PACKAGE.rglob("*.py"):
+def _modules() -> dict[str, ast.Module]:
+    """Every module of the package outside compat/, by name, parsed."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         module = ".".join(parts)
-        if module.startswith("fastnnef.compat"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if not module.startswith("fastnnef.compat"):
+            found[module] = ast.parse(path.read_text(encoding="utf-8"))
+    return found
+
+
+def importers_of_compat(modules: dict[str, ast.Module]) -> dict[str, list[bool]]:
+    """Modules that import compat, each with whether every such import sits in a function."""
+    found: dict[str, list[bool]] = {}
+    for module, tree in modules.items():
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        inside = {id(n) for f in functions for n in ast.walk(f)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
             if any(n == "fastnnef.compat" or n.startswith("fastnnef.compat.") for n in names):
+                found.setdefault(module, []).append(id(node) in inside)
+    return found
+
+
+def serving_modules(modules: dict[str, ast.Module]) -> set[str]:
+    """Modules whose module-level ``__getattr__`` returns ``reference_name(__name__, name)``."""
+    found = set()
+    for module, tree in modules.items():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__" and "reference_name(__name__" in \
+                    ast.unparse(node):
                 found.add(module)
     return found
 
 
-def test_compat_is_reached_only_through_the_reference_paths():
-    assert _importers_of_compat() == REFERENCE_PATHS
+def test_only_the_root_loads_the_wing_and_only_on_demand():
+    assert importers_of_compat(_modules()) == {"fastnnef": [True]}
+    # The check finds an import at module level, and one inside a function.
+    breach = {"fastnnef.utils": ast.parse("from fastnnef.compat.empty_weights import init_empty_weights\n"),
+              "fastnnef.op": ast.parse("def f():\n    import fastnnef.compat.op_helper\n")}
+    assert importers_of_compat(breach) == {"fastnnef.utils": [False], "fastnnef.op": [True]}
+
+
+def test_the_reference_paths_serve_the_wing():
+    assert serving_modules(_modules()) == set(SERVED)
+    import fastnnef.compat.empty_weights as empty_weights
+
+    assert init_empty_weights is empty_weights.init_empty_weights
+    with pytest.raises(AttributeError, match="has no attribute 'init_empty_weight'"):
+        fastnnef.utils.init_empty_weight  # noqa: B018 - a misspelt drop-in name is a plain AttributeError
+
+
+# Run in a fresh interpreter: this process has loaded compat already.
+_FRESH = """
+import importlib, json, sys, tempfile, warnings
+warnings.simplefilter("ignore")
+import torch
+core = json.loads(sys.argv[1])
+for name in core:
+    importlib.import_module(name)
+from fastnnef import TractNNEF, export_model_to_nnef
+with tempfile.TemporaryDirectory() as tmp:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GRU(8, 3, batch_first=True))
+    export_model_to_nnef(model, torch.randn(1, 5, 4), tmp + "/m.nnef.tgz", TractNNEF.latest())  # check_io on
+before = sorted(m for m in sys.modules if m.startswith("fastnnef.compat"))
+from fastnnef.torch_graph import TorchModuleIRGraph
+after = sorted(m for m in sys.modules if m.startswith("fastnnef.compat"))
+print(json.dumps([before, after, TorchModuleIRGraph.__module__]))
+"""
+
+
+def test_the_core_and_an_export_run_without_the_wing():
+    core = [m for m in _modules() if not m.endswith("__main__")]
+    out = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(core)], capture_output=True, text=True,
+                         check=True).stdout
+    before, after, served_from = json.loads(out.splitlines()[-1])
+    assert len(core) > 100 and before == []
+    assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir_data"
 
 
 # --- ProcessWidePatch ---------------------------------------------------------------------------

@@ -1,14 +1,17 @@
 """The import structure of ``fastnnef``, read from the sources with ``ast`` (nothing is
 imported, so the tests need only the repository):
 
-- No import circles: every module-level import (``if TYPE_CHECKING:`` blocks included: they
-  tie two modules' designs together just the same) points to a module that does not import
-  it back, directly or through others. Imports inside functions are not counted; a circle is
-  broken by moving what both sides need down to the module that owns it, not by deferring
-  an import.
+- No import circles, counted honestly: every import counts, at module level (``if
+  TYPE_CHECKING:`` blocks included: they tie two modules' designs together just the same)
+  and inside functions (a deferred import hides a circle from Python's loader, not from the
+  design), and so does a name taken from a parent package (``from fastnnef.op.custom_extractors
+  import X`` in one of its submodules reads the package's ``__init__``, which may import the
+  submodule), and so does an import by name (``importlib.import_module`` of a literal name,
+  or over a module-level table of them). A circle is broken by moving what both sides need
+  down to the module that owns it. The few edges that cannot be otherwise are ``FACADE_EDGES``, each with its reason.
 - Stages: every top-level module or package of ``fastnnef`` belongs to one of ``STAGES``,
-  in the order an export runs, and imports nothing from a later stage (imports inside
-  functions included, but for the few named with their reason).
+  in the order an export runs, and imports nothing from a later stage (inside functions
+  too), but for ``FACADE_EDGES``.
 - ``docs/architecture.md``'s dependency table is ``dependency_table()``:
   ``python tests/test_import_layers.py --write`` regenerates it.
 """
@@ -27,6 +30,19 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # The Rust extension: a module without Python source (its stub is ``_native.pyi``).
 NATIVE = "fastnnef._native"
 
+# The imports allowed to close a circle or to reach a later stage: (importer, imported) ->
+# why. Each is made inside a function (test_facade_edges_are_deferred).
+FACADE_EDGES: dict[tuple[str, str], str] = {
+    ("fastnnef.reference_names", "fastnnef"): (
+        "the reference's drop-in names at the core's own paths (fastnnef.utils.init_empty_weights, ...) "
+        "are served by the wing on top, which the package's root loads on first use"
+    ),
+    ("fastnnef", "fastnnef.compat"): (
+        "the package's root is the gate to the drop-in wing; the wing imports the core, so the "
+        "root loads it on demand and `import fastnnef` does not"
+    ),
+}
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
@@ -35,34 +51,76 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def module_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Import statements outside any function or class body (under ``if``/``try`` too)."""
-    pending: list[ast.stmt] = list(tree.body)
+def _nodes(tree: ast.Module) -> Iterator[tuple[ast.AST, bool]]:
+    """Every node, with whether it sits inside a function body (deferred)."""
+    pending: list[tuple[ast.AST, bool]] = [(node, False) for node in tree.body]
     while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            continue
+        node, deferred = pending.pop()
+        yield node, deferred
+        inside = deferred or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        pending.extend((child, inside) for child in ast.iter_child_nodes(node))
+
+
+def import_nodes(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement, with whether it sits inside a function body (deferred)."""
+    for node, deferred in _nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        for block in ("body", "orelse", "finalbody", "handlers"):
-            pending.extend(getattr(node, block, None) or [])
+            yield node, deferred
 
 
-def imported_names(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """Dotted names an import statement may refer to (a module, or a name inside one)."""
+def imports_by_name(tree: ast.Module) -> Iterator[tuple[str, bool]]:
+    """Modules imported by name, with whether the call is deferred: ``import_module("x")``,
+    and ``import_module(name)`` in a ``for name in TABLE`` loop over a module-level tuple or
+    list of literal names (``op/families.py``'s ``FAMILIES``)."""
+    tables = {
+        target.id: [e.value for e in node.value.elts]
+        for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List))
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    loops = {
+        node.target.id: tables[node.iter.id]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Name)
+        and node.iter.id in tables
+    }
+    for node, deferred in _nodes(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        if (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) != "import_module":
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            yield arg.value, deferred
+        elif isinstance(arg, ast.Name):
+            yield from ((name, deferred) for name in loops.get(arg.id, []))
+
+
+def imported_modules(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` an import statement reads: ``import a.b`` and ``from a import
+    b`` (``b`` a submodule) read ``a.b``; ``from a import name`` reads ``a`` (a package's
+    ``__init__`` too, even from inside that package)."""
     if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:  # relative: anchored at the importing module's package
-        anchor = module.split(".") if is_package else module.split(".")[:-1]
-        anchor = anchor[: len(anchor) - (node.level - 1)]
-        base = ".".join(anchor + ([base] if base else []))
-    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+        wanted = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:  # relative: anchored at the importing module's package
+            anchor = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join(anchor + ([base] if base else []))
+        wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+    found = set()
+    for name in wanted:
+        while name and name not in modules:  # a name inside a module: that module
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports at module level (its own parents excluded:
-    importing a submodule runs its packages' ``__init__`` anyway)."""
+    """Module -> the package modules it imports at module level."""
     return _imports(deferred=False)[0]
 
 
@@ -70,33 +128,33 @@ def import_graph() -> dict[str, set[str]]:
 def _imports(deferred: bool) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """Module -> the package modules it imports, and module -> the top-level names of the
     other packages it imports (the standard library left out); with ``deferred``, imports
-    inside functions and classes count too."""
+    inside functions count too."""
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in [*files, NATIVE]}
+    modules = {*files, NATIVE}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
     external: dict[str, set[str]] = {m: set() for m in graph}
     for module, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-        nodes = (
-            [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-            if deferred
-            else module_level_imports(tree)
-        )
-        for node in nodes:
-            names = imported_names(module, path.name == "__init__.py", node)
-            if not names[0].startswith("fastnnef") and names[0]:
-                top = names[0].split(".")[0]
-                if top not in sys.stdlib_module_names and top != "__future__":
-                    external[module].add(top)
+        for node, inside in import_nodes(tree):
+            if inside and not deferred:
                 continue
-            for name in names:
-                if name == NATIVE or name.startswith(NATIVE + "."):
-                    graph[module].add(NATIVE)
+            top = (node.names[0].name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            if isinstance(node, ast.Import) or not node.level:
+                if top != "fastnnef":
+                    if top not in sys.stdlib_module_names and top != "__future__":
+                        external[module].add(top)
                     continue
-                while name and name not in files:  # a name inside a module: that module
-                    name = name.rpartition(".")[0]
-                if name and name != module and not module.startswith(name + "."):
-                    graph[module].add(name)
+            graph[module] |= imported_modules(module, path.name == "__init__.py", node, modules)
+        for name, inside in imports_by_name(tree):
+            if name.startswith("fastnnef.") and (deferred or not inside):
+                graph[module] |= imported_modules(module, False, ast.Import([ast.alias(name)]), modules)
     return graph, external
+
+
+def deferred_only_edges() -> set[tuple[str, str]]:
+    """(importer, imported) pairs imported only inside functions."""
+    everywhere, module_level = _imports(deferred=True)[0], import_graph()
+    return {(m, t) for m, targets in everywhere.items() for t in targets - module_level[m]}
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -122,6 +180,41 @@ def test_the_walk_sees_the_package():
     # An edge through a plain `from fastnnef.x import Name` and one through a package.
     assert "fastnnef.exceptions" in graph["fastnnef.artefact"]
     assert "fastnnef.tensor.quant.base" in graph["fastnnef.tensor.quant.qtract"]
+    assert NATIVE in graph["fastnnef.artefact"]  # `from fastnnef import _native`: the extension, not the package
+
+
+def _edges(module: str, source: str) -> set[tuple[str, bool]]:
+    modules = set(_imports(deferred=True)[0])
+    return {
+        (target, inside)
+        for node, inside in import_nodes(ast.parse(source))
+        for target in imported_modules(module, False, node, modules)
+    }
+
+
+def test_the_walk_counts_deferred_imports_and_parent_packages():
+    # An import inside a function is an edge (marked deferred), at any depth.
+    nested = "def f():\n    if x:\n        from fastnnef.inference_target.tract_cli import TractCli\n"
+    assert _edges("fastnnef.check", nested) == {("fastnnef.inference_target.tract_cli", True)}
+    # A name read from the importer's own parent package is an edge to that package's __init__;
+    # a submodule named through its package is an edge to the submodule only.
+    from_parent = "from fastnnef.op.custom_extractors import ModuleInfoExtractor\n"
+    assert _edges("fastnnef.op.custom_extractors.gdn", from_parent) == {("fastnnef.op.custom_extractors", False)}
+    assert _edges("fastnnef.op.custom_extractors.gdn", "from fastnnef.op.custom_extractors import base\n") \
+        == {("fastnnef.op.custom_extractors.base", False)}
+    assert _edges("fastnnef.tensor.offload", "from fastnnef import __version__\n") == {("fastnnef", False)}
+
+
+def test_the_walk_counts_imports_by_name():
+    modules = set(_imports(deferred=True)[0])
+    source = ("import importlib\nFAMILIES = ('fastnnef.op.aten.shape', 'fastnnef.op.aten.conv')\n"
+              "def load():\n    for m in FAMILIES:\n        importlib.import_module(m)\n"
+              "importlib.import_module('fastnnef.dim')\n")
+    assert sorted(imports_by_name(ast.parse(source))) == [
+        ("fastnnef.dim", False), ("fastnnef.op.aten.conv", True), ("fastnnef.op.aten.shape", True),
+    ]
+    assert "fastnnef.op.aten.shape" in _imports(deferred=True)[0]["fastnnef.op.families"]
+    assert "fastnnef.op.aten.shape" in modules
 
 
 def test_the_walk_finds_a_circle():
@@ -129,9 +222,28 @@ def test_the_walk_finds_a_circle():
     assert import_circles(graph) == {frozenset("abc")}
 
 
+def without_facades(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {m: {t for t in targets if (m, t) not in FACADE_EDGES} for m, targets in graph.items()}
+
+
 def test_no_import_circle():
-    circles = import_circles(import_graph())
-    assert not circles, "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
+    graph = _imports(deferred=True)[0]
+    circles = import_circles(without_facades(graph))
+    deferred = deferred_only_edges()
+    assert not circles, "import circles (deferred imports marked *): " + "; ".join(
+        " <-> ".join(sorted(c)) + " via " + ", ".join(
+            f"{m} -> {t}{'*' if (m, t) in deferred else ''}" for m in sorted(c) for t in sorted(graph[m] & c)
+        )
+        for c in circles
+    )
+
+
+def test_facade_edges_are_deferred_and_current():
+    graph, module_level = _imports(deferred=True)[0], import_graph()
+    for (importer, imported), reason in FACADE_EDGES.items():
+        assert imported in graph[importer], f"FACADE_EDGES: {importer} no longer imports {imported}; drop the entry"
+        assert imported not in module_level[importer], \
+            f"{importer} -> {imported} ({reason}) must stay inside a function"
 
 
 # The stages, in the order an export runs; a module imports from its own stage and earlier
@@ -139,34 +251,23 @@ def test_no_import_circle():
 # its ``__init__``). The foundation is left out of the dependency table: everything uses it.
 FOUNDATION = "foundation"
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (FOUNDATION, ("exceptions", "log", "utils", "dim", "compat", "compat.process_patch", "compat.empty_weights",
-                  "console", "collect_env")),
+    (FOUNDATION, ("exceptions", "log", "utils", "dim", "version", "reference_names", "console", "collect_env")),
     ("Rust core and the linked tract", ("_native", "check")),
-    ("weights that are not plain tensors", ("tensor", "nnef_io", "compat.offload_loading")),
-    ("trace: torch model -> IR", ("torch_graph", "compat.ir_names", "compat.jit_mutation")),
+    ("weights that are not plain tensors", ("tensor", "nnef_io")),
+    ("trace: torch model -> IR", ("torch_graph",)),
     ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress", "dtypes")),
-    ("inference targets", ("inference_target", "compat.tract_downloader", "model_wrapper")),
-    ("conversion: IR -> NNEF", ("op", "compat.extractors", "compat.op_helper")),
+    ("inference targets", ("inference_target", "model_wrapper")),
+    ("conversion: IR -> NNEF", ("op",)),
     ("export", ("export", "fastnnef", "nnef_graph")),
     ("exporters and commands", ("llm", "peft", "remodeler", "cli", "cli_exit", "examples")),
     ("exporters built on the LLM one", ("multimodal",)),
+    ("the drop-in wing, on top", ("compat",)),
 )
-# Imports inside a function that reach a later stage, each with its reason. Keep it short:
-# what an earlier stage needs from a later one usually belongs in the earlier one.
-LATER_STAGE_IMPORTS_IN_FUNCTIONS = {
-    # the tract CLI fallback of the check builds its command with TractCli
-    ("fastnnef.check", "fastnnef.inference_target.tract_cli"),
-}
 
 
 def unit(module: str) -> str:
-    """The top-level module or package a module belongs to (``fastnnef`` for the package).
-
-    ``compat/`` is the exception: each of its modules serves one reference path and stands at
-    that path's stage (``compat.ir_names`` beside ``torch_graph``), so it is its own unit."""
+    """The top-level module or package a module belongs to (``fastnnef`` for the package)."""
     parts = module.split(".")
-    if len(parts) > 2 and parts[1] == "compat":
-        return f"compat.{parts[2]}"
     return parts[1] if len(parts) > 1 else parts[0]
 
 
@@ -210,7 +311,7 @@ def test_no_stage_imports_a_later_stage():
     assert not at_module_level, "imports of a later stage: " + "; ".join(
         f"{m} -> {t}" for m, t in sorted(at_module_level)
     )
-    in_functions = later_stage_imports(_imports(deferred=True)[0], stages) - LATER_STAGE_IMPORTS_IN_FUNCTIONS
+    in_functions = later_stage_imports(_imports(deferred=True)[0], stages) - set(FACADE_EDGES)
     assert not in_functions, "imports of a later stage (in a function): " + "; ".join(
         f"{m} -> {t}" for m, t in sorted(in_functions)
     )
@@ -226,7 +327,7 @@ def _unit_file(name: str) -> str:
         return "`__init__.py`"
     if name == unit(NATIVE):
         return "`_native`"
-    path = name.replace(".", "/")  # compat.ir_names -> compat/ir_names.py
+    path = name.replace(".", "/")
     return f"`{path}/`" if (PACKAGE / path).is_dir() else f"`{path}.py`"
 
 

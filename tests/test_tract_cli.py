@@ -1,7 +1,8 @@
 """torch_to_nnef's tract command-line names (fastnnef.inference_target.tract): ``build_io``
-with nested IO, ``TractCli`` over a binary (a recording stand-in script) and over the
-linked tract, ``TractNNEF.tract_cli``, ``assert_io`` / ``assert_io_and_debug_bundle``,
-``TractBinaryDownloader`` and ``apply_dynamic_shape_in_nnef`` (which never download)."""
+with nested IO, ``TractCli`` over a binary (a recording stand-in script; its ``check_io``
+with the reference's command line) and over the linked tract, ``TractNNEF.tract_cli``,
+``assert_io`` / ``assert_io_and_debug_bundle``, ``TractBinaryDownloader`` and
+``apply_dynamic_shape_in_nnef`` (which never download)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from fastnnef.inference_target.tract import (
     assert_io_and_debug_bundle,
     build_io,
 )
+from tests.test_check import X, mul_graph, write_artefact
 
 
 class _Lstm(nn.Module):
@@ -281,3 +283,63 @@ def test_assert_io_functions(lstm_bundles, tmp_path, monkeypatch, caplog):
     assert caplog.text.count("differ from the expected ones") == 2
     with pytest.raises(T2NErrorNotFoundFile, match="input_bundle_path 'missing.npz' does not exist"):
         assert_io(artefact, linked, Path("missing.npz"), outs)
+
+
+# --- TractCli.check_io: check_io's arguments through a binary (the reference's command line) ---
+def fake_tract(tmp_path: Path, code: int, version: str = "0.23.8") -> tuple[Path, Path]:
+    log = tmp_path / "argv.txt"
+    script = tmp_path / "tract"
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "tract {version}"; exit 0; fi\n'
+        f'for a in "$@"; do echo "$a"; done > {log}\necho "fake tract says no" >&2\nexit {code}\n'
+    )
+    script.chmod(0o755)
+    return script, log
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_specific_tract_binary(tmp_path: Path, code: int) -> None:
+    path = write_artefact(tmp_path, mul_graph())
+    script, log = fake_tract(tmp_path, code)
+    if code == 0:
+        assert TractCli(script).check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="super") == []
+    else:
+        with pytest.raises(T2NErrorIOPytorchTractNotISO, match="fake tract says no"):
+            TractCli(script).check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="super")
+    argv = log.read_text().splitlines()
+    assert argv[0] == str(path)
+    assert argv[1:7] == [
+        "--nnef-tract-core",
+        "--nnef-tract-pulse",
+        "--nnef-tract-extra",
+        "--nnef-tract-transformers",
+        "-O",
+        "run",
+    ]
+    assert argv[7] == "--input-from-bundle" and argv[8].endswith("inputs.npz")
+    assert argv[9] == "--assert-output-bundle" and argv[10].endswith("outputs.npz")
+    assert argv[11:] == ["--allow-float-casts", "--approx", "super"]
+
+
+@pytest.mark.parametrize("version, flags, approx", [
+    ("0.21.9", ["--nnef-tract-extra"], ["--approx", "very"]),
+    ("0.21.7", ["--nnef-tract-extra"], ["--approx", "super"]),  # 0.21.7 has no "very": super
+    ("0.20.22", ["--nnef-tract-extra"], []),  # no --approx before 0.21.7: exact check
+])
+def test_an_older_tract_binary_gets_only_flags_it_knows(tmp_path: Path, version: str, flags: list,
+                                                        approx: list) -> None:
+    path = write_artefact(tmp_path, mul_graph())
+    script, log = fake_tract(tmp_path, 0, version)
+    TractCli(script).check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="very")
+    argv = log.read_text().splitlines()
+    assert argv[1:] == ["--nnef-tract-core", "--nnef-tract-pulse", *flags, "-O", "run", "--input-from-bundle",
+                        argv[-4 - len(approx)], "--assert-output-bundle", argv[-2 - len(approx)],
+                        "--allow-float-casts", *approx]
+    assert "--nnef-tract-transformers" not in argv
+
+
+def test_custom_tolerance_through_a_binary(tmp_path: Path) -> None:
+    path = write_artefact(tmp_path, mul_graph())
+    script, log = fake_tract(tmp_path, 0)
+    TractCli(script).check_io(path, [X], [X * 2], ["x"], ["y"], tolerance="custom:0.1,0.01,0")
+    assert log.read_text().splitlines()[-2:] == ["--approx-custom", "0.1,0.01,0"]

@@ -21,7 +21,6 @@ import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -50,7 +49,7 @@ else:
     ArrayLike = Any
 
 __all__ = ["TOLERANCES", "CompareReport", "TractArtefact", "TractCheckTolerance", "check_artefact", "check_io",
-           "to_numpy"]
+           "check_tolerance", "named_arrays", "to_numpy", "write_debug_bundle"]
 
 class TractCheckTolerance(str, Enum):
     """How close tract's outputs must be to PyTorch's (tract's ``--approx`` levels, tract.md §5;
@@ -70,7 +69,8 @@ TOLERANCES = tuple(level.value for level in TractCheckTolerance)
 _CUSTOM = re.compile(r"^custom:[^,]+,[^,]+,[^,]+$")
 
 
-def _check_tolerance(tolerance: str) -> None:
+def check_tolerance(tolerance: str) -> None:
+    """Raise ``T2NErrorInvalidArgument`` unless ``tolerance`` is a level or ``custom:ATOL,RTOL,OUTLIERS``."""
     if tolerance not in TOLERANCES and not _CUSTOM.match(tolerance):
         raise T2NErrorInvalidArgument(
             f"unknown tolerance {tolerance!r}: use one of {', '.join(TOLERANCES)} "
@@ -211,7 +211,6 @@ def check_io(
     output_names: Sequence[str],
     tolerance: str = "approximate",
     debug_bundle_path: os.PathLike | None = None,
-    tract_binary_path: os.PathLike | None = None,
 ) -> list[CompareReport]:
     """Run ``artefact`` on ``inputs`` with the linked tract and compare with ``expected_outputs``.
 
@@ -225,24 +224,33 @@ def check_io(
     failing report) on a mismatch, after writing the debug bundle if ``debug_bundle_path``
     is given, and T2NErrorTract if tract cannot load or run the artefact.
 
-    With ``tract_binary_path``, that tract CLI runs the check instead (the reference's
-    command line) and the result is decided by its exit code; no reports are returned.
+    A tract binary's check (the reference's command line) is ``TractCli(path).check_io``.
     """
-    _check_tolerance(tolerance)
+    ins, outs = named_arrays(inputs, expected_outputs, input_names, output_names, tolerance)
+    quantized = frozenset(n for n, v in zip(output_names, expected_outputs) if getattr(v, "is_quantized", False))
+    model = TractArtefact.load(artefact)
+    return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path, quantized)
+
+
+def named_arrays(
+    inputs: Sequence[ArrayLike],
+    expected_outputs: Sequence[ArrayLike],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    tolerance: str,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``check_io``'s arguments checked (tolerance, one name per value) and keyed by name as
+    numpy arrays: what the linked tract and a tract binary's check both start from."""
+    check_tolerance(tolerance)
     if len(inputs) != len(input_names):
         raise T2NErrorIoQuantity(f"{len(inputs)} inputs but {len(input_names)} input names {list(input_names)}")
     if len(expected_outputs) != len(output_names):
         raise T2NErrorIoQuantity(
             f"{len(expected_outputs)} expected outputs but {len(output_names)} output names {list(output_names)}"
         )
-    ins = {n: to_numpy(v, f"input {n!r}") for n, v in zip(input_names, inputs)}
-    outs = {n: to_numpy(v, f"expected output {n!r}") for n, v in zip(output_names, expected_outputs)}
-    if tract_binary_path is not None:
-        _check_with_cli(Path(artefact), ins, outs, tolerance, Path(tract_binary_path), debug_bundle_path)
-        return []
-    quantized = frozenset(n for n, v in zip(output_names, expected_outputs) if getattr(v, "is_quantized", False))
-    model = TractArtefact.load(artefact)
-    return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path, quantized)
+    ins = {n: to_numpy(v, f"input {n!r}") for n, v in zip(input_names, inputs, strict=True)}
+    outs = {n: to_numpy(v, f"expected output {n!r}") for n, v in zip(output_names, expected_outputs, strict=True)}
+    return ins, outs
 
 
 def _check_loaded(
@@ -288,7 +296,7 @@ def _check_loaded(
         message = f"tract's outputs for {artefact} differ from the expected ones at tolerance {tolerance}:\n{text}"
         if debug_bundle_path is not None:
             full_report = "\n".join(f"output {n!r}: {r}" for (n, _, _), r in zip(pairs, reports))
-            bundle = _write_debug_bundle(
+            bundle = write_debug_bundle(
                 Path(debug_bundle_path), artefact, ins, outs, {n: g for n, _, g in pairs}, full_report, tolerance
             )
             message += f"\ndebug bundle: {bundle}"
@@ -335,41 +343,11 @@ def check_artefact(
     debug_bundle_path: os.PathLike | None = None,
 ) -> list[CompareReport]:
     """``check_io`` from ``.npz`` files whose keys are the input / output names (or arr_0, ...)."""
-    _check_tolerance(tolerance)
+    check_tolerance(tolerance)
     model = TractArtefact.load(artefact)
     ins = _by_names(_load_npz(inputs_npz, "inputs"), model.input_names)
     outs = _by_names(_load_npz(outputs_npz, "expected outputs"), model.output_names)
     return _check_loaded(model, Path(artefact), ins, outs, tolerance, debug_bundle_path)
-
-
-def _check_with_cli(
-    artefact: Path,
-    ins: dict[str, np.ndarray],
-    outs: dict[str, np.ndarray],
-    tolerance: str,
-    tract: Path,
-    debug_bundle_path: os.PathLike | None,
-) -> None:
-    # The one place fastnnef starts a process: the user asked for a specific tract binary.
-    # Its command comes from TractCli, which gives each version only the flags it knows
-    # (imported here: inference_target.tract_cli builds on this module).
-    from fastnnef.inference_target.tract_cli import TractCli
-
-    with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
-        inputs, outputs = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")
-        # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
-        np.savez(inputs, **ins)  # type: ignore[arg-type]
-        np.savez(outputs, **outs)  # type: ignore[arg-type]
-        cmd = TractCli(tract).assert_io_cmd_str(artefact, inputs, outputs, tolerance)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode == 0:
-        return
-    report = f"command: {shlex.join(cmd)}\nexit code: {proc.returncode}\nstderr:\n{proc.stderr}"
-    message = f"tract CLI {tract} rejected {artefact} at tolerance {tolerance}:\n{report}"
-    if debug_bundle_path is not None:
-        bundle = _write_debug_bundle(Path(debug_bundle_path), artefact, ins, outs, None, report, tolerance)
-        message += f"\ndebug bundle: {bundle}"
-    raise T2NErrorIOPytorchTractNotISO(message)
 
 
 def _free_path(path: Path) -> Path:
@@ -403,7 +381,7 @@ def _versions() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_debug_bundle(
+def write_debug_bundle(
     path: Path,
     artefact: Path,
     ins: dict[str, np.ndarray],
@@ -412,7 +390,8 @@ def _write_debug_bundle(
     report: str,
     tolerance: str,
 ) -> Path:
-    """Write everything needed to reproduce a failed check; returns the path written."""
+    """Write everything needed to reproduce a failed check (``obtained``: tract's outputs, when
+    known); returns the path written (``path``, or a free name beside it)."""
     archive = path.name.endswith((".tgz", ".tar.gz"))
     target = _free_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from fastnnef.nnef.serialize import write_artefact
 from fastnnef.op.convert import Converter
 from fastnnef.op.custom_extractors.base import find_extractor
 from fastnnef.op.extras import import_extra_modules
-from fastnnef.op.registry import load_handlers
+from fastnnef.op.families import load_handlers
 from fastnnef.tensor_export import (
     export_tensors_from_disk_to_nnef,
     export_tensors_to_nnef,

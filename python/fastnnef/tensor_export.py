@@ -72,7 +72,7 @@ def export_tensors_to_nnef(
             planned.append((name, tensor, None, False))
             continue
         if isinstance(tensor, OffloadedTensor):  # streamed from its checkpoint by Rust
-            encoding = _offloaded_encoding(tensor)
+            encoding = offloaded_encoding(tensor)
             tensor.checkpoint.check(name, tensor.key, encoding)
             planned.append((name, tensor, encoding, False))
             continue
@@ -96,14 +96,16 @@ def export_tensors_to_nnef(
     return name_to_torch_tensors
 
 
-def _offloaded_encoding(tensor: OffloadedTensor) -> str:
+def offloaded_encoding(tensor: OffloadedTensor) -> str:
+    """The ``.dat`` encoding an offloaded tensor is written in (the PEFT exporter's too)."""
     # As for in-memory tensors: bf16 is written as exact f32; Q4_0 when the tensor asks.
     if tensor.q4_0:
         return "q4_0"
     return "f32" if tensor.dtype == torch.bfloat16 else PLAIN_ENCODINGS[tensor.dtype]
 
 
-def _is_safetensors(path: Path) -> bool:
+def is_safetensors(path: Path) -> bool:
+    """Whether ``path`` names a safetensors file or a sharded checkpoint's index."""
     return path.suffix == ".safetensors" or path.name.endswith(".safetensors.index.json")
 
 
@@ -148,7 +150,7 @@ def iter_torch_tensors_from_disk(
     """
     path = Path(store_filepath)
     keep = filter_key or (lambda _name: True)
-    if _is_safetensors(path):
+    if is_safetensors(path):
         ckpt = open_checkpoint(path)
         for name in ckpt.keys():
             if keep(name):
@@ -202,7 +204,7 @@ def export_tensors_from_disk_to_nnef(
     tensor at a time.
     """
     path = Path(store_filepath)
-    if not _is_safetensors(path):
+    if not is_safetensors(path):
         found = dict(
             iter_torch_tensors_from_disk(path, filter_key=filter_key, map_location=map_location,
                                          weights_only=weights_only)
@@ -221,7 +223,7 @@ def export_tensors_from_disk_to_nnef(
     plan = []
     for name, tensor in found_off.items():
         _native.validate_member_name(f"{name}.dat")
-        encoding = _offloaded_encoding(tensor)
+        encoding = offloaded_encoding(tensor)
         ckpt.check(name, name, encoding)
         plan.append((name, encoding))
     for name, encoding in plan:

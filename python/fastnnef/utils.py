@@ -1,9 +1,9 @@
 """Small helpers shared by the public API: versions, working-directory changes,
 nested-structure flattening and name-keyed collections.
 
-Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``init_empty_weights``
-(drop-in only, from fastnnef/compat/empty_weights.py), ``cd``, ``flatten_dict_tuple_or_list``,
-``NamedItem``, ``ReactiveNamedItemDict``).
+Mirrors ``torch_to_nnef.utils`` (``SemanticVersion``, ``torch_version``, ``cd``,
+``flatten_dict_tuple_or_list``, ``NamedItem``, ``ReactiveNamedItemDict``; ``init_empty_weights``,
+drop-in only, is served here by fastnnef/compat/empty_weights.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-# init_empty_weights is drop-in only (compat/): re-exported at the reference's path.
-from fastnnef.compat.empty_weights import init_empty_weights as init_empty_weights
 from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorInvalidArgument, T2NErrorMisuse, T2NErrorNotImplemented
 from fastnnef.log import get_logger
+from fastnnef.reference_names import reference_name
 
 LOGGER = get_logger(__name__)
 
@@ -327,3 +326,7 @@ class ReactiveNamedItemDict:
     def __repr__(self) -> str:
         protected = f", protected={sorted(self._protected_names)}" if self._protected_names else ""
         return f"<ReactiveNamedItemDict ({len(self._map)}) names={list(self._map)}{protected}>"
+
+
+def __getattr__(name: str) -> Any:  # the drop-in names of this path (fastnnef/reference_names.py)
+    return reference_name(__name__, name)

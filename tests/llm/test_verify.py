@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fastnnef.check import TractArtefact
-from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO
+from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO, T2NErrorIoQuantity
 from fastnnef.llm import dump_llm
 from fastnnef.llm.bundles import Bundle
 from fastnnef.llm.verify import check_bundle, check_generation, raise_on_failed_bundles
@@ -41,6 +41,14 @@ def test_an_altered_artefact_is_caught(checkpoint: Callable[..., Path], tmp_path
     bad = TractArtefact.load(_altered(report.model_path, tmp_path / "bad", "model.model.layers.1.mlp.down_proj.weight"))
     bundle = _bundle(report.export_dir, "prompt")
     assert check_bundle(good, bundle, "approximate").ok
+    # An output tract does not give, or an input the artefact does not take, is an error, never
+    # a value left unchecked.
+    more_outputs = Bundle("prompt", bundle.inputs, {**bundle.outputs, "extra": torch.zeros(1)})
+    with pytest.raises(T2NErrorIoQuantity, match=r"bundle 'prompt' holds \d+ outputs .*'extra'.*tract gave"):
+        check_bundle(good, more_outputs, "approximate")
+    fewer_inputs = Bundle("prompt", dict(list(bundle.inputs.items())[:-1]), bundle.outputs)
+    with pytest.raises(T2NErrorIoQuantity, match=r"input values for an artefact with \d+ inputs"):
+        check_bundle(good, fewer_inputs, "approximate")
     failed = check_bundle(bad, bundle, "approximate")
     assert not failed.ok and "MISMATCH" in failed.reports["outputs"]
     with pytest.raises(T2NErrorIOPytorchTractNotISO, match=r"differ from PyTorch's at tolerance approximate on "

@@ -123,7 +123,7 @@ def test_activation_dynamic_axes(factory, tmp_path):
 
 def test_log_softmax_before_native_op(tmp_path):
     """Targets older than 0.21.14 lack tract_core_log_softmax: the explicit formula."""
-    from fastnnef.op.registry import load_handlers
+    from fastnnef.op.families import load_handlers
     from fastnnef.utils import SemanticVersion
 
     old = load_handlers().lookup("aten::log_softmax", SemanticVersion.from_str("0.21.13"))

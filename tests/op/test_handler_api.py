@@ -1,10 +1,13 @@
 """The handler API is closed (op/registry.py, op/context.py): an aten handler family reads
 its node only through the declared argument kinds and ``OpContext``, shares helpers only
-through public names, and names its version gates.
+through public names, and names its version gates. The rule on private names holds for the
+whole package: no module imports another module's private name (``_x``); what two modules
+share lives in a shared module under a public name.
 
-The checks read the source of every module under ``op/aten/`` (AST, no import), so a
-regression names the file and line. Each one also runs on a snippet that breaks it, so
-that a check which finds nothing is known to be able to find something.
+The checks read the source of every module under ``op/aten/`` (the private-name rule: of
+every module of ``fastnnef``; AST, no import), so a regression names the file and line.
+Each one also runs on a snippet that breaks it, so that a check which finds nothing is
+known to be able to find something.
 """
 
 from __future__ import annotations
@@ -18,22 +21,15 @@ import pytest
 import fastnnef.op.aten as aten_package
 from fastnnef.exceptions import T2NErrorConsistency
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.op.registry import OpRegistry, load_handlers
+from fastnnef.op.families import load_handlers
+from fastnnef.op.registry import OpRegistry
 
 ATEN = Path(aten_package.__file__).parent
 PACKAGE = "fastnnef.op.aten"
+FASTNNEF = ATEN.parent.parent
 # What of torch_graph a handler may import: symbolic-size arithmetic, no IR value.
 def _modules() -> list[Path]:
     return sorted(p for p in ATEN.glob("*.py") if p.name != "__init__.py")
-
-
-def _family_modules(tree: ast.Module) -> dict[str, str]:
-    """Local name -> module name, for each op/aten module imported as a module."""
-    out = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == PACKAGE:
-            out.update({a.asname or a.name: f"{PACKAGE}.{a.name}" for a in node.names})
-    return out
 
 
 def ir_imports(tree: ast.Module, module: str) -> list[str]:
@@ -64,22 +60,37 @@ def node_reads(tree: ast.Module, module: str) -> list[str]:
     ]
 
 
-def private_imports(tree: ast.Module, module: str) -> list[str]:
-    """Private names of another handler family (``from ..indexing import _bound``,
-    ``indexing._bound``): shared helpers live in shared modules under public names."""
-    found = []
-    own = f"{PACKAGE}.{module}"
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(FASTNNEF.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_private_imports(tree: ast.Module, module: str, modules: set[str]) -> list[str]:
+    """Private names (``_x``, not dunders) that ``module`` takes from another fastnnef module:
+    ``from fastnnef.a import _x``, or ``b._x`` where ``b`` is a fastnnef module imported by
+    name. A private *module* (``op/aten/_math.py``, ``_native``) is a shared module: importing
+    it is fine, and the Rust extension's names are its API."""
+    found, aliases = [], {}
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PACKAGE + ".") and node.module != own:
-            found += [f"{module}:{node.lineno}: imports {node.module}.{a.name}"
-                      for a in node.names if a.name.startswith("_")]
-    families = _family_modules(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fastnnef") and node.module != module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in modules:
+                    aliases[alias.asname or alias.name] = full
+                elif private(alias.name):
+                    found.append(f"{module}:{node.lineno}: imports {full}")
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("fastnnef.")})
     for node in ast.walk(tree):
         if (
-            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and node.value.id in families and families[node.value.id] != own and node.attr.startswith("_")
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+            and aliases[node.value.id] not in (module, "fastnnef._native") and private(node.attr)
         ):
-            found.append(f"{module}:{node.lineno}: uses {families[node.value.id]}.{node.attr}")
+            found.append(f"{module}:{node.lineno}: uses {aliases[node.value.id]}.{node.attr}")
     return found
 
 
@@ -101,7 +112,6 @@ def literal_gates(tree: ast.Module, module: str) -> list[str]:
 CHECKS: dict[str, Callable[[ast.Module, str], list[str]]] = {
     "ir_imports": ir_imports,
     "node_reads": node_reads,
-    "private_imports": private_imports,
     "literal_gates": literal_gates,
 }
 
@@ -109,7 +119,6 @@ CHECKS: dict[str, Callable[[ast.Module, str], list[str]]] = {
 BREACHES = {
     "ir_imports": "from fastnnef.torch_graph.ir import TensorValue\n",
     "node_reads": "def f(ctx):\n    return ctx.node.inputs[0]\n",
-    "private_imports": "from fastnnef.op.aten.shape import _pieces\n",
     "literal_gates": "@handler('aten::x', args='t', since='0.21.14')\ndef f(ctx, x):\n    return x\n",
 }
 
@@ -125,6 +134,30 @@ def test_every_handler_family_keeps_to_the_api(check):
 @pytest.mark.parametrize("check", sorted(CHECKS))
 def test_each_check_finds_a_breach(check):
     assert CHECKS[check](ast.parse(BREACHES[check]), "layout") != []
+
+
+def test_no_module_takes_another_modules_private_name():
+    paths = sorted(FASTNNEF.rglob("*.py"))
+    modules = {_module_name(p) for p in paths} | {"fastnnef._native"}
+    assert len(modules) > 150
+    found = []
+    for path in paths:
+        found += package_private_imports(ast.parse(path.read_text(), str(path)), _module_name(path), modules)
+    assert found == [], "\n".join(found)
+
+
+def test_the_package_rule_finds_a_breach():
+    modules = {"fastnnef.llm.api", "fastnnef.llm.phases", "fastnnef.op.aten._math", "fastnnef._native"}
+    breach = ("from fastnnef.llm.api import _timed\n"
+              "from fastnnef.llm import api as llm_api\n"
+              "x = llm_api._compressor\n")
+    assert package_private_imports(ast.parse(breach), "fastnnef.multimodal.api", modules) == [
+        "fastnnef.multimodal.api:1: imports fastnnef.llm.api._timed",
+        "fastnnef.multimodal.api:3: uses fastnnef.llm.api._compressor",
+    ]
+    allowed = ("from fastnnef import _native\nfrom fastnnef.op.aten import _math\n"
+               "from fastnnef.llm.phases import timed\nx = _native._private_ok\n")
+    assert package_private_imports(ast.parse(allowed), "fastnnef.multimodal.api", modules) == []
 
 
 def test_the_allowed_forms_pass():

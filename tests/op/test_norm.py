@@ -11,7 +11,7 @@ from torch import nn
 
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
-from fastnnef.op.registry import load_handlers
+from fastnnef.op.families import load_handlers
 from tests.helpers import Fn, export_and_check
 
 

@@ -129,6 +129,35 @@ def test_sharded_checkpoint_with_q4_0_computed_on_the_way(tmp_path):
     assert _native.dat_decode((path / "embed.weight.dat").read_bytes()).encoding == "f32"
 
 
+class _RowsNotWholeBlocks(nn.Module):
+    """A Linear whose rows are whole Q4_0 blocks (32 inputs) and one whose rows are not (48)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(32, 48), nn.Linear(48, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_q4_0_impossible_shape_stays_float_and_says_so(tmp_path, caplog):
+    """A weight tract cannot hold as Q4_0 is written in float with a warning naming it (the
+    narrow error only: any other failure propagates)."""
+    torch.manual_seed(2)
+    state = state_of(_RowsNotWholeBlocks())
+    save_file(state, tmp_path / "m.safetensors")
+    with init_empty_weights():
+        model = _RowsNotWholeBlocks()
+    with caplog.at_level("WARNING", logger="fastnnef"):
+        load_offloaded_checkpoint(model, tmp_path / "m.safetensors", q4_0_module_classes=(nn.Linear,))
+    assert "not quantizing b.weight to Q4_0, written in float" in caplog.text
+    assert "a.weight" not in caplog.text
+    path = export_and_check(model, torch.randn(3, 32), tmp_path, compression_level=None, atol=1e-3, rtol=1e-3)
+    encodings = {name: _native.dat_decode((path / f"{name}.dat").read_bytes()).encoding
+                 for name in ("a.weight", "b.weight")}
+    assert encodings == {"a.weight": "q4_0", "b.weight": "f32"}
+
+
 @pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16, torch.float32])
 def test_f16_linear_of_an_offloaded_weight_reads_it_by_blocks(tmp_path, monkeypatch, stored):
     """An eager f16 ``F.linear`` with an offloaded weight (of any stored float dtype) never

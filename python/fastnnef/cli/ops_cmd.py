@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         print(ops_markdown(), end="")
         return 0
-    from fastnnef.op.registry import load_handlers
+    from fastnnef.op.families import load_handlers
 
     registry = load_handlers()
     for kind in registry.kinds():
@@ -96,7 +96,7 @@ def ops_markdown() -> str:
     """The text of docs/ops.md."""
     import torch
 
-    from fastnnef.op.registry import FAMILIES, load_handlers
+    from fastnnef.op.families import FAMILIES, load_handlers
     from fastnnef.torch_graph.ir import NOOP_KINDS
 
     registry = load_handlers()

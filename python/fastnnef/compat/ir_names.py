@@ -31,6 +31,8 @@ from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.torch_graph.ir import NOOP_KINDS, IRGraph, IROp, build_ir
 from fastnnef.torch_graph.trace import TracedModel, trace_model
 
+__all__ = ["MAP_TO_NOP", "TorchModuleIRGraph", "TorchModuleTracer", "TorchOp", "module_tracer_into_ir_graph"]
+
 TorchOp = IROp
 TorchModuleIRGraph = IRGraph
 MAP_TO_NOP = NOOP_KINDS

@@ -165,27 +165,5 @@ class InferenceTarget:
         """Called once the artefact is written; targets run ``check_io`` here and return its
         result (``None`` when nothing was checked): the export keeps it in ``ExportResult``."""
 
-    def _check_with_linked_tract(
-        self,
-        model_info: UnfoldModelInfo,
-        exported_filepath: Path,
-        debug_bundle_path: Path | None,
-        tolerance: str,
-        tract_binary_path: Path | None = None,
-    ) -> Any:
-        """Run the artefact on the export inputs and compare with torch's outputs."""
-        from fastnnef.check import check_io  # the check pulls in the native extension
-
-        return check_io(
-            artefact=exported_filepath,
-            inputs=model_info.flat_inputs,
-            expected_outputs=model_info.flat_outputs,
-            input_names=model_info.input_names,
-            output_names=model_info.output_names,
-            tolerance=tolerance,
-            debug_bundle_path=debug_bundle_path,
-            tract_binary_path=tract_binary_path,
-        )
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.version.to_str()}>"

@@ -13,15 +13,14 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from fastnnef.check import TractCheckTolerance, check_io, to_numpy
+from fastnnef.check import TractCheckTolerance, to_numpy
 from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFile, T2NErrorNotImplemented
 from fastnnef.inference_target.base import UnfoldModelInfo, as_enum
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.log import get_logger
 
-# _expand_names: the one rule for naming flattened IO (shared with the export).
-from fastnnef.torch_graph.trace import _expand_names as expand_io_names
-from fastnnef.torch_graph.trace import eval_mode, normalize_args
+# expand_io_names: the one rule for naming flattened IO (shared with the export).
+from fastnnef.torch_graph.trace import eval_mode, expand_io_names, normalize_args
 
 __all__ = ["T2N_CHECK_IO_RAISE_EXCEPTION", "assert_io", "assert_io_and_debug_bundle", "build_io"]
 
@@ -122,9 +121,9 @@ def assert_io_and_debug_bundle(
     with np.load(input_bundle_path) as ins, np.load(output_bundle_path) as outs:
         inputs, outputs = dict(ins), dict(outs)
     try:
-        check_io(
+        tract_cli.check_io(
             nnef_file_path, list(inputs.values()), list(outputs.values()), list(inputs), list(outputs),
-            tolerance=tolerance, debug_bundle_path=debug_bundle_path, tract_binary_path=tract_cli.tract_path,
+            tolerance=tolerance, debug_bundle_path=debug_bundle_path,
         )
     except T2NErrorIOPytorchTractNotISO as err:
         message = f"test with model: {model_info.model}\n{err}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fastnnef.check import check_io
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.inference_target.capabilities import TargetCapabilities
 from fastnnef.utils import SemanticVersion
@@ -50,4 +51,7 @@ class KhronosNNEF(InferenceTarget):
         """If ``check_io``, run the artefact with the linked tract and compare the outputs."""
         if not self.check_io:
             return None
-        return self._check_with_linked_tract(model_info, exported_filepath, debug_bundle_path, "approximate")
+        return check_io(
+            exported_filepath, model_info.flat_inputs, model_info.flat_outputs, model_info.input_names,
+            model_info.output_names, "approximate", debug_bundle_path,
+        )

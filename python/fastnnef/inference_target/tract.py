@@ -5,9 +5,9 @@ This is torch_to_nnef's ``inference_target.tract`` path, so it also re-exports t
 the reference defines here and fastnnef keeps elsewhere: the tract command line
 (``TractCli``, tract_cli.py), the IO bundles (``build_io``, ``assert_io``,
 ``assert_io_and_debug_bundle``, io_bundles.py), the tolerance levels
-(``TractCheckTolerance``, check.py), the version gates (capabilities.py) and the drop-in-only
-downloader (``TractBinaryDownloader``, ``apply_dynamic_shape_in_nnef``,
-fastnnef/compat/tract_downloader.py).
+(``TractCheckTolerance``, check.py) and the version gates (capabilities.py); the drop-in-only
+downloader (``TractBinaryDownloader``, ``apply_dynamic_shape_in_nnef``) is served here by
+fastnnef/compat/tract_downloader.py on first use.
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ from torch import nn
 
 # Re-exported: the reference's names at this path (see the module docstring).
 from fastnnef.check import TractCheckTolerance as TractCheckTolerance
-from fastnnef.compat.tract_downloader import DEFAULT_CACHE_DIR as DEFAULT_CACHE_DIR
-from fastnnef.compat.tract_downloader import TractBinaryDownloader as TractBinaryDownloader
-from fastnnef.compat.tract_downloader import apply_dynamic_shape_in_nnef as apply_dynamic_shape_in_nnef
 from fastnnef.exceptions import (
     T2NErrorDynamicShapeValue,
     T2NErrorInvalidArgument,
@@ -62,7 +59,9 @@ from fastnnef.inference_target.tract_cli import CUSTOM_TOLERANCE_PREFIX as CUSTO
 from fastnnef.inference_target.tract_cli import TractCli as TractCli
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NNEF_KEYWORDS
+from fastnnef.reference_names import reference_name
 from fastnnef.utils import SemanticVersion
+from fastnnef.version import __version__
 
 LOGGER = get_logger(__name__)
 
@@ -358,8 +357,6 @@ class TractNNEF(InferenceTarget):
 
     def properties(self, model: nn.Module) -> dict[str, str]:
         """The metadata written in ``tract_core_properties``, in the documented key order."""
-        from fastnnef import __version__
-
         props: dict[str, str] = {
             "tract_target_version": self.version.to_str(),
             "torch_to_nnef_version": __version__,  # what tools reading torch_to_nnef artefacts look for
@@ -415,9 +412,10 @@ class TractNNEF(InferenceTarget):
         """If ``check_io``, load the artefact in tract, run the inputs and compare the outputs."""
         if not self.check_io:
             return None
-        return self._check_with_linked_tract(
-            model_info, exported_filepath, debug_bundle_path,
-            self.effective_check_io_tolerance(), self.specific_tract_binary_path,
+        # The linked tract, or specific_tract_binary_path's CLI (self.tract_cli is either).
+        return self.tract_cli.check_io(
+            exported_filepath, model_info.flat_inputs, model_info.flat_outputs, model_info.input_names,
+            model_info.output_names, self.effective_check_io_tolerance(), debug_bundle_path,
         )
 
 
@@ -442,3 +440,7 @@ def _identity_properties() -> dict[str, str]:
     except (KeyError, OSError):  # no login name in some containers: leave the key out
         pass
     return props
+
+
+def __getattr__(name: str) -> Any:  # the drop-in names of this path (fastnnef/reference_names.py)
+    return reference_name(__name__, name)

@@ -10,13 +10,26 @@ compares version strings.
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fastnnef.check import TractCheckTolerance, check_artefact
+import numpy as np
+
+from fastnnef import _native
+from fastnnef.check import (
+    ArrayLike,
+    CompareReport,
+    TractCheckTolerance,
+    check_artefact,
+    check_io,
+    named_arrays,
+    write_debug_bundle,
+)
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIOPytorchTractNotISO,
@@ -88,8 +101,6 @@ class TractCli:
     def version(self) -> SemanticVersion:
         """The tract version (``tract --version`` for a binary)."""
         if self.tract_path is None:
-            from fastnnef import _native
-
             return SemanticVersion.from_str(_native.TRACT_VERSION)
         out = subprocess.check_output([str(self.tract_path), "--version"], stderr=subprocess.STDOUT)
         words = out.decode("utf8").split()
@@ -211,6 +222,43 @@ class TractCli:
             LOGGER.error("IO check failed: %s", err)
             return False
         return True
+
+    def check_io(
+        self,
+        artefact: str | os.PathLike,
+        inputs: Sequence[ArrayLike],
+        expected_outputs: Sequence[ArrayLike],
+        input_names: Sequence[str],
+        output_names: Sequence[str],
+        tolerance: str = "approximate",
+        debug_bundle_path: os.PathLike | None = None,
+    ) -> list[CompareReport]:
+        """``fastnnef.check.check_io`` with this tract: the linked one in-process (its
+        reports returned), or a binary with the reference's command line, decided by its
+        exit code (no reports: ``[]``). A binary's failure raises
+        ``T2NErrorIOPytorchTractNotISO`` with the command, exit code and stderr, after
+        writing the debug bundle if ``debug_bundle_path`` is given."""
+        if self.tract_path is None:
+            return check_io(artefact, inputs, expected_outputs, input_names, output_names, tolerance,
+                            debug_bundle_path)
+        ins, outs = named_arrays(inputs, expected_outputs, input_names, output_names, tolerance)
+        path = Path(artefact)
+        # The one place fastnnef starts a process: the user asked for a specific tract binary.
+        with tempfile.TemporaryDirectory(prefix="fastnnef-check-") as tmp:
+            in_npz, out_npz = Path(tmp, "inputs.npz"), Path(tmp, "outputs.npz")
+            # (numpy's stubs: a **dict could name savez's allow_pickle, hence the ignores)
+            np.savez(in_npz, **ins)  # type: ignore[arg-type]
+            np.savez(out_npz, **outs)  # type: ignore[arg-type]
+            cmd = self.assert_io_cmd_str(path, in_npz, out_npz, tolerance)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            return []
+        report = f"command: {shlex.join(cmd)}\nexit code: {proc.returncode}\nstderr:\n{proc.stderr}"
+        message = f"tract CLI {self.tract_path} rejected {path} at tolerance {tolerance}:\n{report}"
+        if debug_bundle_path is not None:
+            bundle = write_debug_bundle(Path(debug_bundle_path), path, ins, outs, None, report, tolerance)
+            message += f"\ndebug bundle: {bundle}"
+        raise T2NErrorIOPytorchTractNotISO(message)
 
     def convert_onnx_to_nnef(self, onnx_path: Path, io_npz_path: Path, nnef_path: Path) -> bytes:
         """``tract <onnx> dump --nnef <nnef_path>`` (a binary only: tract's ONNX front end

@@ -5,6 +5,7 @@
 
 ==================  ===================================================================
 ``api.py``          ``dump_llm`` and its report: the export, step by step
+``phases.py``       what ``dump_llm`` and ``dump_multimodal`` share: checks, target, timings, move
 ``cli.py``          the command line (flags from ``options.py`` and the registries)
 ``options.py``      the option choices (dtypes, layouts, attention implementations)
 ``hub.py``          ``-s`` model ids: the Hugging Face cache, or a download into it

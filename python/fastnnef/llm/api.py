@@ -18,7 +18,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import torch
 
 from fastnnef import _native
 from fastnnef.check import TractArtefact
-from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
+from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import (
     T2NError,
     T2NErrorInvalidArgument,
@@ -37,8 +36,6 @@ from fastnnef.exceptions import (
     T2NErrorNotImplemented,
 )
 from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target.base import as_version
-from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
@@ -51,11 +48,23 @@ from fastnnef.llm.bundles import (
     write_modes_json,
 )
 from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
-from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.mla import traceable_mla
 from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, to_enum
+from fastnnef.llm.phases import (
+    attention_choice,
+    check_inputs_dtype,
+    check_linear_attention,
+    compressor,
+    display_generation,
+    dtype_str,
+    main_dtype,
+    move_into_place,
+    reference_properties,
+    timed,
+    tract_target,
+)
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import (
     BundleCheck,
@@ -68,7 +77,6 @@ from fastnnef.llm.wrapper import KVCacheLM, assertions
 from fastnnef.log import get_logger
 from fastnnef.tensor.offload import trace_on_stand_ins
 from fastnnef.torch_graph.ir_naming import VariableNamingScheme
-from fastnnef.utils import SemanticVersion
 
 log = get_logger("fastnnef.llm")
 
@@ -176,11 +184,13 @@ def dump_llm(
     dtype = to_enum(DtypeStr, force_module_dtype, "force_module_dtype") if force_module_dtype else None
     struct = to_enum(ExportDirStruct, export_dir_struct, "export_dir_struct")
     naming = to_enum(VariableNamingScheme, naming_scheme, "naming_scheme")
-    attn = _attn(to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator)
+    attn = attention_choice(
+        to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator
+    )
     tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
-    compress = _compressor(compression_method, compression_registry)
+    compress = compressor(compression_method, compression_registry)
     _check_counts(num_logits_to_keep, sample_generation_total_size)
-    tract_binary, target_version = _tract_target(tract_specific_path, tract_specific_version)
+    tract_binary, target_version = tract_target(tract_specific_path, tract_specific_version)
     target = Path(export_dirpath)
     if target.exists() and not ignore_already_exist_dir:
         raise T2NErrorInvalidArgument(
@@ -192,23 +202,23 @@ def dump_llm(
     timings: dict[str, float] = {}
 
     progress.phase("loading the checkpoint")
-    with _timed(timings, "load"):
+    with timed(timings, "load"):
         source = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
         checkpoint = load_checkpoint(source, dtype.torch_dtype if dtype else None, attn, trust_remote_code)
     model: Any = checkpoint.model
     n_parameters = sum(p.numel() for p in model.parameters())
-    weight_dtype = _main_dtype(model)
+    weight_dtype = main_dtype(model)
     if compress is not None:
         progress.phase(f"compressing the weights ({compression_method})")
-        with _timed(timings, "compress"):
+        with timed(timings, "compress"):
             compress(model)
     layout = kv_layout(model.config)
     _check_positions(layout.max_positions, sample_generation_total_size)
     # tract has no bf16: a bf16 model computes in f32 there, with f32 caches.
     cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
-    _check_inputs_dtype(force_inputs_dtype, cache_dtype)
+    check_inputs_dtype(force_inputs_dtype, cache_dtype)
     wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
-    _check_linear_attention(wrapper, target_version)
+    check_linear_attention(wrapper, target_version)
     runner = TorchRunner(wrapper, model.dtype)
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +231,7 @@ def dump_llm(
         tests_dir = staging / TESTS_DIR
         tests_dir.mkdir()
         progress.phase("running the model in PyTorch for the test bundles")
-        with _timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
+        with timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
             total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
             with _generic_wrapper_errors(checkpoint):
@@ -234,14 +244,14 @@ def dump_llm(
         artefact_path = model_dir / ARTEFACT_NAME
         inference_target = TractNNEF(
             target_version, check_io=False, dynamic_axes=wrapper.dynamic_axes(),
-            specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
+            specific_properties=reference_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
             dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
             force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
             reify_sdpa_operator=reify_sdpa_operator,
         )
         input_names, output_names = wrapper.io_names()
-        with (_timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
+        with (timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
               traceable_mla(model), progress.writing(), trace_on_stand_ins(),
               fast_cpu_kernels(model.dtype)):
             export_model_to_nnef(
@@ -263,7 +273,7 @@ def dump_llm(
             # Bundles must pass at the chosen tolerance whatever the dtype; greedy tokens
             # must be equal for f32 only (verify.py's docstring says why).
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
-            with _timed(timings, "verify"):
+            with timed(timings, "verify"):
                 bundle_checks, generation = _verify(
                     artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
                     tokens[:, :total], checkpoint, layout,
@@ -272,9 +282,9 @@ def dump_llm(
                     binary_checks = _check_with_binary(tract_binary, artefact_path, tests_dir,
                                                        [example, *modes], tolerance)
             if test_display_token_gens:
-                sys.stdout.write(_display(generation))
+                sys.stdout.write(display_generation(generation))
         files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-        _move_into_place(staging, target)
+        move_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -282,7 +292,7 @@ def dump_llm(
     report = LLMExportReport(
         export_dir=target, model_path=target / artefact_path.relative_to(staging), files=files,
         modes=[b.name for b in modes], model_type=checkpoint.architecture.model_type, n_parameters=n_parameters,
-        weight_dtype=weight_dtype, cache_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
+        weight_dtype=weight_dtype, cache_dtype=dtype_str(cache_dtype), compression_method=compression_method,
         timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not no_verify,
         binary_checks=binary_checks, tract_binary=str(tract_binary.tract_path) if tract_binary else None,
     )
@@ -311,46 +321,9 @@ def _verify(
             "Nothing was written. The generic wrapper does not export this family correctly: please report it"
         )
     if generation.first_divergence is not None:
-        log.warning("generation in tract (%s) departs from PyTorch's: %s", _dtype_str(model.dtype),
+        log.warning("generation in tract (%s) departs from PyTorch's: %s", dtype_str(model.dtype),
                     generation.divergence())
     return checks, generation
-
-
-def _check_linear_attention(wrapper: KVCacheLM, target_version: SemanticVersion) -> None:
-    """Gated-delta-net layers need tract_transformers_gdn_recurrent (tract >= 0.23.5):
-    refused before any forward for an older target."""
-    caps = TargetCapabilities.tract(target_version)
-    if wrapper.linear_layers and not caps.supports(GATED_DELTA_NET_FEATURE):
-        raise T2NErrorNotImplemented(
-            f"this model's linear-attention layers {list(wrapper.linear_layers)} (gated delta net) export as "
-            f"tract_transformers_gdn_recurrent and tract_transformers_causal_conv1d_update, which tract "
-            f"{target_version.to_str()} lacks: target tract {VERSION_GATES[GATED_DELTA_NET_FEATURE].first.to_str()} "
-            "or newer (--tract-specific-version)"
-        )
-
-
-def _check_inputs_dtype(forced: str | None, cache_dtype: torch.dtype) -> None:
-    if forced is not None and forced != _dtype_str(cache_dtype):
-        raise T2NErrorNotImplemented(
-            f"-idt/--force-inputs-dtype {forced}: the cache inputs take the model's dtype, {_dtype_str(cache_dtype)} "
-            f"here; load the model in {forced} with -dt/--force-module-dtype instead"
-        )
-
-
-def _tract_target(path: PathLike | None, version: str | None) -> tuple[TractCli | None, SemanticVersion]:
-    """The tract binary that also checks the bundles (None: only the linked tract), and the
-    version the artefact targets: the binary's, the one asked for, or the latest."""
-    if path is not None and version is not None:
-        raise T2NErrorInvalidArgument(
-            "--tract-specific-path and --tract-specific-version exclude each other (as in torch_to_nnef_llm): the "
-            "binary's version is the target version"
-        )
-    if path is not None:
-        binary = TractCli(Path(path))
-        return binary, binary.version
-    if version is not None:
-        return None, as_version(version)
-    return None, TractNNEF.latest_version()
 
 
 def _check_with_binary(binary: TractCli, artefact_path: Path, tests_dir: Path, bundles: list[Bundle],
@@ -399,38 +372,6 @@ def _generic_wrapper_errors(checkpoint: Checkpoint) -> Iterator[None]:
         ) from err
 
 
-@contextmanager
-def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
-
-
-def _attn(choice: AttnImplementation, reify_sdpa: bool) -> str:
-    """transformers' attn_implementation: eager by default (decomposed attention in the
-    graph), sdpa when SDPA is reified, or what was asked."""
-    if choice == AttnImplementation.AUTO:
-        return AttnImplementation.SDPA.value if reify_sdpa else AttnImplementation.EAGER.value
-    if reify_sdpa and choice != AttnImplementation.SDPA:
-        raise T2NErrorInvalidArgument(
-            "--reify-sdpa-operator needs sdpa attention: use --transformers-attn-implementation sdpa (or auto)"
-        )
-    return choice.value
-
-
-def _compressor(method: str | None, registry_path: str) -> Any:
-    if method is None:
-        return None
-    registry = dynamic_load_registry(registry_path)
-    if method not in registry:
-        raise T2NErrorInvalidArgument(
-            f"compression method {method!r} is not in {registry_path}; available: {', '.join(sorted(registry))}"
-        )
-    return registry[method]
-
-
 def _check_counts(num_logits_to_keep: Any, total: Any) -> None:
     if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
         raise T2NErrorInvalidArgument(
@@ -458,39 +399,6 @@ def _vocab_size(model: Any) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
 
-def _dtype_str(dtype: torch.dtype) -> str:
-    return {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
-
-
-def _main_dtype(model: Any) -> str:
-    """The dtype holding most parameters (before compression)."""
-    counts: Counter[torch.dtype] = Counter()
-    for p in model.parameters():
-        counts[p.dtype] += p.numel()
-    return _dtype_str(counts.most_common(1)[0][0])
-
-
-def _properties(
-    checkpoint: Checkpoint, n_parameters: int, weight_dtype: str, forced: DtypeStr | None,
-    cache_dtype: torch.dtype, compression_method: str | None, compression_registry: str,
-) -> dict[str, str]:
-    """The reference's extra metadata, in its order (llm-export.md §3); the compression
-    method is the registry key actually applied (the reference mislabels every q4 key)."""
-    props = {
-        "hf_model_type": checkpoint.architecture.model_type,
-        "n_parameters": str(n_parameters),
-        "main_base_weight_dtype": weight_dtype,
-        "forced_module_dtype": forced.value if forced else "",
-        "as_float16": "1" if weight_dtype == "f16" else "0",
-        "inputs_dtype": _dtype_str(cache_dtype),
-    }
-    if compression_method is not None:
-        props.update(compression_register_key=compression_method, compression_registry=compression_registry,
-                     compression_method=compression_method)
-    props["name_or_path"] = checkpoint.name_or_path
-    return props
-
-
 def _layout_dirs(root: Path, struct: ExportDirStruct) -> tuple[Path, Path]:
     """(model directory, tokenizer directory) of the layout."""
     if struct == ExportDirStruct.FLAT:
@@ -509,25 +417,4 @@ def _dump_config_and_tokenizer(checkpoint: Checkpoint, model_dir: Path, tok_dir:
     tok_dir.mkdir(exist_ok=True)
     checkpoint.tokenizer.save_pretrained(tok_dir)
 
-
-def _move_into_place(staging: Path, target: Path) -> None:
-    """Rename the finished directory into place; into an existing one (-iaed), move each
-    file, replacing files of the same name."""
-    if not target.exists():
-        os.replace(staging, target)
-        return
-    for path in sorted(staging.rglob("*")):
-        if path.is_file():
-            dest = target / path.relative_to(staging)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, dest)
-    shutil.rmtree(staging)
-
-
-def _display(generation: GenerationCheck) -> str:
-    """``-td``: both continuations, as text when a tokenizer exists."""
-    if generation.texts:
-        t = generation.texts
-        return f"prompt: {t['prompt']!r}\ntorch:  {t['torch']!r}\ntract:  {t['tract']!r}\n"
-    return f"prompt: {generation.prompt}\ntorch:  {generation.torch_tokens}\ntract:  {generation.tract_tokens}\n"
 

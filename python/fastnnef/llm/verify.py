@@ -31,7 +31,7 @@ import torch
 
 from fastnnef import _native
 from fastnnef.check import TractArtefact
-from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO
+from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO, T2NErrorIoQuantity
 from fastnnef.llm.bundles import Bundle
 
 NEAR_TIE = 1e-4
@@ -85,8 +85,13 @@ class GenerationCheck:
 def as_artefact_inputs(artefact: TractArtefact, values: Sequence[Any]) -> list[np.ndarray]:
     """``values`` as the artefact's input dtypes (bundles store floats as f32; an f16
     artefact takes f16, as tract's CLI check does with --allow-float-casts)."""
+    if len(values) != len(artefact.input_facts):
+        raise T2NErrorIoQuantity(
+            f"{len(values)} input values for an artefact with {len(artefact.input_facts)} inputs "
+            f"{artefact.input_names}"
+        )
     arrays = []
-    for value, (dtype, _) in zip(values, artefact.input_facts):
+    for value, (dtype, _) in zip(values, artefact.input_facts, strict=True):
         array = value.detach().float().numpy() if isinstance(value, torch.Tensor) and value.is_floating_point() \
             else (value.numpy() if isinstance(value, torch.Tensor) else value)
         arrays.append(array.astype(np.float16) if dtype == "f16" and array.dtype == np.float32 else array)
@@ -96,9 +101,14 @@ def as_artefact_inputs(artefact: TractArtefact, values: Sequence[Any]) -> list[n
 def check_bundle(artefact: TractArtefact, bundle: Bundle, tolerance: str) -> BundleCheck:
     """Run one bundle in tract and compare each output with PyTorch's at ``tolerance``."""
     got = artefact.run(as_artefact_inputs(artefact, list(bundle.inputs.values())))
+    if len(got) != len(bundle.outputs):  # an output left unchecked would pass unseen
+        raise T2NErrorIoQuantity(
+            f"bundle {bundle.name!r} holds {len(bundle.outputs)} outputs {list(bundle.outputs)}, "
+            f"tract gave {len(got)} ({artefact.output_names})"
+        )
     reports: dict[str, str] = {}
     ok = True
-    for (name, expected), obtained in zip(bundle.outputs.items(), got):
+    for (name, expected), obtained in zip(bundle.outputs.items(), got, strict=True):
         # Compared in tract's output dtype: tract's tolerance levels are looser for f16.
         want = expected.detach().float().numpy().astype(obtained.dtype)
         report = _native.compare(want, obtained, tolerance)

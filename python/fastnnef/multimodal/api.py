@@ -44,26 +44,26 @@ from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractN
 from fastnnef.export import export_model_with_result
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
 from fastnnef.inference_target.tract_cli import TractCli
-from fastnnef.llm.api import (
-    LLM_NAMING_SCHEME,
-    _attn,
-    _check_inputs_dtype,
-    _check_linear_attention,
-    _compressor,
-    _display,
-    _dtype_str,
-    _main_dtype,
-    _move_into_place,
-    _properties,
-    _timed,
-    _tract_target,
-)
+from fastnnef.llm.api import LLM_NAMING_SCHEME
 from fastnnef.llm.architectures import kv_layout
 from fastnnef.llm.bundles import Bundle, write_modes_json
 from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.load import CONFIG, Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts, moe_export_forms
 from fastnnef.llm.options import AttnImplementation, DtypeStr, to_enum
+from fastnnef.llm.phases import (
+    attention_choice,
+    check_inputs_dtype,
+    check_linear_attention,
+    compressor,
+    display_generation,
+    dtype_str,
+    main_dtype,
+    move_into_place,
+    reference_properties,
+    timed,
+    tract_target,
+)
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import BundleCheck, GenerationCheck, check_bundle, eos_ids, raise_on_failed_bundles
 from fastnnef.llm.wrapper import KVCacheLM, assertions
@@ -180,12 +180,14 @@ def dump_multimodal(
     progress = progress or Progress.for_terminal()
     dtype = to_enum(DtypeStr, force_module_dtype, "force_module_dtype") if force_module_dtype else None
     naming = to_enum(VariableNamingScheme, naming_scheme, "naming_scheme")
-    attn = _attn(to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator)
+    attn = attention_choice(
+        to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator
+    )
     tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
-    compress = _compressor(compression_method, compression_registry)
+    compress = compressor(compression_method, compression_registry)
     if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
         raise T2NErrorInvalidArgument(f"num_logits_to_keep must be an int >= 0, got {num_logits_to_keep!r}")
-    tract_binary, target_version = _tract_target(tract_specific_path, tract_specific_version)
+    tract_binary, target_version = tract_target(tract_specific_path, tract_specific_version)
     target = Path(export_dirpath)
     if target.exists() and not ignore_already_exist_dir:
         raise T2NErrorInvalidArgument(
@@ -197,7 +199,7 @@ def dump_multimodal(
     timings: dict[str, float] = {}
 
     progress.phase("loading the checkpoint and its processor")
-    with _timed(timings, "load"):
+    with timed(timings, "load"):
         directory = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
         family = family_of(_raw_config(directory))
         processor = (family.load_processor or _load_processor)(directory, trust_remote_code)
@@ -205,9 +207,9 @@ def dump_multimodal(
                                      auto_class=family.auto_class)
     model: Any = checkpoint.model
     n_parameters = sum(p.numel() for p in model.parameters())
-    weight_dtype = _main_dtype(model)
+    weight_dtype = main_dtype(model)
     cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
-    _check_inputs_dtype(force_inputs_dtype, cache_dtype)
+    check_inputs_dtype(force_inputs_dtype, cache_dtype)
     layout = kv_layout(model.config)
     hidden = int(model.config.get_text_config(decoder=True).hidden_size)
     sample = _sample(family, processor, directory)
@@ -217,7 +219,7 @@ def dump_multimodal(
     inputs = family.decoder_inputs(model)
 
     progress.phase("running the model in PyTorch for the test bundles")
-    with _timed(timings, "bundles"), torch.no_grad():
+    with timed(timings, "bundles"), torch.no_grad():
         reference = [t for spec, items in zip(family.encoders, sample.items)
                      for t in concatenated(spec, items, [spec.reference(model, item) for item in items])]
     # Encoders first (uncompressed); the decoder's weights are compressed after.
@@ -231,7 +233,7 @@ def dump_multimodal(
             progress.phase(f"tracing and writing the {spec.modality} encoder")
             folder = staging / spec.modality
             folder.mkdir()
-            with _timed(timings, f"export {spec.modality}"):
+            with timed(timings, f"export {spec.modality}"):
                 export_encoder(spec, model, items, folder / ARTEFACT_NAME, target_version, naming,
                                folder / TESTS_DIR)
             rel = f"{spec.modality}/{ARTEFACT_NAME}"
@@ -240,16 +242,16 @@ def dump_multimodal(
 
         if compress is not None:
             progress.phase(f"compressing the decoder's weights ({compression_method})")
-            with _timed(timings, "compress"):
+            with timed(timings, "compress"):
                 compress(_decoder_part(model, family))
         decoder_dir = staging / DECODER_DIRNAME
         tests_dir = decoder_dir / TESTS_DIR
         tests_dir.mkdir(parents=True)
         wrapper = KVCacheLM(model, layout, num_logits_to_keep, inputs).eval()
-        _check_linear_attention(wrapper, target_version)
+        check_linear_attention(wrapper, target_version)
         io = decoder_io(wrapper, inputs)
         runner = DecoderRunner(wrapper, inputs, io, cache_dtype, hidden)
-        with _timed(timings, "bundles"), dense_experts(model):
+        with timed(timings, "bundles"), dense_experts(model):
             modes = runner.bundles(processed, reference)
             for bundle in modes:
                 bundle.save(tests_dir)
@@ -261,14 +263,14 @@ def dump_multimodal(
         decoder_path = decoder_dir / ARTEFACT_NAME
         inference_target = TractNNEF(
             target_version, check_io=False, dynamic_axes=io.dynamic_axes,
-            specific_properties=_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
+            specific_properties=reference_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
                                             compression_method, compression_registry),
             dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
             force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
             reify_sdpa_operator=reify_sdpa_operator,
         )
         # MoE blocks: one tract_moe_ffn where the target has it, else the dense form.
-        with _timed(timings, "export decoder"), moe_export_forms(model, inference_target.capabilities()), \
+        with timed(timings, "export decoder"), moe_export_forms(model, inference_target.capabilities()), \
                 progress.writing():
             exported = export_model_with_result(
                 wrapper, example_inputs, decoder_path, inference_target,
@@ -290,7 +292,7 @@ def dump_multimodal(
         if not no_verify:
             progress.phase("verifying in tract: encoders, decoder bundles, generation from the image prompt")
             exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
-            with _timed(timings, "verify"):
+            with timed(timings, "verify"):
                 encoder_checks, bundle_checks, generation = _verify(
                     family, model, checkpoint, sample, staging, encoder_artefacts, decoder_path,
                     [example, *modes], inputs, wrapper.empty_cache(cache_dtype), hidden, cache_dtype, tolerance,
@@ -300,11 +302,11 @@ def dump_multimodal(
                     binary_checks = _check_with_binary(tract_binary, staging, encoder_artefacts, decoder_path,
                                                        [example, *modes], tolerance)
             if test_display_token_gens:
-                sys.stdout.write(_display(generation))
-        manifest = build_manifest(f"{DECODER_DIRNAME}/{ARTEFACT_NAME}", encoder_artefacts, _dtype_str(cache_dtype))
+                sys.stdout.write(display_generation(generation))
+        manifest = build_manifest(f"{DECODER_DIRNAME}/{ARTEFACT_NAME}", encoder_artefacts, dtype_str(cache_dtype))
         write_manifest(staging, manifest)
         files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-        _move_into_place(staging, target)
+        move_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -312,7 +314,7 @@ def dump_multimodal(
     report = MultimodalExportReport(
         export_dir=target, manifest_path=target / MANIFEST_NAME, decoder_path=target / DECODER_DIRNAME / ARTEFACT_NAME,
         encoder_paths=encoder_paths, files=files, model_type=family.model_type, n_parameters=n_parameters,
-        weight_dtype=weight_dtype, inputs_dtype=_dtype_str(cache_dtype), compression_method=compression_method,
+        weight_dtype=weight_dtype, inputs_dtype=dtype_str(cache_dtype), compression_method=compression_method,
         timings=timings, encoder_checks=encoder_checks, bundle_checks=bundle_checks, generation=generation,
         verified=not no_verify, binary_checks=binary_checks,
         tract_binary=str(tract_binary.tract_path) if tract_binary else None,

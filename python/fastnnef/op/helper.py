@@ -1,6 +1,12 @@
 """torch_to_nnef's ``op.helper`` path: the names test harnesses import from it, drop-in
-only (fastnnef/compat/op_helper.py)."""
+only, served here by fastnnef/compat/op_helper.py on first use."""
 
-from fastnnef.compat.op_helper import DTYPES_EXPECTED_IMPLICIT_CAST_ORDER, IMPLICIT_CAST_SUPPORTED_OPS
+from typing import Any
 
-__all__ = ["DTYPES_EXPECTED_IMPLICIT_CAST_ORDER", "IMPLICIT_CAST_SUPPORTED_OPS"]
+from fastnnef.reference_names import reference_name
+
+__all__ = ["DTYPES_EXPECTED_IMPLICIT_CAST_ORDER", "IMPLICIT_CAST_SUPPORTED_OPS"]  # noqa: F822 - served by __getattr__
+
+
+def __getattr__(name: str) -> Any:  # the drop-in names of this path (fastnnef/reference_names.py)
+    return reference_name(__name__, name)

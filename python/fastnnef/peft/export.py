@@ -34,7 +34,7 @@ from fastnnef.peft.mapping import (
     plan_mapping,
 )
 from fastnnef.tensor.offload import SAFETENSORS_DTYPES, OffloadedTensor, open_checkpoint
-from fastnnef.tensor_export import _is_safetensors, _offloaded_encoding, iter_torch_tensors_from_disk
+from fastnnef.tensor_export import is_safetensors, iter_torch_tensors_from_disk, offloaded_encoding
 
 LOGGER = get_logger(__name__)
 
@@ -90,7 +90,7 @@ def export_peft(
     target = _check_output(Path(output_archive), compression_level)
     _check_source(source)
     patterns = list(PATTERN_LORA if patterns is None else patterns)
-    if _is_safetensors(source):
+    if is_safetensors(source):
         mapping, plan = _plan_safetensors(source, patterns, map_name, check_map_name, method_name)
     else:
         mapping, plan = _plan_pickled(source, patterns, map_name, check_map_name, method_name, weights_only)
@@ -124,7 +124,7 @@ def _check_output(path: Path, compression_level: int) -> Path:
 
 
 def _check_source(path: Path) -> None:
-    if not (_is_safetensors(path) or path.suffix in _PICKLE_SUFFIXES):
+    if not (is_safetensors(path) or path.suffix in _PICKLE_SUFFIXES):
         raise T2NErrorInvalidArgument(
             f"cannot read tensors from {str(path)!r}: expected a .safetensors, .pt, .pth or .bin file "
             "(or a sharded .safetensors.index.json)"
@@ -149,7 +149,7 @@ def _plan_safetensors(
         dtype_name, shape, _ = ckpt.info(key)
         _check_float(key, dtype_name, SAFETENSORS_DTYPES.get(dtype_name))
         tensor = OffloadedTensor(ckpt, key)
-        encoding = _offloaded_encoding(tensor)
+        encoding = offloaded_encoding(tensor)
         _native.validate_member_name(f"{key}.dat")
         ckpt.check(key, key, encoding)
         shapes[key] = list(shape)

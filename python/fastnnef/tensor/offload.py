@@ -35,7 +35,7 @@ Typical use (documented in the README, with the memory bound)::
                          compression_level=1)
 
 The reference-style entry points :func:`t2n_load_checkpoint_and_dispatch` and
-``ctx_maybe_load_from_disk_as_offloaded`` (drop-in only, fastnnef/compat/offload_loading.py)
+``ctx_maybe_load_from_disk_as_offloaded`` (drop-in only, served here by fastnnef/compat/offload_loading.py)
 build the same tensors.
 
 Why one module of ~950 lines: everything here is what ``OffloadedTensor``'s torch hooks
@@ -69,10 +69,12 @@ from torch.utils._pytree import tree_map
 from fastnnef import _native
 from fastnnef.exceptions import (
     T2NErrorCheckpoint,
+    T2NErrorImpossibleQuantization,
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
 )
 from fastnnef.log import get_logger
+from fastnnef.reference_names import reference_name
 from fastnnef.tensor.quant import QTensor, QTensorTractScaleOnly, check_q4_0_shape
 from fastnnef.tensor.quant.packed import Q4_0, PackedFormat, of_encoding
 from fastnnef.tensor.quant.qtract import FLOAT_DTYPE_NAMES, Q4_0_BLOCK_BYTES, Q4_0_GROUP
@@ -830,10 +832,10 @@ def load_offloaded_checkpoint(
         except T2NErrorCheckpoint as err:
             problems.append(f"dtype: {err}")
             continue
-        except Exception as err:  # noqa: BLE001 - an impossible Q4_0 shape keeps the weight in float
-            if not q4:
-                raise
-            log.info("not quantizing %s: %s", key, err)
+        except T2NErrorImpossibleQuantization as err:
+            # A shape tract cannot hold as Q4_0 (rows not whole blocks) keeps the weight in
+            # float, said at warning level: the artefact is larger than asked for.
+            log.warning("not quantizing %s to Q4_0, written in float: %s", key, err)
             off = OffloadedTensor(ckpt, key, tensor.dtype)
         off.nnef_name = users[0][2]
         plan.append((off, users))
@@ -960,11 +962,5 @@ def _placement(device_map: str | dict[str, Any] | None) -> Callable[[str], str]:
     return place
 
 
-def __getattr__(name: str) -> Any:
-    # ctx_maybe_load_from_disk_as_offloaded is drop-in only (fastnnef/compat/offload_loading.py,
-    # which builds on this module): served at the reference's path on first access.
-    if name == "ctx_maybe_load_from_disk_as_offloaded":
-        from fastnnef.compat.offload_loading import ctx_maybe_load_from_disk_as_offloaded
-
-        return ctx_maybe_load_from_disk_as_offloaded
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> Any:  # the drop-in names of this path (fastnnef/reference_names.py)
+    return reference_name(__name__, name)

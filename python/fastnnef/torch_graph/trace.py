@@ -114,7 +114,7 @@ def normalize_args(args: Any) -> tuple[Any, ...]:
     )
 
 
-def _expand_names(
+def expand_io_names(
     names: Sequence[str] | None, top_level: Sequence[Any], n_flat: int, prefix: str, what: str
 ) -> list[str]:
     """Names for the flat IO: as given, or derived per top-level item (``name_0``, dict keys)."""
@@ -239,7 +239,7 @@ def trace_model(
                 f"input {i} is on {t.device}: the trace needs its values on CPU (export_model_to_nnef "
                 "copies tensors of other devices there; a meta tensor has no values): pass a tensor with values"
             )
-    in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
+    in_names = expand_io_names(input_names, top_level, len(flat_inputs), "input", "input")
     is_script = isinstance(model, torch.jit.ScriptModule)
     wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
@@ -285,7 +285,7 @@ def trace_model(
     wrapper.captured = None
     top_out = pytree.tree_unflatten(list(flat_outputs), wrapper.out_spec)
     top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
-    out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
+    out_names = expand_io_names(output_names, top_out_items, len(flat_outputs), "output", "output")
     graph = traced.graph if is_script else traced.inlined_graph
     inline_autograd_functions(graph)
     return TracedModel(

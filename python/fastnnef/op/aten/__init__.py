@@ -1,1 +1,1 @@
-"""aten handler families, one module each (imported by ``op.registry.FAMILIES``)."""
+"""aten handler families, one module each (imported by ``op.families.FAMILIES``)."""

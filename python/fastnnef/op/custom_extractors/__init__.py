@@ -25,24 +25,23 @@ The built-in recurrent layers do not need this mechanism: ``torch.jit.trace`` al
 records ``nn.LSTM``/``nn.GRU``/``nn.RNN`` as one ``aten::lstm``/``gru``/``rnn_*`` op, which
 op/aten/recurrent.py exports whole (one ``tract_core_scan`` per layer and direction); that
 handler also covers functional calls and TorchScript models, which a module extractor
-would miss. ``LSTMExtractor`` and its kin exist for import compatibility only
-(fastnnef/compat/extractors.py). The mechanism itself is ``base.py``.
+would miss. ``LSTMExtractor`` and its kin exist for import compatibility only (served here
+by fastnnef/compat/extractors.py on first use). The mechanism itself is ``base.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastnnef.compat.extractors import (
-    Gemma4RoutedExpertsExtractor,
-    GRUExtractor,
-    LSTMCellExtractor,
-    LSTMExtractor,
-    MoEFFNExtractor,
-    RNNExtractor,
-)
 from fastnnef.op.custom_extractors.base import CUSTOMOP_KIND, ModuleInfoExtractor
 from fastnnef.op.custom_extractors.base import find_extractor as find_extractor
+from fastnnef.op.custom_extractors.gdn import (
+    CausalConvUpdateExtractor,
+    CausalConvUpdateReified,
+    GatedDeltaNetRecurrentExtractor,
+    GatedDeltaNetRecurrentReified,
+)
+from fastnnef.reference_names import reference_name
 
 __all__ = [
     "CUSTOMOP_KIND", "CausalConvUpdateExtractor", "CausalConvUpdateReified", "GRUExtractor",
@@ -51,15 +50,5 @@ __all__ = [
 ]
 
 
-# The gated-delta-net extractors and modules live in gdn.py (which imports this module);
-# their names are also this package's, as in the reference.
-_GDN_NAMES = {"CausalConvUpdateExtractor", "GatedDeltaNetRecurrentExtractor", "CausalConvUpdateReified",
-              "GatedDeltaNetRecurrentReified"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _GDN_NAMES:
-        from fastnnef.op.custom_extractors import gdn
-
-        return getattr(gdn, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def __getattr__(name: str) -> Any:  # the drop-in names of this path (fastnnef/reference_names.py)
+    return reference_name(__name__, name)

@@ -38,7 +38,7 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.op.custom_extractors import ModuleInfoExtractor
+from fastnnef.op.custom_extractors.base import ModuleInfoExtractor
 
 GATED_DELTA_NET_FEATURE = "gated_delta_net"  # the capabilities gate (inference_target/capabilities.py)
 GDN_RECURRENT_OP = "tract_transformers_gdn_recurrent"

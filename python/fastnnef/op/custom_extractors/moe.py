@@ -42,7 +42,7 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.op.custom_extractors import ModuleInfoExtractor
+from fastnnef.op.custom_extractors.base import ModuleInfoExtractor
 from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor
 from fastnnef.tensor.offload_slice import OffloadedSlice
 from fastnnef.torch_graph.ir import TensorValue
