@@ -55,6 +55,7 @@ Payload  # nnef/payload.py: the protocol every payload class implements (typing.
 # --- reached by string or by a metaclass --------------------------------------------------
 MOE_COMPRESSION  # compression_registry="fastnnef.llm.moe.MOE_COMPRESSION"
 REGISTERED  # ModuleInfoExtractor subclasses: read by the registering metaclass
+SelectiveScanExtractor  # op/custom_extractors/ssm.py: defining it registers it (the metaclass)
 
 # --- tests and benches -------------------------------------------------------------------
 Unregistered  # ModuleInfoExtractor subclasses: defining one registers it
