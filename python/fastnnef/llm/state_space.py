@@ -54,10 +54,18 @@ __all__ = ["MIXERS", "Mixer", "StateSpaceOps", "state_space_forward", "state_spa
 def causal_conv(x: torch.Tensor, state: torch.Tensor, conv: nn.Conv1d) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal convolution of ``x [b, C, S]`` after the ``k`` inputs of ``state
     [b, C, k]``: the S outputs (no activation) and the last ``k`` inputs as the new state."""
-    width = state.shape[-1]
-    full = torch.cat([state.to(x.dtype), x], dim=-1)
-    # Without padding, k + S inputs give S + 1 outputs: the first one is before the new inputs.
-    out = F.conv1d(full, conv.weight, conv.bias, groups=conv.groups)[..., 1:]
+    width, new = state.shape[-1], x.shape[-1]
+    full = torch.cat([state.to(x.dtype), x], dim=-1)  # [b, C, k + S]
+    # Tap j of output s reads input s + 1 + j of `full` (its first input is older than any
+    # window of the new outputs). A sum of k shifted slices, not F.conv1d: the weights are
+    # value-less stand-ins while the LLM exporter traces (tensor/offload.py), and a
+    # convolution of one fails under the tracer; the slices are as cheap for k of 3 or 4.
+    weight = conv.weight[:, 0]  # [C, k]
+    out = full[..., 1: 1 + new] * weight[:, :1]
+    for tap in range(1, conv.kernel_size[0]):
+        out = out + full[..., 1 + tap: 1 + tap + new] * weight[:, tap: tap + 1]
+    if conv.bias is not None:
+        out = out + conv.bias[:, None]
     return out, full[..., -width:].to(state.dtype)
 
 
