@@ -75,6 +75,16 @@ def build_and_export(workdir: Path, hidden: int, layers: int) -> dict[str, Path]
     return paths
 
 
+def parameters(hidden: int, layers: int) -> dict[str, int]:
+    """Each family's parameter count (a model built on the meta device: no memory)."""
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        return {family: sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+                for family, config in configs(hidden, layers).items()}
+
+
 def rate(tokens: int, seconds: float) -> float:
     return tokens / seconds if seconds > 0 else float("inf")
 
@@ -102,9 +112,10 @@ def main() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"width {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.decode} decode steps, "
           f"best of {args.repeats}; tokens/s from CPU time (wall in brackets)")
-    print("| family | prefill tok/s | decode tok/s | prefill / llama | decode / llama |")
-    print("|---|---:|---:|---:|---:|")
+    print("| family | prefill tok/s | decode tok/s | prefill / llama | decode / llama | parameters |")
+    print("|---|---:|---:|---:|---:|---:|")
     base = timings["llama"]
+    counts = parameters(args.hidden, args.layers)
     for family, t in timings.items():
         prefill = rate(args.prompt, t.best("prefill", "cpu"))
         decode = rate(args.decode, t.best("decode", "cpu"))
@@ -112,7 +123,7 @@ def main() -> None:
         decode_wall = rate(args.decode, t.best("decode", "wall"))
         print(f"| {family} | {prefill:.1f} ({prefill_wall:.1f}) | {decode:.1f} ({decode_wall:.1f}) | "
               f"{prefill / rate(args.prompt, base.best('prefill', 'cpu')):.2f} | "
-              f"{decode / rate(args.decode, base.best('decode', 'cpu')):.2f} |")
+              f"{decode / rate(args.decode, base.best('decode', 'cpu')):.2f} | {counts[family] / 1e6:.1f} M |")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def test_lfm2_artefact_conv_states(checkpoint: Callable[..., Path], tmp_path: Pa
     assert "[1, 32, 3]" in declared["in_cache_conv_0"] and "P" in declared["in_cache_key_1"]
 
 
-@pytest.mark.parametrize("name", ["mamba2", "lfm2"])
+@pytest.mark.parametrize("name", ["mamba2", "mamba", "lfm2", "falcon_h1", "jamba"])
 def test_forced_f16(name: str, checkpoint: Callable[..., Path], tmp_path: Path) -> None:
     """In f16 every bundle passes tract's check; the scan runs in f32 inside."""
     report = dump_llm(tmp_path / "out", local_dir=checkpoint(name), force_module_dtype="f16",
@@ -154,7 +154,10 @@ def test_forced_f16(name: str, checkpoint: Callable[..., Path], tmp_path: Path) 
 
 @pytest.mark.parametrize(("name", "weight", "rows"), [
     ("mamba2", "model.backbone.layers.0.mixer.in_proj.weight", 64 + 96 + 4),
+    ("mamba", "model.backbone.layers.0.mixer.in_proj.weight", 2 * 64),
     ("lfm2", "model.model.layers.0.conv.in_proj.weight", 3 * 32),
+    ("bamba", "model.model.layers.0.mamba.in_proj.weight", 64 + 96 + 4),
+    ("jamba", "model.model.layers.0.mamba.in_proj.weight", 2 * 64),
 ])
 def test_q4_0_linear_layers(name: str, weight: str, rows: int, checkpoint: Callable[..., Path],
                             tmp_path: Path) -> None:

@@ -186,12 +186,13 @@ class KVCacheLM(nn.Module):
         states = {i: (KV_STATES if layout.layer_types[i] == HYBRID else ()) + mixer.mixer.states
                   for i, mixer in self._ssm_mixers.items()}
         # Layers that see only their states take no mask (None); a hybrid layer's state-space
-        # half takes the linear-attention one (Falcon-H1), so a model with hybrid layers gets
-        # masks per layer type even when all its layers are alike.
+        # half takes the linear-attention one (Falcon-H1), and LFM2 looks its layers' masks
+        # up by type: such models get masks per layer type even when all layers are alike.
+        # (Mamba models take one mask, None, which Mamba2's model passes on as it is.)
         hybrid = HYBRID in layout.layer_types
         self._state_mask_kinds = [kind for kind in STATE_ONLY_LAYER_TYPES
                                   if kind in layout.layer_types or (hybrid and kind == LINEAR_ATTENTION)]
-        self._mask_per_type = layout.mixed or hybrid
+        self._mask_per_type = layout.mixed or hybrid or "conv" in layout.layer_types
         self.layer_names = layer_cache_names(layout.n_layers, self.linear_layers, layout.shared, states)
         self._states = states
         # The past length P is read from the first layer's keys (its place among the cache

@@ -11,8 +11,8 @@ whose body is one step of the recurrence (a ``fastnnef_ssm_step_`` fragment), sy
 the same rank R; axis 1 is time (length S for dt, x, B, C; 1 for A and the state), and per
 step the operands broadcast to the state's shape::
 
-    state = exp(dt * A) * state + (dt * B) * x
-    y     = sum over the last axis of (state * C)     (that axis dropped)
+    state = exp(dt * A) * state + (dt * x) @ B        (an outer product: x's last axis is 1)
+    y     = state @ C^T                               (C's time axis is 1: the last axis dropped)
 
 ``y`` is ``[b, S, ...]`` (the state's dims after time, less the last); ``final_state`` has
 the state's shape. Mamba's diagonal state ``[b, 1, D, N]`` takes ``dt, x [b, S, D, 1]``,
@@ -55,8 +55,8 @@ class SelectiveScanReified(nn.Module):
         for step in range(dt.shape[1]):
             at = slice(step, step + 1)
             dt_t = dt[:, at]
-            state = torch.exp(dt_t * A) * state + (dt_t * B[:, at]) * x[:, at]
-            outputs.append((state * C[:, at]).sum(-1))
+            state = torch.exp(dt_t * A) * state + (dt_t * x[:, at]) @ B[:, at]
+            outputs.append((state @ C[:, at].transpose(-1, -2))[..., 0])
         return torch.cat(outputs, dim=1), state
 
 
@@ -64,9 +64,11 @@ def _step_fragment(rank: int) -> tuple[str, str]:
     """The scan body for tensors of ``rank``: its name (a hash of its text) and text."""
     last = rank - 1
     params = ", ".join(f"{p}: tensor<scalar>" for p in _PARAMS)
+    # Products as matmuls (an outer product, a product with C): in tract about 2x faster
+    # per step than broadcast multiplications and a sum, on a Mamba2 state of [32, 64, 128].
     rest = (f"({params}) -> (y: tensor<scalar>, h_next: tensor<scalar>)\n{{\n"
-            "  h_next = add(mul(exp(mul(dt, a)), h), mul(mul(dt, b), x));\n"
-            f"  y = squeeze(sum_reduce(mul(h_next, c), axes = [{last}]), axes = [{last}]);\n}}")
+            "  h_next = add(mul(exp(mul(dt, a)), h), matmul(mul(dt, x), b));\n"
+            f"  y = squeeze(matmul(h_next, c, transposeB = true), axes = [{last}]);\n}}")
     name = f"{STEP_PREFIX}{hashlib.sha1(rest.encode()).hexdigest()[:10]}"
     return name, f"fragment {name}{rest}"
 
