@@ -58,6 +58,7 @@ _.do_HEAD
 # --- reached by string or by a metaclass --------------------------------------------------
 MOE_COMPRESSION  # compression_registry="fastnnef.llm.moe.MOE_COMPRESSION"
 REGISTERED  # ModuleInfoExtractor subclasses: read by the registering metaclass
+SelectiveScanExtractor  # op/custom_extractors/ssm.py: defining it registers it (the metaclass)
 
 # --- tests and benches -------------------------------------------------------------------
 Unregistered  # ModuleInfoExtractor subclasses: defining one registers it

@@ -59,27 +59,34 @@ def test_generation_matches_hugging_face(model_type: str, checkpoint: Callable[.
 def _assert_cache_is_the_models(checkpoint: Path, tests_dir: Path) -> None:
     """The artefact's cache after the prompt holds, per layer, keys and values of the heads
     and widths the model's own cache holds after the same prompt (multi-head latent
-    attention: the latent and the rotary key, one head each), and nothing where the
-    model's holds nothing (a layer reusing another's keys and values). The sequence axis aside:
-    transformers trims sliding-window layers to the window, the artefact keeps the past."""
+    attention: the latent and the rotary key, one head each), convolution and recurrent
+    states of the shapes the model's own (gated delta nets, state-space layers; hybrid
+    layers both), and nothing where the model's holds nothing (a layer reusing another's
+    keys and values). The sequence axis aside: transformers trims sliding-window layers to
+    the window, the artefact keeps the past."""
     inputs, outputs = (np.load(tests_dir / f"prompt_{kind}.npz") for kind in ("inputs", "outputs"))
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     with torch.no_grad():
         out = model(torch.from_numpy(inputs["input_ids"]), use_cache=True)
     cache = out["cache"] if "cache" in out else out["past_key_values"]  # renamed in transformers 5.24
-    kept = [layer for layer in range(len(cache.layers))
-            if f"out_cache_key_{layer}" in outputs or f"out_cache_conv_{layer}" in outputs]
-    assert len(kept) == sum(name.startswith(("out_cache_key_", "out_cache_conv_")) for name in outputs)
+    exported = {name for name in outputs if name.startswith("out_cache_")}
+    checked = set()
     for layer, held in enumerate(cache.layers):
-        if f"out_cache_conv_{layer}" in outputs:  # gated delta net: states (test_gated_delta_net.py)
-            assert not hasattr(held, "keys") or held.keys is None, layer
-            continue
-        if layer not in kept:  # KV sharing: the model keeps nothing for a layer reusing another's keys and values
-            assert held.keys is None, layer
+        for kind, attribute in (("conv", "conv_states"), ("recurrent", "recurrent_states")):
+            name = f"out_cache_{kind}_{layer}"
+            if name in outputs:
+                assert outputs[name].shape == tuple(getattr(held, attribute)[0].shape), (layer, kind)
+                checked.add(name)
+        if f"out_cache_key_{layer}" not in outputs:
+            # KV sharing, or a layer with states only: the model keeps no keys for it either
+            assert getattr(held, "keys", None) is None, layer
             continue
         for kind, tensor in (("key", held.keys), ("value", held.values)):
-            exported = outputs[f"out_cache_{kind}_{layer}"].shape
-            assert (exported[:2], exported[3:]) == (tuple(tensor.shape[:2]), tuple(tensor.shape[3:])), (layer, kind)
+            name = f"out_cache_{kind}_{layer}"
+            shape = outputs[name].shape
+            assert (shape[:2], shape[3:]) == (tuple(tensor.shape[:2]), tuple(tensor.shape[3:])), (layer, kind)
+            checked.add(name)
+    assert checked == exported
 
 
 def _moe_forms(name: str) -> list[str | MoEFFNPlan]:

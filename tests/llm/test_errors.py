@@ -122,7 +122,8 @@ REFUSALS = {
     "gemma4_text": r"use_bidirectional_attention='all' makes every token see the ones after it: the model is not a "
                    r"causal decoder",
     "mpt": r"its ALiBi attention biases are sliced from a table by the sequence length",
-    "lfm2": r"layer 0 is a 'conv' layer: short-convolution layers keep a convolution state",
+    "recurrent_gemma": r"its recurrent layers \(RG-LRU: a gated linear recurrence whose input scale resets at "
+                       r"position 0\) are not among the state-space layers the exporter lays out",
     "phimoe": r"its rotary embedding picks short_mscale=1\.0 or long_mscale=1\.2 "
               r"with a Python branch on the sequence length",
 }

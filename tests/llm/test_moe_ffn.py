@@ -156,7 +156,7 @@ def test_fused_experts_are_sliced_without_reading(
 
 
 # --- DeepSeek and Granite-MoE-hybrid, on the MoE block alone (every routing variant; the whole --
-# --- DeepSeek models are exported in test_architectures.py; the LLM exporter has no mamba layers) --
+# --- models, Granite's Mamba2 layers included, are exported in test_architectures.py) -----------
 def _deepseek_v3(**routing: Any) -> Any:
     return _decoder(
         transformers.DeepseekV3Config, n_routed_experts=8, moe_intermediate_size=32, first_k_dense_replace=0,

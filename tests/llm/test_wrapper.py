@@ -52,6 +52,22 @@ def test_linear_attention_states_names_and_axes() -> None:
                                                      "in_cache_value_1": {2: "P"}}
 
 
+def test_state_space_names_axes_and_assertions() -> None:
+    """State-space layers (their own state names: LFM2's convolution state alone), a hybrid
+    layer (keys and values, then its states) and a layer without a cache (Nemotron-H's
+    MoE layers); P only on keys and values, and none at all without them."""
+    states = {0: ("conv",), 1: ("key", "value", "conv", "recurrent")}
+    inputs, outputs = io_names(3, shared_layers=(2,), states=states)
+    assert inputs == ["input_ids", "in_cache_conv_0", "in_cache_key_1", "in_cache_value_1", "in_cache_conv_1",
+                      "in_cache_recurrent_1"]
+    assert outputs == ["outputs"] + [name.replace("in_", "out_", 1) for name in inputs[1:]]
+    assert dynamic_axes(3, shared_layers=(2,), states=states) == {
+        "input_ids": {1: "S"}, "in_cache_key_1": {2: "P"}, "in_cache_value_1": {2: "P"}}
+    assert dynamic_axes(2, states={0: ("conv", "recurrent"), 1: ("conv", "recurrent")}) == {"input_ids": {1: "S"}}
+    assert assertions(None, has_past=False) == ["tract_assert S >= 1"]
+    assert assertions(64, has_past=False) == ["tract_assert S >= 1", "tract_assert S < 64"]
+
+
 def test_shared_layers_have_no_cache_and_others_keep_their_index() -> None:
     """KV sharing (Gemma 4): the last two layers reuse the keys and values of layers 0 and
     1 and keep no cache, so the artefact has none for them; the global layers cache one

@@ -36,6 +36,19 @@ _GATED_DELTA_NET: dict[str, Any] = dict(
     linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
     linear_conv_kernel_dim=4,
 )
+# Pure state-space models: 2 Mamba layers of 64 channels (expand 2) over a state of 8, a
+# convolution of 4 taps with a bias.
+_MAMBA: dict[str, Any] = dict(
+    num_hidden_layers=2, hidden_size=32, state_size=8, expand=2, conv_kernel=4, use_conv_bias=True,
+    vocab_size=VOCAB, initializer_range=INIT, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    tie_word_embeddings=False,
+)
+# The Mamba2 layers of the hybrids (Bamba, Granite 4.0-H): 4 heads of 16 in 2 groups, a
+# state of 8, a convolution of 4 taps.
+_MAMBA2_HYBRID: dict[str, Any] = dict(
+    mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+    mamba_chunk_size=4,
+)
 # Qwen3.5's multimodal rotary embedding on text: 4 rotated frequency pairs (half of head_dim
 # 16), interleaved over sections of 2, 1 and 1. (The default sections, 11+11+10 pairs,
 # would leave a tiny head's sections empty.)
@@ -230,6 +243,44 @@ CONFIGS: dict[str, Callable[[], Any]] = {
                                   shared_expert_intermediate_size=32),
         vision_config=_QWEN3_5_VISION, tie_word_embeddings=False,
     ),
+    # State-space and short-convolution layers (llm/state_space.py).
+    "lfm2": lambda: _decoder(transformers.Lfm2Config, num_hidden_layers=3,
+                             layer_types=["conv", "full_attention", "conv"], conv_bias=True),
+    "mamba": lambda: transformers.MambaConfig(**_MAMBA),
+    "falcon_mamba": lambda: transformers.FalconMambaConfig(**_MAMBA),
+    "mamba2": lambda: transformers.Mamba2Config(**{**_MAMBA, "num_heads": 4, "head_dim": 16, "n_groups": 2,
+                                                   "chunk_size": 4}),
+    "lfm2_moe": lambda: _decoder(
+        transformers.Lfm2MoeConfig, num_hidden_layers=3, layer_types=["conv", "full_attention", "conv"],
+        num_dense_layers=1, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    ),
+    # Hybrids: a Mamba2 layer (4 heads of 16 in 2 groups, a state of 8), then attention.
+    "bamba": lambda: _decoder(transformers.BambaConfig, attn_layer_indices=[1], **_MAMBA2_HYBRID),
+    "granitemoehybrid": lambda: _decoder(
+        transformers.GraniteMoeHybridConfig, layer_types=["mamba", "attention"], num_local_experts=4,
+        num_experts_per_tok=2, shared_intermediate_size=48, **_MAMBA2_HYBRID,
+    ),
+    "nemotron_h": lambda: _decoder(
+        transformers.NemotronHConfig, num_hidden_layers=3, layers_block_type=["mamba", "attention", "moe"],
+        head_dim=8, ssm_state_size=8, mamba_num_heads=4, mamba_head_dim=16, n_groups=2, conv_kernel=4, expand=2,
+        chunk_size=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        moe_shared_expert_intermediate_size=32,
+    ),
+    # Attention and Mamba2 side by side in each layer, with Falcon-H1's multipliers.
+    "falcon_h1": lambda: _decoder(
+        transformers.FalconH1Config, mamba_d_ssm=64, ssm_multipliers=[0.5, 1.5, 0.8, 1.2, 0.9], ssm_in_multiplier=0.7,
+        attention_in_multiplier=0.9, key_multiplier=1.1, mlp_multipliers=[0.8, 1.2], **_MAMBA2_HYBRID,
+    ),
+    # Mamba2 layers, the second with Zamba2's shared attention block before it (hybrid).
+    "zamba2": lambda: _decoder(
+        transformers.Zamba2Config, layers_block_type=["mamba", "hybrid"], mamba_d_state=8, mamba_d_conv=4,
+        mamba_expand=2, mamba_ngroups=2, n_mamba_heads=4, chunk_size=4, num_mem_blocks=1,
+    ),
+    "jamba": lambda: _decoder(
+        transformers.JambaConfig, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+        expert_layer_offset=1, num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_d_conv=4,
+        mamba_expand=2,
+    ),
     # Multi-head latent attention (_mla): MoE families with 3 layers, the first dense.
     "deepseek_v3": lambda: _mla(
         transformers.DeepseekV3Config, q_lora_rank=24, n_group=4, topk_group=2, norm_topk_prob=True,
@@ -293,7 +344,10 @@ REFUSED: dict[str, Callable[[], Any]] = {
     "mpt": lambda: transformers.MptConfig(
         n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
     ),
-    "lfm2": lambda: _decoder(transformers.Lfm2Config, layer_types=["conv", "full_attention"]),
+    "recurrent_gemma": lambda: transformers.RecurrentGemmaConfig(
+        num_hidden_layers=3, hidden_size=32, intermediate_size=64, num_attention_heads=4, lru_width=32,
+        attention_window_size=8, vocab_size=VOCAB,
+    ),
     "phimoe": lambda: _decoder(
         transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,
         rope_parameters={

@@ -258,7 +258,8 @@ def dump_llm(
                 wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
-                nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
+                nnef_variable_naming_scheme=naming,
+                custom_extensions=assertions(layout.max_positions, wrapper.has_past),
             )
         if dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
@@ -384,11 +385,11 @@ def _check_counts(num_logits_to_keep: Any, total: Any) -> None:
         )
 
 
-def _check_positions(max_positions: int, total: int) -> None:
+def _check_positions(max_positions: int | None, total: int) -> None:
     """The traced example, the modes and the generated tokens must fit below the model's
-    maximum position count (tract_assert S+P < max)."""
+    maximum position count (tract_assert S+P < max), where it has one."""
     needed = total + max(trace_new_tokens(total), GENERATED_TOKENS)
-    if needed >= max_positions:
+    if max_positions is not None and needed >= max_positions:
         raise T2NErrorInvalidArgument(
             f"the model handles positions below {max_positions}, but the export needs {needed} "
             f"(-sgts {total} prompt tokens, then {GENERATED_TOKENS} generated ones): lower -sgts"

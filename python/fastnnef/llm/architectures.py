@@ -12,12 +12,14 @@ export must generate exactly Hugging Face's greedy tokens in tract, or it fails)
   outside it is attempted; with ``no_verify`` it is exported with a warning that it is
   unverified.
 - ``refusal`` names what is known not to work, before anything is loaded: layers the
-  wrapper does not handle (``REFUSED_LAYER_TYPES``: the states of Mamba, ``conv`` and
-  ``hybrid`` layers, the indexer keys of ``indexed_attention``; ``linear_attention`` layers
-  other than Qwen3-Next / Qwen3.5 gated delta nets, whose states llm/linear_attention.py
-  lays out), multi-head latent attention from a checkpoint's own code (its cache layout is
-  unknown), configs of a family known to export wrongly (``REFUSED_CONFIGS``);
-  ``architecture_of`` also names a config field the cache layout needs and lacks.
+  wrapper does not handle (``REFUSED_LAYER_TYPES``: the indexer keys of
+  ``indexed_attention``; gated delta nets whose heads tract's op cannot run), multi-head
+  latent attention from a checkpoint's own code (its cache layout is unknown), configs of
+  a family known to export wrongly (``REFUSED_CONFIGS``, RecurrentGemma's RG-LRU layers
+  among them); ``architecture_of`` also names a config field the cache layout needs and
+  lacks. ``linear_attention`` layers are gated delta nets (llm/linear_attention.py) when
+  the config names their fields, else state-space layers, as ``conv`` and ``hybrid`` ones
+  are (llm/state_space.py, which refuses a mixer module it does not know).
 
 ``KVLayout`` is read from the config: the cache shapes ``[1, n_kv_heads, P, head_dim]``
 (keys) and ``[1, n_kv_heads, P, value_head_dim]`` (values) of each layer (its own, where
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
-from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal
+from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal, is_gated_delta_net_config
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -46,10 +48,10 @@ SLIDING_ATTENTION = "sliding_attention"
 # Layer types (transformers' config.layer_types) whose state is not a key/value cache:
 # their recurrent or convolution state would need extra cache inputs the wrapper lacks.
 # (linear_attention layers are gated delta nets when the config says so: see refusal.)
+# (conv, hybrid and non-gated-delta-net linear_attention layers are state-space layers:
+# llm/state_space.py lays out their states, and refuses a module it does not know.)
 REFUSED_LAYER_TYPES = {
-    "conv": "short-convolution layers keep a convolution state, not a key/value cache",
     "mamba": "Mamba layers keep a recurrent state, not a key/value cache",
-    "hybrid": "hybrid attention + Mamba layers keep a recurrent state besides the key/value cache",
     "indexed_attention": "sparse attention layers (DeepSeek sparse attention's lightning indexer) keep indexer keys "
                          "besides the key/value cache",
 }
@@ -147,6 +149,24 @@ TESTED: dict[str, Architecture] = {
         Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)", "gated delta net layers"),
         Architecture("qwen3_5_moe_text", "Qwen3.5-MoE (text-only checkpoints)",
                      "gated delta net layers, mixture of experts"),
+        # State-space and short-convolution layers: their states as cache IO (llm/state_space.py).
+        Architecture("lfm2", "LFM2 (Liquid)",
+                     "gated short convolutions (convolution states) and attention layers; f16, Q4_0"),
+        Architecture("lfm2_moe", "LFM2-MoE (Liquid)",
+                     "gated short convolutions, mixture of experts after a dense layer"),
+        Architecture("mamba", "Mamba",
+                     "selective scan (tract_core_scan), convolution and recurrent states, no attention; f16, Q4_0"),
+        Architecture("falcon_mamba", "Falcon-Mamba", "Mamba with RMS norms on dt, B and C"),
+        Architecture("mamba2", "Mamba2",
+                     "multi-head selective scan, B and C in groups, gated RMS norm, no attention; f16, Q4_0"),
+        Architecture("bamba", "Bamba", "Mamba2 and attention layers; Q4_0"),
+        Architecture("granitemoehybrid", "Granite 4.0-H (granitemoehybrid)",
+                     "Mamba2 and attention layers, mixture of experts, shared expert"),
+        Architecture("nemotron_h", "Nemotron-H", "Mamba2, attention and MoE-only layers"),
+        Architecture("falcon_h1", "Falcon-H1", "attention and Mamba2 side by side in every layer, µP multipliers; f16"),
+        Architecture("zamba2", "Zamba2", "Mamba2 layers, a shared attention block before a hybrid layer"),
+        Architecture("jamba", "Jamba",
+                     "Mamba (with dt, B, C norms) and attention layers, mixture of experts; f16, Q4_0"),
         # Multi-head latent attention: the cache holds the latent and the rotary key (kv_layout).
         Architecture("deepseek_v2", "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
                      "multi-head latent attention, complex rotary, with and without q LoRA, shared experts after a "
@@ -215,10 +235,17 @@ def _bidirectional(config: Any) -> str | None:
     return None
 
 
+def _recurrent_gemma(config: Any) -> str | None:
+    return ("its recurrent layers (RG-LRU: a gated linear recurrence whose input scale resets at position 0) are not "
+            "among the state-space layers the exporter lays out (Mamba, Mamba2, short convolutions); tract could run "
+            "them as a tract_core_scan, but no forward of the exporter computes them yet")
+
+
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
 REFUSED_CONFIGS: dict[str, Callable[[Any], str | None]] = {
     "phimoe": _phimoe_mscales, "mpt": _mpt, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
+    "recurrent_gemma": _recurrent_gemma,
 }
 
 
@@ -238,7 +265,7 @@ def refusal(config: Any) -> str | None:
     for layer, kind in enumerate(layer_types):
         if kind in REFUSED_LAYER_TYPES:
             return f"layer {layer} is a {kind!r} layer: {REFUSED_LAYER_TYPES[kind]}"
-    if LINEAR_ATTENTION in layer_types:
+    if LINEAR_ATTENTION in layer_types and is_gated_delta_net_config(text):
         return gdn_config_refusal(text)
     return None
 
@@ -259,7 +286,7 @@ class KVLayout:
     value_dims: tuple[int, ...]  # per layer: width of each cached value (multi-head latent attention: not the key's)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
     windows: dict[str, int | None]  # layer type -> attention window (None: all the past)
-    max_positions: int  # S+P must stay below (tract_assert S+P < max_positions)
+    max_positions: int | None  # S+P must stay below (tract_assert S+P < max_positions); None: no bound
     shared: tuple[int, ...] = ()  # layers without a cache of their own (KV sharing)
 
     @property
@@ -288,6 +315,12 @@ class KVLayout:
 # transformers' cache layer type of a layer that keeps no cache (a KV-sharing layer, or one
 # without attention): its attention type is then read from config.layer_types.
 NO_CACHE = "dummy"
+# Configured layer types of layers without a token mixer (Nemotron-H's MoE and MLP layers).
+NO_ATTENTION = ("moe", "mlp")
+# Cache layer types of layers that keep states and no keys and values (gated delta nets,
+# Mamba, LFM2's short convolutions), and of layers that keep both (attention beside Mamba).
+STATE_ONLY = (LINEAR_ATTENTION, "conv")
+HYBRID = "hybrid"
 
 
 def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]]:
@@ -322,8 +355,15 @@ def kv_layout(config: Any) -> KVLayout:
     layer_types, kwargs = cache_layer_types(text)
     configured_types = getattr(text, "layer_types", None) or layer_types
     configs = layer_configs(text, len(layer_types))
-    kv_heads, key_dims, value_dims = [], [], []
-    for layer_config in configs:
+    kv_heads: list[int] = []
+    key_dims: list[int] = []
+    value_dims: list[int] = []
+    for layer_config, kind in zip(configs, layer_types):
+        if kind in STATE_ONLY or (kind == NO_CACHE and configured_types[len(kv_heads)] in NO_ATTENTION):
+            kv_heads.append(0)  # no keys and values: a state-space layer, or one without a token mixer
+            key_dims.append(0)
+            value_dims.append(0)
+            continue
         n_heads = _int_attr(layer_config, "num_attention_heads")
         if getattr(layer_config, MLA_FIELD, None):
             n_kv, head_dim, value_head_dim = 1, _int_attr(layer_config, MLA_FIELD), _int_attr(layer_config,
@@ -342,8 +382,10 @@ def kv_layout(config: Any) -> KVLayout:
             shared.append(layer)
             kind = layer_types[layer] = configured_types[layer]
             kw = {"sliding_window": getattr(configs[layer], "sliding_window", None)}
-        if kind == LINEAR_ATTENTION:
-            continue  # no key/value cache: its states are laid out by linear_attention.linear_layout
+        if kind in STATE_ONLY or kind in NO_ATTENTION:
+            continue  # no key/value cache: states laid out by linear_attention.py or state_space.py, or none
+        if kind == HYBRID:
+            kind = FULL_ATTENTION  # attention over all the past, beside a state-space mixer (its states)
         if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
             raise T2NErrorNotImplemented(
                 f"layer {layer} of this {config.model_type} model has attention type {kind!r}; the "
@@ -355,11 +397,17 @@ def kv_layout(config: Any) -> KVLayout:
                 f"layers of type {kind!r} have different windows ({windows[kind]} and {window}): "
                 "one mask per layer type cannot express that"
             )
-    max_positions = _int_attr(text, "max_position_embeddings")
+    # A model without attention has no positions to bound (Mamba configs have no maximum).
+    max_positions = _int_attr(text, "max_position_embeddings") if windows else _optional_int(text,
+                                                                                            "max_position_embeddings")
     return KVLayout(
         n_layers=len(layer_types), kv_heads=tuple(kv_heads), key_dims=tuple(key_dims), value_dims=tuple(value_dims),
         layer_types=tuple(layer_types), windows=windows, max_positions=max_positions, shared=tuple(shared),
     )
+
+
+def _optional_int(config: Any, name: str) -> int | None:
+    return _int_attr(config, name) if getattr(config, name, None) is not None else None
 
 
 def _int_attr(config: Any, name: str) -> int:

@@ -22,7 +22,7 @@ stored as f32, ``input_ids`` as int64):
 Unlike the reference, ``prompt_with_past`` and ``text_generation`` continue the text
 (the reference repeats tokens after their own past), so one forward of the prompt and
 the S tokens after it gives every mode's expected outputs and the traced example's,
-and ``modes.json`` lists exactly the files written. A model with linear-attention layers
+and ``modes.json`` lists exactly the files written. A model with linear-attention or state-space layers
 also runs the past of each mode and the traced example: their states after a prefix are
 not a slice of the states after the whole text.
 """
@@ -120,9 +120,9 @@ class TorchRunner:
 
     def _past(self, ids: torch.Tensor, cache: list[torch.Tensor], past: int) -> list[torch.Tensor]:
         """The cache after the first ``past`` tokens of ``ids``, whose full forward gave
-        ``cache``: a slice of it, or a forward of the prefix when linear-attention states
+        ``cache``: a slice of it, or a forward of the prefix when linear-attention or state-space states
         are part of it (see the module docstring)."""
-        if not self.wrapper.linear_layers:
+        if not self.wrapper.state_layers:
             return [c[:, :, :past] for c in cache]
         if past == 0:
             return self.wrapper.empty_cache(self.cache_dtype)
@@ -139,17 +139,17 @@ class TorchRunner:
         causal: each case's outputs are the text's logits at its new positions (the last
         ``num_logits_to_keep`` of them) and the cache of its past and new positions.
         Each forward of a large model reads every weight, so one is run, not four (two
-        for a model with linear-attention layers, whose states are not sliced)."""
+        for a model with linear-attention or state-space layers, whose states are not sliced)."""
         new = trace_new_tokens(total)
         ids = tokens[:, : total + new]
         empty = self.wrapper.empty_cache(self.cache_dtype)
         with torch.no_grad():
-            logits, *cache = self.every_position(ids if not self.wrapper.linear_layers else ids[:, :total], *empty)
+            logits, *cache = self.every_position(ids if not self.wrapper.state_layers else ids[:, :total], *empty)
         modes = [self._case(name, ids, logits, cache, past, total) for name, past in
                  zip(MODES, (0, total // 2, total - 1))]
         past = list(modes[0].outputs.values())[1:]
         inputs = dict(zip(self.input_names, (ids[:, total:], *past)))
-        if self.wrapper.linear_layers:
+        if self.wrapper.state_layers:
             with torch.no_grad():
                 outputs = dict(zip(self.output_names, self.wrapper(*inputs.values())))
             return modes, Bundle("export", inputs, outputs)
@@ -163,7 +163,7 @@ class TorchRunner:
         keep = self.wrapper.num_logits_to_keep
         if keep:
             new_logits = new_logits[:, -keep:]
-        until_end = cache if cache[0].shape[2] == end or self.wrapper.linear_layers else [c[:, :, :end] for c in cache]
+        until_end = cache if cache[0].shape[2] == end or self.wrapper.state_layers else [c[:, :, :end] for c in cache]
         inputs = (ids[:, past:end], *self._past(ids, cache, past))
         return Bundle(name, dict(zip(self.input_names, inputs)), dict(zip(self.output_names, (new_logits, *until_end))))
 

@@ -6,15 +6,16 @@ returns ``out_cache_*`` ``[1, n_kv, P+S, hd]``: the past followed by the new ent
 ``update`` concatenates the new keys and values on the sequence axis. The layers are
 filled per instance (no class of transformers is patched), and are plain ``DynamicLayer``
 even for sliding-window layers: the artefact keeps every past entry, and the sliding
-mask built by the wrapper hides those outside the window. Linear-attention layers take
-and return their two fixed-size states instead (llm/linear_attention.py); a layer that
-reuses another's keys and values (KV sharing) takes and returns nothing.
+mask built by the wrapper hides those outside the window. Linear-attention and
+state-space layers take and return their fixed-size states instead (llm/linear_attention.py,
+llm/state_space.py), hybrid layers both; a layer that reuses another's keys and values (KV
+sharing) takes and returns nothing.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -42,32 +43,39 @@ def cache_kwarg(model: Any) -> str:
     )
 
 
-def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int] = (),
-                    shared_layers: Collection[int] = ()) -> DynamicCache:
-    """A cache holding ``flat = (key_0, value_0, key_1, value_1, ...)`` as its past (an
-    empty past, P = 0, is a zero-length tensor on the sequence axis). The layers in
-    ``linear_layers`` take ``(conv_i, recurrent_i)`` instead, held as ``LinearStates``
-    (llm/linear_attention.py reads and replaces them); those in ``shared_layers`` take
-    nothing: they get transformers' ``DummyLayer``, as the model's own cache gives a layer
-    that reuses another's keys and values."""
-    pairs = iter(zip(flat[0::2], flat[1::2]))
+#: What each of a layer's cache tensors is, by its name in the artefact's IO
+#: (``in_cache_{name}_{i}``): the attribute of the layer's cache object that holds it.
+CACHE_ATTRIBUTES = {"key": "keys", "value": "values", "conv": "conv", "recurrent": "recurrent"}
+
+
+def cache_from_flat(flat: Sequence[torch.Tensor], layer_names: Sequence[Sequence[str]]) -> DynamicCache:
+    """A cache holding the flat tensors as its past, layer by layer: ``layer_names[i]`` names
+    layer i's tensors (``wrapper.layer_cache_names``), e.g. ``("key", "value")``. An empty
+    past (P = 0) is a zero-length tensor on the sequence axis. A layer with keys and values
+    is a ``DynamicLayer``; one with convolution or recurrent states only (gated delta nets,
+    state-space layers) a ``LinearStates``, which their forwards read and replace; one that
+    has both (a hybrid layer) a ``DynamicLayer`` that also holds the states; one with
+    nothing gets transformers' ``DummyLayer``, as the model's own cache gives a layer that
+    reuses another's keys and values."""
+    given = iter(flat)
     layers: list[Any] = []
-    for index in range(len(flat) // 2 + len(shared_layers)):
-        if index in shared_layers:
+    for names in layer_names:
+        if not names:
             from transformers.cache_utils import DummyLayer  # only releases with KV sharing have it
 
             layers.append(DummyLayer())
             continue
-        first, second = next(pairs)
-        if index in linear_layers:
-            layers.append(LinearStates(first, second))
+        tensors = {name: next(given) for name in names}
+        if "key" not in tensors:
+            layers.append(LinearStates(tensors["conv"], tensors.get("recurrent")))
             continue
         layer = DynamicLayer()
         # What lazy_initialization sets up, without the empty torch.tensor([]) it starts
         # from: the first update then concatenates onto the given past.
-        layer.dtype, layer.device = first.dtype, first.device
-        layer.keys, layer.values = first, second
+        layer.dtype, layer.device = tensors["key"].dtype, tensors["key"].device
         layer.is_initialized = True
+        for name, tensor in tensors.items():
+            setattr(layer, CACHE_ATTRIBUTES[name], tensor)
         layers.append(layer)
     cache = DynamicCache()
     cache.layers = layers
@@ -75,20 +83,13 @@ def cache_from_flat(flat: Sequence[torch.Tensor], linear_layers: Collection[int]
     return cache
 
 
-def flat_from_cache(cache: DynamicCache, n_layers: int, shared_layers: Collection[int] = ()) -> list[torch.Tensor]:
-    """``(key_0, value_0, ...)`` after the forward: each layer's past plus the new entries
-    (a linear-attention layer's states after the forward; nothing for a shared layer)."""
-    if len(cache.layers) != n_layers:
+def flat_from_cache(cache: DynamicCache, layer_names: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+    """The flat tensors after the forward, in the order of ``layer_names``: each layer's
+    past plus the new entries, its states after the forward."""
+    if len(cache.layers) != len(layer_names):
         raise T2NErrorNotImplemented(
-            f"the model used {len(cache.layers)} cache layers where its config has {n_layers}: "
+            f"the model used {len(cache.layers)} cache layers where its config has {len(layer_names)}: "
             "its cache layout is not one the exporter knows"
         )
-    flat: list[torch.Tensor] = []
-    for index, layer in enumerate(cache.layers):
-        if index in shared_layers:
-            continue
-        if isinstance(layer, LinearStates):
-            flat += [layer.conv, layer.recurrent]
-        else:
-            flat += [layer.keys, layer.values]
-    return flat
+    return [getattr(layer, CACHE_ATTRIBUTES[name]) for layer, names in zip(cache.layers, layer_names)
+            for name in names]

@@ -50,7 +50,8 @@ GDN_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head
               "linear_conv_kernel_dim")
 _SILU = ("silu", "swish")
 __all__ = ["GATED_DELTA_NET_FEATURE", "GDN_FIELDS", "LINEAR_ATTENTION", "GatedDeltaNetOps", "LinearLayout",
-           "LinearStates", "gated_delta_net_forward", "gdn_config_refusal", "linear_attention_modules", "linear_layout"]
+           "LinearStates", "gated_delta_net_forward", "gdn_config_refusal", "is_gated_delta_net_config",
+           "linear_attention_modules", "linear_layout"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ def gdn_config_refusal(text_config: Any) -> str | None:
     if text_config.linear_num_value_heads % text_config.linear_num_key_heads:
         return "its gated delta net's value heads are not a multiple of its key heads"
     return None
+
+
+def is_gated_delta_net_config(text_config: Any) -> bool:
+    """Whether the config's linear-attention layers are gated delta nets (it names one of
+    their fields); other linear-attention layers are state-space ones (llm/state_space.py)."""
+    return any(getattr(text_config, f, None) is not None for f in GDN_FIELDS)
 
 
 def linear_layout(text_config: Any, layer_types: tuple[str, ...]) -> LinearLayout | None:
@@ -106,7 +113,7 @@ class LinearStates:
     the forward, replaced by those after it."""
 
     conv: torch.Tensor
-    recurrent: torch.Tensor
+    recurrent: torch.Tensor | None = None  # None for a layer with a convolution state only (llm/state_space.py)
 
 
 class GatedDeltaNetOps(nn.Module):

@@ -7,8 +7,12 @@ multi-head latent attention's do). Outputs: ``outputs`` (logits ``[1, N, V]``), 
 ``out_cache_key_{i}``, ``out_cache_value_{i}`` ``[1, n_kv, P+S, hd]``. A linear-attention
 (gated delta net) layer takes ``in_cache_conv_{i}``, ``in_cache_recurrent_{i}`` and returns
 ``out_cache_conv_{i}``, ``out_cache_recurrent_{i}`` instead: fixed-size states, no P axis
-(llm/linear_attention.py). A layer that reuses another layer's keys and values (KV
-sharing, ``KVLayout.shared``) has no cache input or output; the others keep their index.
+(llm/linear_attention.py); so does a state-space layer (Mamba, Mamba2: both states; LFM2's
+short convolutions: the convolution state only; llm/state_space.py), and a hybrid layer
+(attention beside Mamba2, Falcon-H1) takes its keys and values, then its states. A model
+without keys and values (Mamba) has no P at all. A layer that reuses another layer's keys
+and values (KV sharing, ``KVLayout.shared``), or has no token mixer (Nemotron-H's MoE
+layers), has no cache input or output; the others keep their index.
 
 Everything that depends on S and P is built from the tensors' sizes, so the traced graph
 is symbolic in both and one artefact serves prompt processing (P = 0) and generation
@@ -19,7 +23,7 @@ is symbolic in both and one artefact serves prompt processing (P = 0) and genera
 - the mask is additive ``[1, 1, S, P+S]``: query i (absolute position P+i) sees key j
   when ``j <= P+i``, and for a sliding-window layer only when also ``j > P+i - window``
   (transformers' rule). Models with several layer types get one mask per type (none
-  for linear-attention layers, which see only their states).
+  for linear-attention and state-space layers, which see only their states).
 
 Multimodal decoders (``fastnnef.multimodal``) give the wrapper ``extra_inputs``: graph
 inputs after the cache (the modality embeddings and what places them) that turn
@@ -30,7 +34,7 @@ masks let see, e.g. image tokens seeing each other), and may add outputs after t
 from __future__ import annotations
 
 import inspect
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 import torch
@@ -42,36 +46,59 @@ from fastnnef.llm.linear_attention import (
     LINEAR_ATTENTION,
     GatedDeltaNetOps,
     gated_delta_net_forward,
+    is_gated_delta_net_config,
     linear_attention_modules,
     linear_layout,
 )
+from fastnnef.llm.state_space import StateSpaceOps, state_space_forward, state_space_mixers
+
+# transformers' cache layer types of layers that keep states (the mask of a layer that
+# keeps states only is None: it sees only its states).
+HYBRID = "hybrid"
+STATE_LAYER_TYPES = (LINEAR_ATTENTION, "conv", HYBRID)
+STATE_ONLY_LAYER_TYPES = (LINEAR_ATTENTION, "conv")
 
 KV_STATES = ("key", "value")
 LINEAR_STATES = ("conv", "recurrent")
 
 
-def io_names(n_layers: int, linear_layers: Collection[int] = (),
-             shared_layers: Collection[int] = ()) -> tuple[list[str], list[str]]:
+def layer_cache_names(n_layers: int, linear_layers: Collection[int] = (), shared_layers: Collection[int] = (),
+                      states: Mapping[int, tuple[str, ...]] | None = None) -> list[tuple[str, ...]]:
+    """Each layer's cache tensors, by kind: keys and values, a gated delta net's two states
+    (``linear_layers``), nothing for a shared layer, or what ``states`` gives the layer
+    (state-space layers; hybrid layers: keys and values, then their states)."""
+    states = states or {}
+    return [() if i in shared_layers else states[i] if i in states else LINEAR_STATES if i in linear_layers
+            else KV_STATES for i in range(n_layers)]
+
+
+def io_names(n_layers: int, linear_layers: Collection[int] = (), shared_layers: Collection[int] = (),
+             states: Mapping[int, tuple[str, ...]] | None = None) -> tuple[list[str], list[str]]:
     """The artefact's input and output names (the reference's conventions). Layers keep
     their index in the names; a shared layer (no cache of its own) has none."""
-    cache = [f"cache_{kind}_{i}" for i in range(n_layers) if i not in shared_layers
-             for kind in (LINEAR_STATES if i in linear_layers else KV_STATES)]
+    cache = [f"cache_{kind}_{i}"
+             for i, kinds in enumerate(layer_cache_names(n_layers, linear_layers, shared_layers, states))
+             for kind in kinds]
     return ["input_ids"] + [f"in_{c}" for c in cache], ["outputs"] + [f"out_{c}" for c in cache]
 
 
-def dynamic_axes(n_layers: int, linear_layers: Collection[int] = (),
-                 shared_layers: Collection[int] = ()) -> dict[str, dict[int, str]]:
-    """S on ``input_ids`` axis 1, P on axis 2 of every input key and value (linear-attention
-    states have a fixed shape)."""
-    inputs, _ = io_names(n_layers, linear_layers, shared_layers)
-    kv = [name for i in range(n_layers) if i not in linear_layers and i not in shared_layers
-          for name in (f"in_cache_{k}_{i}" for k in KV_STATES)]
-    return {inputs[0]: {1: "S"}, **{name: {2: "P"} for name in kv}}
+def dynamic_axes(n_layers: int, linear_layers: Collection[int] = (), shared_layers: Collection[int] = (),
+                 states: Mapping[int, tuple[str, ...]] | None = None) -> dict[str, dict[int, str]]:
+    """S on ``input_ids`` axis 1, P on axis 2 of every input key and value (convolution and
+    recurrent states have a fixed shape)."""
+    kv = [f"in_cache_{kind}_{i}"
+          for i, kinds in enumerate(layer_cache_names(n_layers, linear_layers, shared_layers, states))
+          for kind in kinds if kind in KV_STATES]
+    return {"input_ids": {1: "S"}, **{name: {2: "P"} for name in kv}}
 
 
-def assertions(max_positions: int) -> list[str]:
+def assertions(max_positions: int | None, has_past: bool = True) -> list[str]:
     """The reference's five ``tract_assert`` lines, in its order (S+P strictly below the
-    model's maximum position count; the two scenario lines let tract specialize)."""
+    model's maximum position count; the two scenario lines let tract specialize). A model
+    without any key/value cache (only state-space layers) has no P: S alone is bounded,
+    by ``max_positions`` where the config has one."""
+    if not has_past:
+        return ["tract_assert S >= 1"] + ([f"tract_assert S < {max_positions}"] if max_positions else [])
     return [
         "tract_assert P >= 0",
         "tract_assert S >= 1",
@@ -141,16 +168,37 @@ class KVCacheLM(nn.Module):
         # projection of every other position; others are sliced after.
         self._lm_slices = "logits_to_keep" in inspect.signature(lm.forward).parameters
         self._cache_kwarg = cache_kwarg(lm)
-        self.linear = linear_layout(lm.config.get_text_config(decoder=True), layout.layer_types)
+        text = lm.config.get_text_config(decoder=True)
+        self.linear = linear_layout(text, layout.layer_types) if is_gated_delta_net_config(text) else None
         self.linear_layers: tuple[int, ...] = self.linear.layers if self.linear else ()
         # The gated-delta-net layers' token mixers, and the modules their exported forward
         # calls (see linear_attention.py); the wrapper holds the latter, not the model.
         self._linear_mixers = linear_attention_modules(lm, self.linear_layers) if self.linear else {}
         self.linear_attention = nn.ModuleDict({str(i): GatedDeltaNetOps() for i in self.linear_layers})
-        # The past length P is read from the first key/value layer's keys (its place among
-        # the cache inputs: shared layers have none).
-        self._first_key = self.io_names()[0].index(
-            next(f"in_cache_key_{i}" for i in range(layout.n_layers) if i not in self.linear_layers)) - 1
+        # State-space and short-convolution layers (state_space.py), alone or beside
+        # attention in a hybrid layer: their mixers, and the scan module each one calls.
+        ssm_layers = tuple(i for i, kind in enumerate(layout.layer_types)
+                           if kind in STATE_LAYER_TYPES and i not in self.linear_layers)
+        self._ssm_mixers = state_space_mixers(lm, ssm_layers) if ssm_layers else {}
+        self.state_space = nn.ModuleDict({str(i): StateSpaceOps() for i in ssm_layers})
+        # Layers whose states are not a slice of a longer run's (test bundles: bundles.py).
+        self.state_layers = tuple(sorted(self.linear_layers + ssm_layers))
+        states = {i: (KV_STATES if layout.layer_types[i] == HYBRID else ()) + mixer.mixer.states
+                  for i, mixer in self._ssm_mixers.items()}
+        # Layers that see only their states take no mask (None); a hybrid layer's state-space
+        # half takes the linear-attention one (Falcon-H1), and LFM2 looks its layers' masks
+        # up by type: such models get masks per layer type even when all layers are alike.
+        # (Mamba models take one mask, None, which Mamba2's model passes on as it is.)
+        hybrid = HYBRID in layout.layer_types
+        self._state_mask_kinds = [kind for kind in STATE_ONLY_LAYER_TYPES
+                                  if kind in layout.layer_types or (hybrid and kind == LINEAR_ATTENTION)]
+        self._mask_per_type = layout.mixed or hybrid or "conv" in layout.layer_types
+        self.layer_names = layer_cache_names(layout.n_layers, self.linear_layers, layout.shared, states)
+        self._states = states
+        # The past length P is read from the first layer's keys (its place among the cache
+        # inputs); a model without keys and values (state-space layers only) has no P.
+        inputs = self.io_names()[0]
+        self._first_key = next((inputs.index(name) - 1 for name in inputs if name.startswith("in_cache_key_")), None)
         self.extra_inputs = extra_inputs
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -158,42 +206,51 @@ class KVCacheLM(nn.Module):
         if self.extra_inputs is not None and self.extra_inputs.count:
             split = len(flat_cache) - self.extra_inputs.count
             flat_cache, extras = flat_cache[:split], flat_cache[split:]
-        new, past = input_ids.shape[1], flat_cache[self._first_key].shape[2]
+        new = input_ids.shape[1]
+        past = flat_cache[self._first_key].shape[2] if self._first_key is not None else 0
         masks: dict[str, Any] = attention_masks(past, new, self.layout.windows, self.compute_dtype)
         fed: dict[str, Any] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
         extra_outputs: tuple[torch.Tensor, ...] = ()
         if self.extra_inputs is not None:
             fed, extra_outputs = self.extra_inputs.feed(self.model, input_ids, past, extras, masks)
             masks = fed.pop("attention_masks", masks)
-        if self.linear:
-            masks[LINEAR_ATTENTION] = None
-        mask: torch.Tensor | dict[str, Any] = masks if self.layout.mixed else next(iter(masks.values()))
-        cache = cache_from_flat(flat_cache, self.linear_layers, self.layout.shared)
+        masks.update({kind: None for kind in self._state_mask_kinds})
+        mask: torch.Tensor | dict[str, Any] | None = masks if self._mask_per_type else next(iter(masks.values()))
+        cache = cache_from_flat(flat_cache, self.layer_names)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if self._lm_slices:
             kwargs["logits_to_keep"] = self.num_logits_to_keep
         ops = {i: self.linear_attention[str(i)] for i in self.linear_layers}
-        with gated_delta_net_forward(self._linear_mixers, ops):  # type: ignore[arg-type]
+        ssm_ops = {i: self.state_space[str(i)] for i in self._ssm_mixers}
+        with (gated_delta_net_forward(self._linear_mixers, ops),  # type: ignore[arg-type]
+              state_space_forward(self._ssm_mixers, ssm_ops)):  # type: ignore[arg-type]
             out = self.model(attention_mask=mask, use_cache=True, return_dict=True, **fed, **kwargs)
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
             logits = logits[:, -self.num_logits_to_keep :]
-        return (logits, *flat_from_cache(cache, self.layout.n_layers, self.layout.shared), *extra_outputs)
+        return (logits, *flat_from_cache(cache, self.layer_names), *extra_outputs)
 
     def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
         """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per
-        value (the layer's own); zero states for a linear-attention layer; nothing for a
-        shared one."""
+        value (the layer's own); zero states for a linear-attention or state-space layer;
+        nothing for a shared one."""
         shapes: list[tuple[int, ...]] = []
-        for i in range(self.layout.n_layers):
-            if self.linear is not None and i in self.linear_layers:
-                shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
-            elif i not in self.layout.shared:
+        for i, names in enumerate(self.layer_names):
+            if "key" in names:
                 shapes += self.layout.key_value_shapes(i, 0)
+            if i in self._ssm_mixers:
+                shapes += self._ssm_mixers[i].shapes
+            elif self.linear is not None and i in self.linear_layers:
+                shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
         return [torch.zeros(shape, dtype=dtype) for shape in shapes]
 
+    @property
+    def has_past(self) -> bool:
+        """Whether the artefact has a P axis (a key/value cache)."""
+        return self._first_key is not None
+
     def io_names(self) -> tuple[list[str], list[str]]:
-        return io_names(self.layout.n_layers, self.linear_layers, self.layout.shared)
+        return io_names(self.layout.n_layers, self.linear_layers, self.layout.shared, self._states)
 
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
-        return dynamic_axes(self.layout.n_layers, self.linear_layers, self.layout.shared)
+        return dynamic_axes(self.layout.n_layers, self.linear_layers, self.layout.shared, self._states)

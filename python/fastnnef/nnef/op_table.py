@@ -288,6 +288,8 @@ FRAGMENTS: tuple[FragmentDecl, ...] = (
                    "(op/aten/cumulative.py)") for step in ("sum", "prod", "logsumexp", "max", "min")),
     *(FragmentDecl(f"fastnnef_{layer}_step_", f"one time step of a {layer} layer, a tract_core_scan body "
                    "(op/aten/recurrent.py)") for layer in ("lstm", "gru", "rnn_tanh", "rnn_relu")),
+    FragmentDecl("fastnnef_ssm_step_", "one step of a state-space layer's selective scan, a tract_core_scan body "
+                 "(op/custom_extractors/ssm.py)"),
 )
 
 
