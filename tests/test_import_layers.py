@@ -142,7 +142,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (FOUNDATION, ("exceptions", "log", "utils", "dim", "compat", "compat.process_patch", "compat.empty_weights")),
     ("Rust core and the linked tract", ("_native", "check")),
     ("weights that are not plain tensors", ("tensor", "nnef_io", "compat.offload_loading")),
-    ("trace: torch model -> IR", ("torch_graph", "compat.ir_names", "compat.jit_mutation")),
+    ("trace: torch model -> IR", ("torch_graph", "fx_graph", "compat.ir_names", "compat.jit_mutation")),
     ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress")),
     ("inference targets", ("inference_target", "compat.tract_downloader")),
     ("conversion: IR -> NNEF", ("op", "compat.extractors", "compat.op_helper")),

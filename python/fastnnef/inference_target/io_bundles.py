@@ -18,10 +18,10 @@ from fastnnef.exceptions import T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFi
 from fastnnef.inference_target.base import UnfoldModelInfo, as_enum
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.log import get_logger
-
-# _expand_names: the one rule for naming flattened IO (shared with the export).
-from fastnnef.torch_graph.trace import _expand_names as expand_io_names
 from fastnnef.torch_graph.trace import eval_mode, normalize_args
+
+# expand_names: the one rule for naming flattened IO (shared with the export).
+from fastnnef.torch_graph.trace import expand_names as expand_io_names
 
 __all__ = ["T2N_CHECK_IO_RAISE_EXCEPTION", "assert_io", "assert_io_and_debug_bundle", "build_io"]
 

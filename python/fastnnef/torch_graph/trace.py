@@ -38,7 +38,7 @@ class TracedModel:
     """The result of tracing: the inlined graph and what is needed to read it."""
 
     graph: torch._C.Graph
-    wrapper: _FlatIO
+    wrapper: FlatIO
     flat_inputs: list[torch.Tensor]
     flat_outputs: list[torch.Tensor]
     input_names: list[str]
@@ -50,7 +50,7 @@ class TracedModel:
     size_conversions: list[SizeConversion] = field(default_factory=list)
 
 
-class _FlatIO(nn.Module):
+class FlatIO(nn.Module):
     """Calls the user's model with structured args rebuilt from flat tensors, and returns
     its outputs flattened. Holds the model by reference: the user's model is untouched."""
 
@@ -89,7 +89,7 @@ class _FlatIO(nn.Module):
         return tuple(out_leaves)
 
 
-class _ScriptCall(_FlatIO):
+class _ScriptCall(FlatIO):
     """For TorchScript models: runs the script's graph in the interpreter, so that a
     function trace records its aten ops (a ScriptModule cannot be traced as a submodule).
     Weights appear as constants; the IR names them after the parameters they view."""
@@ -113,7 +113,7 @@ def normalize_args(args: Any) -> tuple[Any, ...]:
     )
 
 
-def _expand_names(
+def expand_names(
     names: Sequence[str] | None, top_level: Sequence[Any], n_flat: int, prefix: str, what: str
 ) -> list[str]:
     """Names for the flat IO: as given, or derived per top-level item (``name_0``, dict keys)."""
@@ -177,6 +177,37 @@ def buffers_kept(model: nn.Module) -> Iterator[None]:
         )
 
 
+@dataclass
+class FlatInputs:
+    """A call's arguments flattened: every leaf, where the tensors are, and their names."""
+
+    leaves: list[Any]
+    spec: Any
+    tensor_slots: list[int]  # positions of the tensor leaves (the graph's inputs)
+    tensors: list[torch.Tensor]
+    names: list[str]
+
+
+def flatten_inputs(args: Any, input_names: Sequence[str] | None) -> FlatInputs:
+    """``args`` flattened (tuples, lists, dicts) into the graph's tensor inputs, with their
+    names; non-tensor leaves are baked into the graph, said once. Both front ends
+    (``trace_model``, ``fx_graph/capture.py``) read their inputs through it."""
+    top_level = normalize_args(args)
+    leaves, spec = pytree.tree_flatten(top_level)
+    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    baked = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
+    if baked:
+        log.warning("non-tensor inputs are baked into the graph as constants: %s", ", ".join(baked))
+    flat_inputs = [leaves[i] for i in tensor_slots]
+    for i, t in enumerate(flat_inputs):
+        if t.device.type != "cpu":
+            raise T2NErrorInvalidArgument(
+                f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
+            )
+    in_names = expand_names(input_names, top_level, len(flat_inputs), "input", "input")
+    return FlatInputs(leaves, spec, tensor_slots, flat_inputs, in_names)
+
+
 # jit.trace's state is process-global in some torch versions; serializing traces keeps
 # concurrent exports safe without patching anything.
 _TRACE_LOCK = threading.Lock()
@@ -197,21 +228,11 @@ def trace_model(
     of a submodule, or None; submodules that have one are kept whole (module_calls.py).
     ``watch_sizes``: record the sizes the model turns into Python numbers (size_watch.py;
     asked for exports with dynamic axes, where those are frozen at the traced length)."""
-    top_level = normalize_args(args)
-    leaves, spec = pytree.tree_flatten(top_level)
-    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    baked = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
-    if baked:
-        log.warning("non-tensor inputs are baked into the graph as constants: %s", ", ".join(baked))
-    flat_inputs = [leaves[i] for i in tensor_slots]
-    for i, t in enumerate(flat_inputs):
-        if t.device.type != "cpu":
-            raise T2NErrorInvalidArgument(
-                f"input {i} is on {t.device}: export traces on CPU; pass CPU tensors and a CPU model"
-            )
-    in_names = _expand_names(input_names, top_level, len(flat_inputs), "input", "input")
+    flat = flatten_inputs(args, input_names)
+    leaves, spec, tensor_slots = flat.leaves, flat.spec, flat.tensor_slots
+    flat_inputs, in_names = flat.tensors, flat.names
     is_script = isinstance(model, torch.jit.ScriptModule)
-    wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
+    wrapper = (_ScriptCall if is_script else FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     conversions = size_watch.ConversionLog() if watch_sizes else None
     try:
@@ -253,7 +274,7 @@ def trace_model(
     wrapper.captured = None
     top_out = pytree.tree_unflatten(list(flat_outputs), wrapper.out_spec)
     top_out_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
-    out_names = _expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
+    out_names = expand_names(output_names, top_out_items, len(flat_outputs), "output", "output")
     graph = traced.graph if is_script else traced.inlined_graph
     inline_autograd_functions(graph)
     return TracedModel(
