@@ -25,6 +25,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -60,6 +61,22 @@ _CHECKS = frozenset({
 # A 0-d tensor's value as a Python number: under torch.export an unbacked symbol; in the
 # graph the tensor itself, which ops read as the scalar operand it holds.
 _ITEM = frozenset({"aten::item", "aten::_local_scalar_dense"})
+# Functional forms that torch.export writes where the tracer records another kind with the
+# same inputs and result: read by that kind's handler.
+_SAME_AS = {
+    "aten::_unsafe_view": "aten::view",  # a reshape of a tensor nothing else reads
+    "aten::copy": "aten::copy_",  # copy_'s result: src cast and broadcast to self's dtype and shape
+}
+
+
+@dataclass(eq=False)
+class _Unwritable(IRValue):
+    """A Python number the program computed that the IR cannot hold (a comparison of a
+    data-dependent value, a float of sizes): an error only if an op reads it (torch's own
+    guards on it are not exported)."""
+
+    name: str
+    why: str
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)')
 
@@ -107,12 +124,12 @@ class _Lowering:
             traced, dim = self.size(value, where)
             return Const(name, traced) if dim is None else SymInt(name, traced, dim)
         expr = value.node.expr if isinstance(value, (torch.SymFloat, torch.SymBool)) else None
-        if expr is not None and expr.is_number:
+        if expr is not None and not expr.free_symbols:
             return Const(name, bool(expr) if isinstance(value, torch.SymBool) else float(expr))
-        raise T2NErrorNotImplemented(
+        return _Unwritable(name, (
             f"{where}: a Python {type(value).__name__} computed from sizes or tensor values ({expr}): "
             "only integer sizes are kept in the graph; compute it with torch ops on tensors instead"
-        )
+        ))
 
     def result(self, name: str, value: Any, where: str) -> IRValue:
         if isinstance(value, torch.Tensor):
@@ -123,7 +140,10 @@ class _Lowering:
 
     def arg(self, value: Any) -> IRValue:
         if isinstance(value, fx.Node):
-            return self.values[value]
+            read = self.values[value]
+            if isinstance(read, _Unwritable):
+                raise T2NErrorNotImplemented(read.why)
+            return read
         if isinstance(value, (list, tuple)):
             return ListValue("", [self.arg(v) for v in value])
         return Const("", value)
@@ -202,7 +222,7 @@ class _Lowering:
             self.values[node] = self.scalar(node.name, node.meta.get("val"), where)
             return
         schema = target._schema
-        kind = schema.name
+        kind = _SAME_AS.get(schema.name, schema.name)
         if kind in _CHECKS:
             return
         inputs = [self.arg(v) for v in _schema_args(schema, node.args, node.kwargs)]
