@@ -8,10 +8,10 @@ records the program: ``torch.export`` computes no value, so the eager run is the
 that reads the weights.
 
 Dynamic axes become ``torch.export.Dim.DYNAMIC`` axes (``lower.py`` names torch's symbols
-after the NNEF ones), and ``run_decompositions`` gets an empty
-table: functionalization only, every op kept as the user called it (``linear``,
-``layer_norm``, ``scaled_dot_product_attention``, ``gelu``...), which are the kinds the
-handlers read and what tract runs natively.
+after the NNEF ones). Nothing is decomposed: every op stays as the user called it
+(``linear``, ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``gelu``...),
+the kinds the handlers read and what tract runs natively. A graph that writes in place
+is functionalized (``run_decompositions`` with an empty table).
 """
 
 from __future__ import annotations
@@ -82,7 +82,9 @@ def capture_program(
         try:
             program = torch.export.export(
                 wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
-            ).run_decompositions({})
+            )
+            if _writes_in_place(program):
+                program = program.run_decompositions({})
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
@@ -95,6 +97,17 @@ def capture_program(
     top_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = expand_names(output_names, top_items, len(flat_outputs), "output", "output")
     return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes)
+
+
+def _writes_in_place(program: torch.export.ExportedProgram) -> bool:
+    """Whether the captured graph writes into a tensor (``x[:, 0] = 0``, ``add_``): only
+    then is it functionalized. ``run_decompositions`` also rewrites what needs no rewriting
+    (``batch_norm`` into ``_native_batch_norm_legit_no_training``), so a graph without
+    writes is lowered as captured, every op as the user called it."""
+    return any(
+        isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+        for node in program.graph.nodes
+    )
 
 
 def _dims(dynamic_axes: dict[int, dict[int, str]], inputs: list[torch.Tensor]) -> tuple[Any, ...] | None:

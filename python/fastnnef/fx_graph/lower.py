@@ -11,7 +11,8 @@ has to work out, torch gave already:
   no dynamic-dim rule runs for this front end;
 - Python arithmetic on sizes (``x.size(1) * 2``, ``operator.floordiv``) is a node whose
   value is that ``SymInt``: it becomes an IR ``SymInt`` (or a ``Const``) directly;
-- the program is functional (``run_decompositions``): no in-place write, no view to track;
+- the program is functional (functionalized by ``capture.py`` where it writes in place):
+  no in-place write, no view to track;
 - parameters and buffers are placeholders, bound by name to the user's own tensors (no
   copy), labelled as the jit front end labels them (``tensor/named.py``).
 
