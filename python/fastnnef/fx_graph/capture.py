@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
@@ -80,9 +81,12 @@ def capture_program(
         flat_outputs, wrapper.captured = wrapper.captured, None
         out_spec = wrapper.out_spec
         try:
-            program = torch.export.export(
-                wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
-            )
+            # A dynamic axis may be captured at size 1 (one image, one token): without
+            # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
+            with fx_config.patch(backed_size_oblivious=True):
+                program = torch.export.export(
+                    wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
+                )
             if _writes_in_place(program):
                 program = program.run_decompositions({})
         except T2NError:
