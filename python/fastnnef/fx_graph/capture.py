@@ -83,7 +83,7 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with fx_config.patch(backed_size_oblivious=True):
+            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
                 program = torch.export.export(
                     wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
                 )
