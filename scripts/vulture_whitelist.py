@@ -66,6 +66,9 @@ GateExtractor
 Emitting
 Partial
 Undeclared
+pytest_addoption  # tests/conftest.py: pytest's hooks, called by name
+pytest_configure
+pytest_collection_modifyitems
 _factory  # tests/test_cli.py: named on the command line ("module:_factory")
 minmax  # tests/test_extras.py: registered by @register
 ref_kwargs

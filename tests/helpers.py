@@ -17,6 +17,9 @@ from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 
+# The front end of every export here: pytest's --front-end option (tests/conftest.py).
+FRONT_END = "jit"
+
 
 class Fn(torch.nn.Module):
     """Wraps a function of the inputs (the op under test) as a module."""
@@ -122,6 +125,7 @@ def export_and_check(
     inputs kept as traced (indices, sorted boundaries: a fresh draw would be invalid) to
     why; ``no_redraw`` says why the whole second run is skipped."""
     target = target if target is not None else TractNNEF.latest()
+    export_kwargs.setdefault("front_end", FRONT_END)
     path = export_model_to_nnef(
         model, args, tmp_path / name, target, compression_level=compression_level, **export_kwargs
     )

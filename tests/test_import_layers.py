@@ -254,7 +254,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (FOUNDATION, ("exceptions", "log", "utils", "dim", "version", "reference_names", "console", "collect_env")),
     ("Rust core and the linked tract", ("_native", "check")),
     ("weights that are not plain tensors", ("tensor", "nnef_io")),
-    ("trace: torch model -> IR", ("torch_graph",)),
+    ("trace: torch model -> IR", ("torch_graph", "fx_graph")),
     ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress", "dtypes")),
     ("inference targets", ("inference_target", "model_wrapper")),
     ("conversion: IR -> NNEF", ("op",)),

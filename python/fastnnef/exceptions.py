@@ -113,6 +113,11 @@ class T2NErrorTorchJitTraceFailed(T2NErrorTorchGraphExtraction, RuntimeError):
     """``torch.jit.trace`` failed on the model; the message carries torch's error."""
 
 
+class T2NErrorTorchExportFailed(T2NErrorTorchGraphExtraction, RuntimeError):
+    """``torch.export`` could not capture the model, or its program holds what the
+    ``torch.export`` front end cannot lower (``fx_graph/``); the message says which."""
+
+
 class T2NErrorTorchUnableToTraceData(T2NErrorTorchGraphExtraction, ValueError):
     """A value in the model cannot be traced."""
 

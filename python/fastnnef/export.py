@@ -14,7 +14,9 @@ from torch import nn
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIoQuantity,
+    T2NErrorTorchExportFailed,
 )
+from fastnnef.fx_graph import CapturedProgram, capture_program, declined_by_extractor, lower_program
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.log import export_log_level, get_logger
 from fastnnef.nnef.graph import NNEFGraph
@@ -43,6 +45,10 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+# export_model_to_nnef's front_end values: "jit" (torch.jit.trace, the default until the
+# torch.export front end passes everything it passes), "export" (torch.export), "auto".
+FRONT_ENDS = ("auto", "export", "jit")
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,8 @@ def export_model_to_nnef(
     discover_extra_entrypoints: bool = False,
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
+    *,
+    front_end: str = "jit",
 ) -> Path:
     """Export ``model(*args)`` to an NNEF artefact for ``inference_target``; return its path.
 
@@ -154,7 +162,7 @@ def export_model_to_nnef(
         compression_level, log_level, nnef_variable_naming_scheme, check_io_names_qte_match,
         debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
         load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
-        skip_eager_forward,
+        skip_eager_forward, front_end=front_end,
     ).path
 
 
@@ -177,6 +185,8 @@ def export_model_with_result(
     discover_extra_entrypoints: bool = False,
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
+    *,
+    front_end: str = "jit",
 ) -> ExportResult:
     """``export_model_to_nnef`` (same parameters, same export), returning what the export
     did as an ``ExportResult`` instead of only the artefact's path."""
@@ -186,7 +196,7 @@ def export_model_with_result(
             compression_level, nnef_variable_naming_scheme, check_io_names_qte_match,
             debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
             load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
-            skip_eager_forward,
+            skip_eager_forward, front_end,
         )
 
 
@@ -208,6 +218,7 @@ def _export(
     discover_extra_entrypoints: bool,
     strict_extra_imports: bool,
     skip_eager_forward: bool,
+    front_end: str,
 ) -> ExportResult:
     """The export itself, under the export's log level."""
     if not isinstance(model, nn.Module):
@@ -221,6 +232,8 @@ def _export(
         raise T2NErrorInvalidArgument(
             f"custom_extensions must be a list (order matters to tract), got {type(custom_extensions).__name__}"
         )
+    if front_end not in FRONT_ENDS:
+        raise T2NErrorInvalidArgument(f"front_end must be one of {FRONT_ENDS}, got {front_end!r}")
     import_extra_modules(load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports)
     if not isinstance(skip_eager_forward, bool):
         raise T2NErrorInvalidArgument(f"skip_eager_forward must be a bool, got {skip_eager_forward!r}")
@@ -254,14 +267,11 @@ def _export(
         clock = now
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor,
-                         watch_sizes=inference_target.has_dynamic_axes)
-    stage_done("trace")
+    traced, ir = _front_end(front_end, model, args, input_names, output_names, names_from, inference_target,
+                            stage_done)
     if check_io_names_qte_match:
         checks.append("io_quantity")
-        check_io_quantity(traced)
-    dynamic = dynamic_axes_by_index(inference_target, traced.input_names, traced.flat_inputs)
-    ir = build_ir(traced, dynamic)
+        check_io_quantity(len(ir.inputs), len(traced.flat_inputs))
     in_names = traced.input_names[: len(ir.inputs)]
     stage_done("build_ir")
 
@@ -289,8 +299,38 @@ def _export(
     )
 
 
+def _front_end(
+    front_end: str, model: nn.Module, args: T.Any, input_names: list[str] | None, output_names: list[str] | None,
+    names_from: nn.Module, target: InferenceTarget, stage_done: T.Callable[[str], None],
+) -> tuple[TracedModel | CapturedProgram, IRGraph]:
+    """The model captured and its IR, by ``front_end``: ``"export"`` (``fx_graph/``),
+    ``"jit"`` (``torch_graph/``), or ``"auto"``: ``torch.export`` unless the model is
+    TorchScript, holds a module exported whole by its extractor, or cannot be captured
+    (the reason logged), then the tracer."""
+    declined = None
+    if front_end == "auto":
+        declined = "a TorchScript module" if isinstance(model, torch.jit.ScriptModule) else \
+            declined_by_extractor(model, find_extractor)
+    if front_end != "jit" and declined is None:
+        try:
+            captured = capture_program(model, args, input_names, output_names,
+                                       lambda names, inputs: dynamic_axes_by_index(target, names, inputs))
+            stage_done("trace")
+            return captured, lower_program(captured)
+        except T2NErrorTorchExportFailed as err:
+            if front_end == "export":
+                raise
+            declined = str(err)
+    if declined is not None:
+        log.info("front_end='auto': the torch.jit.trace front end exports this model: %s", declined)
+    traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor,
+                         watch_sizes=target.has_dynamic_axes)
+    stage_done("trace")
+    return traced, build_ir(traced, dynamic_axes_by_index(target, traced.input_names, traced.flat_inputs))
+
+
 def convert_to_nnef(
-    traced: TracedModel,
+    traced: TracedModel | CapturedProgram,
     ir: IRGraph,
     target: InferenceTarget,
     naming: str,
@@ -317,12 +357,12 @@ def convert_to_nnef(
     return graph
 
 
-def check_io_quantity(traced: TracedModel) -> None:
-    """Raise when the trace dropped inputs (unused by the model): the names would shift."""
-    n_graph_inputs = len(list(traced.graph.inputs())) - int(traced.has_self)
-    if n_graph_inputs != len(traced.flat_inputs):
+def check_io_quantity(kept: int, given: int) -> None:
+    """Raise when the capture kept fewer inputs than were given (unused inputs are
+    dropped): the names would shift."""
+    if kept != given:
         raise T2NErrorIoQuantity(
-            f"tracing kept {n_graph_inputs} of {len(traced.flat_inputs)} inputs (unused "
+            f"tracing kept {kept} of {given} inputs (unused "
             "inputs are dropped): remove them, or pass check_io_names_qte_match=False"
         )
 

@@ -44,8 +44,7 @@ class TorchToNGraphExtractor:
         inference_target.pre_trace(model, forced_inputs_names, forced_outputs_names)
         self._traced = trace_model(model, args, forced_inputs_names, forced_outputs_names,
                                    extractor_of=find_extractor, watch_sizes=inference_target.has_dynamic_axes)
-        if check_io_names_qte_match:
-            check_io_quantity(self._traced)
+        self._check_io_quantity = check_io_names_qte_match
         self.g: NNEFGraph | None = None
 
     @property
@@ -56,6 +55,8 @@ class TorchToNGraphExtractor:
     def build_nnef_graph(self) -> None:
         traced = self._traced
         ir = build_ir(traced, dynamic_axes_by_index(self._inference_target, traced.input_names, traced.flat_inputs))
+        if self._check_io_quantity:
+            check_io_quantity(len(ir.inputs), len(traced.flat_inputs))
         self.g = convert_to_nnef(traced, ir, self._inference_target, self._naming, [], self.model)
 
     def parse(self) -> NNEFGraph:

@@ -29,7 +29,7 @@ Thunk = Callable[[list[Any]], Any]
 FOLD_MAX_ELEMENTS = 1 << 16
 
 # Deterministic for the JIT, but their bytes are arbitrary: the handlers write zeros.
-_NEVER = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided"})
+NEVER_FOLDED = frozenset({"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided"})
 
 _NOT_CONSTANT = object()
 
@@ -44,7 +44,7 @@ def node_thunk(node: torch._C.Node) -> Thunk:
 
     def run(values: list[Any]) -> Any:
         kind = node.kind()
-        if not kind.startswith("aten::") or kind in _NEVER or node.isNondeterministic():
+        if not kind.startswith("aten::") or kind in NEVER_FOLDED or node.isNondeterministic():
             raise NotFoldable(kind)
         schema = node.schema()
         if schema == "(no schema)":

@@ -39,7 +39,7 @@ class TracedModel:
     """The result of tracing: the inlined graph and what is needed to read it."""
 
     graph: torch._C.Graph
-    wrapper: _FlatIO
+    wrapper: FlatIO
     flat_inputs: list[torch.Tensor]
     flat_outputs: list[torch.Tensor]
     input_names: list[str]
@@ -51,7 +51,7 @@ class TracedModel:
     size_conversions: list[SizeConversion] = field(default_factory=list)
 
 
-class _FlatIO(nn.Module):
+class FlatIO(nn.Module):
     """Calls the user's model with structured args rebuilt from flat tensors, and returns
     its outputs flattened. Holds the model by reference: the user's model is untouched."""
 
@@ -90,7 +90,7 @@ class _FlatIO(nn.Module):
         return tuple(out_leaves)
 
 
-class _ScriptCall(_FlatIO):
+class _ScriptCall(FlatIO):
     """For TorchScript models: runs the script's graph in the interpreter, so that a
     function trace records its aten ops (a ScriptModule cannot be traced as a submodule).
     Weights appear as constants; the IR names them after the parameters they view."""
@@ -206,6 +206,38 @@ def state_kept(model: nn.Module) -> Iterator[None]:
         )
 
 
+@dataclass
+class FlatInputs:
+    """A call's arguments flattened: every leaf, where the tensors are, and their names."""
+
+    leaves: list[Any]
+    spec: Any
+    tensor_slots: list[int]  # positions of the tensor leaves (the graph's inputs)
+    tensors: list[torch.Tensor]
+    names: list[str]
+
+
+def flatten_inputs(args: Any, input_names: Sequence[str] | None) -> FlatInputs:
+    """``args`` flattened (tuples, lists, dicts) into the graph's tensor inputs, with their
+    names; non-tensor leaves are baked into the graph, said once. Both front ends
+    (``trace_model``, ``fx_graph/capture.py``) read their inputs through it."""
+    top_level = normalize_args(args)
+    leaves, spec = pytree.tree_flatten(top_level)
+    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    baked = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
+    if baked:
+        log.warning("non-tensor inputs are baked into the graph as constants: %s", ", ".join(baked))
+    flat_inputs = [leaves[i] for i in tensor_slots]
+    for i, t in enumerate(flat_inputs):
+        if t.device.type != "cpu":
+            raise T2NErrorInvalidArgument(
+                f"input {i} is on {t.device}: the trace needs its values on CPU (export_model_to_nnef "
+                "copies tensors of other devices there; a meta tensor has no values): pass a tensor with values"
+            )
+    in_names = expand_io_names(input_names, top_level, len(flat_inputs), "input", "input")
+    return FlatInputs(leaves, spec, tensor_slots, flat_inputs, in_names)
+
+
 # jit.trace's state is process-global in some torch versions; serializing traces keeps
 # concurrent exports safe without patching anything.
 _TRACE_LOCK = threading.Lock()
@@ -226,22 +258,11 @@ def trace_model(
     of a submodule, or None; submodules that have one are kept whole (module_calls.py).
     ``watch_sizes``: record the sizes the model turns into Python numbers (size_watch.py;
     asked for exports with dynamic axes, where those are frozen at the traced length)."""
-    top_level = normalize_args(args)
-    leaves, spec = pytree.tree_flatten(top_level)
-    tensor_slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    baked = [type(leaf).__name__ for leaf in leaves if not isinstance(leaf, torch.Tensor)]
-    if baked:
-        log.warning("non-tensor inputs are baked into the graph as constants: %s", ", ".join(baked))
-    flat_inputs = [leaves[i] for i in tensor_slots]
-    for i, t in enumerate(flat_inputs):
-        if t.device.type != "cpu":
-            raise T2NErrorInvalidArgument(
-                f"input {i} is on {t.device}: the trace needs its values on CPU (export_model_to_nnef "
-                "copies tensors of other devices there; a meta tensor has no values): pass a tensor with values"
-            )
-    in_names = expand_io_names(input_names, top_level, len(flat_inputs), "input", "input")
+    flat = flatten_inputs(args, input_names)
+    leaves, spec, tensor_slots = flat.leaves, flat.spec, flat.tensor_slots
+    flat_inputs, in_names = flat.tensors, flat.names
     is_script = isinstance(model, torch.jit.ScriptModule)
-    wrapper = (_ScriptCall if is_script else _FlatIO)(model, leaves, spec, tensor_slots)
+    wrapper = (_ScriptCall if is_script else FlatIO)(model, leaves, spec, tensor_slots)
     keep = extractor_of if extractor_of is not None and not is_script else (lambda _m: None)
     conversions = size_watch.ConversionLog() if watch_sizes else None
     # What the forward changes in the model (its state) is given back after the trace.

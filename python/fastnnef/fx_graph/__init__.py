@@ -1,0 +1,14 @@
+"""The ``torch.export`` front end: from an nn.Module to fastnnef's IR through an
+``ExportedProgram`` (``front_end="export"`` of ``export_model_to_nnef``).
+
+- ``capture.py``: the model run once for its outputs and exported once (non-strict,
+  functionalized, decomposed with an empty table: every op kept as called);
+- ``sizes.py``: torch's symbolic sizes (sympy) as ``DimExpr`` over the NNEF symbols;
+- ``lower.py``: the FX graph as the IR the jit front end builds (``torch_graph/ir_data.py``),
+  so that every op handler serves both front ends.
+"""
+
+from fastnnef.fx_graph.capture import CapturedProgram, capture_program, declined_by_extractor
+from fastnnef.fx_graph.lower import lower_program
+
+__all__ = ["CapturedProgram", "capture_program", "declined_by_extractor", "lower_program"]

@@ -1,0 +1,127 @@
+"""Capture a model with ``torch.export`` (non-strict): one ``ExportedProgram`` per export.
+
+The user's model is called through ``torch_graph.trace``'s ``FlatIO`` (the same flat
+inputs and outputs as the jit front end), in eval mode, under ``torch.no_grad()``, its
+state given back after (``state_kept``). It runs twice: once eagerly, whose outputs are
+the artefact's expected outputs (``check_io``), and once under torch's fake tensors, which
+records the program: ``torch.export`` computes no value, so the eager run is the only one
+that reads the weights.
+
+Dynamic axes become ``torch.export.Dim.DYNAMIC`` axes (``lower.py`` names torch's symbols
+after the NNEF ones). Nothing is decomposed: every op stays as the user called it
+(``linear``, ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``gelu``...),
+the kinds the handlers read and what tract runs natively. A graph that writes in place
+is functionalized (``run_decompositions`` with an empty table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.fx.experimental import _config as fx_config
+from torch.utils import _pytree as pytree
+
+from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
+from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
+
+# {flat input index: {axis: NNEF symbol}} for the flat inputs with these names.
+DynamicAxesOf = Callable[[list[str], list[torch.Tensor]], dict[int, dict[int, str]]]
+
+
+@dataclass
+class CapturedProgram:
+    """What the ``torch.export`` front end captured, read by ``lower.py`` and export.py."""
+
+    program: torch.export.ExportedProgram
+    wrapper: FlatIO  # holds the user's model: its weights are bound by name
+    flat_inputs: list[torch.Tensor]
+    flat_outputs: list[torch.Tensor]  # the eager run's: the check's references
+    input_names: list[str]
+    output_names: list[str]
+    dynamic_axes: dict[int, dict[int, str]]
+
+
+def declined_by_extractor(model: nn.Module, extractor_of: Callable[[nn.Module], Any | None]) -> str | None:
+    """Why ``model`` stays on the jit front end: the path of a submodule that a module
+    extractor exports whole (those are kept whole by the tracer, not yet by this front end)."""
+    for path, module in model.named_modules():
+        if extractor_of(module) is not None:
+            return f"{path or '<root module>'} ({type(module).__name__}) is exported whole by its extractor"
+    return None
+
+
+def capture_program(
+    model: nn.Module,
+    args: Any,
+    input_names: Sequence[str] | None,
+    output_names: Sequence[str] | None,
+    dynamic_axes_of: DynamicAxesOf,
+) -> CapturedProgram:
+    """Run ``model(*args)`` once for its outputs and export it once with ``torch.export``."""
+    if isinstance(model, torch.jit.ScriptModule):
+        raise T2NErrorTorchExportFailed(
+            f"{type(model).__name__} is a TorchScript module, which torch.export cannot capture: "
+            "export it with front_end='jit' (or 'auto')"
+        )
+    flat = flatten_inputs(args, input_names)
+    wrapper = FlatIO(model, flat.leaves, flat.spec, flat.tensor_slots)
+    dynamic_axes = dynamic_axes_of(flat.names, flat.tensors)
+    with torch.no_grad(), eval_mode(model), state_kept(model):
+        try:  # the model may write into its inputs: run it on copies, keep the user's tensors
+            wrapper(*(t.clone() for t in flat.tensors))
+        except T2NError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's forward raises what it raises
+            raise T2NErrorInvalidArgument(f"{type(model).__name__} fails on the example inputs: {err}") from err
+        assert wrapper.captured is not None
+        flat_outputs, wrapper.captured = wrapper.captured, None
+        out_spec = wrapper.out_spec
+        try:
+            # A dynamic axis may be captured at size 1 (one image, one token): without
+            # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
+            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
+                program = torch.export.export(
+                    wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
+                )
+            if _writes_in_place(program):
+                program = program.run_decompositions({})
+        except T2NError:
+            raise
+        except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
+            raise T2NErrorTorchExportFailed(
+                f"torch.export could not capture {type(model).__name__}: {err}"
+            ) from err
+        finally:
+            wrapper.captured = None
+    top_out = pytree.tree_unflatten(list(flat_outputs), out_spec)
+    top_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
+    out_names = expand_io_names(output_names, top_items, len(flat_outputs), "output", "output")
+    return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes)
+
+
+def _writes_in_place(program: torch.export.ExportedProgram) -> bool:
+    """Whether the captured graph writes into a tensor (``x[:, 0] = 0``, ``add_``): only
+    then is it functionalized. ``run_decompositions`` also rewrites what needs no rewriting
+    (``batch_norm`` into ``_native_batch_norm_legit_no_training``), so a graph without
+    writes is lowered as captured, every op as the user called it."""
+    return any(
+        isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+        for node in program.graph.nodes
+    )
+
+
+def _dims(dynamic_axes: dict[int, dict[int, str]], inputs: list[torch.Tensor]) -> tuple[Any, ...] | None:
+    """``dynamic_shapes`` for ``torch.export``: every dynamic axis ``Dim.DYNAMIC``, which
+    lets torch record what its kernels assume of the size (``S // 2 != 1``) as a range of
+    the program instead of refusing it; only a size torch would fix to its traced value is
+    an error. Axes sharing an NNEF symbol are one size to the lowering (``lower.py``)."""
+    if not any(dynamic_axes.values()):
+        return None
+    per_input = tuple(
+        dict.fromkeys(dynamic_axes.get(i, {}), torch.export.Dim.DYNAMIC) or None for i in range(len(inputs))
+    )
+    return (per_input,)  # FlatIO.forward(*flat): one argument, the tuple of the flat inputs
