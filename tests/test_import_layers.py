@@ -147,7 +147,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("inference targets", ("inference_target", "compat.tract_downloader")),
     ("conversion: IR -> NNEF", ("op", "compat.extractors", "compat.op_helper")),
     ("export", ("export", "fastnnef")),
-    ("exporters and commands", ("llm", "peft", "cli", "cli_exit", "examples")),
+    ("exporters and commands", ("llm", "peft", "nemo", "cli", "cli_exit", "examples")),
     ("exporters built on the LLM one", ("multimodal",)),
 )
 # Imports inside a function that reach a later stage, each with its reason. Keep it short:
