@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("nemo.collections.asr", reason="the nemo extra is not installed")
 
-from nemo.collections.asr.models import EncDecCTCModel, EncDecRNNTModel
+from nemo.collections.asr.models import EncDecCTCModel, EncDecMultiTaskModel
 
 from fastnnef.check import TractArtefact
 from fastnnef.exceptions import (
@@ -27,7 +27,7 @@ from fastnnef.exceptions import (
 from fastnnef.inference_target import TractNNEF
 from fastnnef.nemo import export_nemo_asr_model
 from fastnnef.nemo.cli import main
-from tests.nemo.tiny import SAMPLE_RATE, build_fastconformer_ctc
+from tests.nemo.tiny import PRED_HIDDEN, SAMPLE_RATE, build_fastconformer_ctc, build_fastconformer_rnnt
 
 
 def clips(lengths: list[int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,12 +107,13 @@ def test_encoder_bounded_by_its_positions(exported: Path) -> None:
 
 
 def test_model_left_as_it_was(tmp_path: Path) -> None:
-    model = build_fastconformer_ctc(dither=1e-5)
+    model = build_fastconformer_ctc(dither=1e-5, pad_to=16)
     model.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     export_nemo_asr_model(model, tmp_path / "out", only_subnets=["preprocessor"])
     assert model.training and all(m.training for m in model.modules())
     assert model.preprocessor.featurizer.dither == 1e-5
+    assert model.preprocessor.featurizer.pad_to == 16
     after = model.state_dict()
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -126,16 +127,16 @@ def test_skip_preprocessor(fastconformer_ctc: EncDecCTCModel, tmp_path: Path) ->
 
 def test_unsupported_model_type_leaves_nothing(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    with pytest.raises(T2NErrorNotImplemented, match="EncDecRNNTModel is not supported.*CTC"):
-        export_nemo_asr_model(EncDecRNNTModel.__new__(EncDecRNNTModel), target)
+    with pytest.raises(T2NErrorNotImplemented, match="EncDecMultiTaskModel is not supported.*CTC.*transducers"):
+        export_nemo_asr_model(EncDecMultiTaskModel.__new__(EncDecMultiTaskModel), target)
     with pytest.raises(T2NErrorInvalidArgument, match="must be a NeMo ASR model"):
         export_nemo_asr_model(torch.nn.Linear(2, 2), target)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_arguments_leave_nothing(fastconformer_ctc: EncDecCTCModel, tmp_path: Path) -> None:
-    with pytest.raises(T2NErrorInvalidArgument, match="choose among preprocessor, encoder, decoder"):
-        export_nemo_asr_model(fastconformer_ctc, tmp_path / "out", only_subnets=["joint"])
+    with pytest.raises(T2NErrorInvalidArgument, match="EncDecCTCModel has preprocessor, encoder, decoder$"):
+        export_nemo_asr_model(fastconformer_ctc, tmp_path / "out", only_subnets=["decoder_joint"])
     occupied = tmp_path / "occupied"
     occupied.mkdir()
     (occupied / "keep.txt").write_text("mine")
@@ -180,3 +181,38 @@ def test_cli_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err
     assert T2NErrorNotFoundFile.__name__ in err and "no such file" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rnnt_decoder_joint_matches_nemo(tmp_path: Path) -> None:
+    """A FastConformer RNNT: the encoder, and NeMo's decoder_joint (prediction network and
+    joint) run in tract on other batch, frame and label counts than the traced ones."""
+    model = build_fastconformer_rnnt()
+    report = export_nemo_asr_model(model, tmp_path / "rnnt", skip_preprocessor=True)
+    assert list(report.artefacts) == ["encoder", "decoder_joint"]
+    audio, audio_len = clips([20000, 7000, 12000], seed=11)
+    with torch.no_grad():
+        features, frames = model.preprocessor(input_signal=audio, length=audio_len)
+        encoded, encoded_len = model.encoder(audio_signal=features, length=frames)
+    enc = TractArtefact.load(tmp_path / "rnnt" / "encoder.nnef.tgz")
+    got_encoded, got_len = enc.run({"audio_signal": features.numpy(), "length": frames.numpy()})
+    np.testing.assert_array_equal(got_len, encoded_len.numpy())
+    for i, n in enumerate(encoded_len.tolist()):
+        np.testing.assert_allclose(got_encoded[i, :, :n], encoded[i, :, :n].numpy(), atol=2e-3, rtol=1e-3)
+
+    generator = torch.Generator().manual_seed(5)
+    targets = torch.randint(0, model.decoder.blank_idx, (3, 4), generator=generator, dtype=torch.int32)
+    target_length = torch.tensor([4, 1, 3], dtype=torch.int32)
+    states = [torch.randn(1, 3, PRED_HIDDEN, generator=generator) * 0.1 for _ in range(2)]
+    with torch.no_grad():
+        # One search step as NeMo's export runs it: the given labels, no start-of-sequence.
+        decoded, (h, c) = model.decoder.predict(targets.long(), state=states, add_sos=False)
+        joint = model.joint(encoder_outputs=encoded, decoder_outputs=decoded.transpose(1, 2))
+    dj = TractArtefact.load(tmp_path / "rnnt" / "decoder_joint.nnef.tgz")
+    got = dj.run({"encoder_outputs": encoded.numpy(), "targets": targets.numpy(),
+                  "target_length": target_length.numpy(), "input_states_1": states[0].numpy(),
+                  "input_states_2": states[1].numpy()})
+    assert got[0].shape == tuple(joint.shape)  # [B, T, U, vocabulary + blank]
+    np.testing.assert_allclose(got[0], joint.numpy(), atol=2e-3, rtol=1e-3)
+    np.testing.assert_array_equal(got[1], target_length.numpy())
+    np.testing.assert_allclose(got[2], h.numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got[3], c.numpy(), atol=1e-4, rtol=1e-4)

@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from nemo.collections.asr.models import EncDecCTCModel
+from nemo.collections.asr.models import EncDecCTCModel, EncDecRNNTModel
 from omegaconf import OmegaConf
 
 SAMPLE_RATE = 16000
 FEATURES = 32
 D_MODEL = 32
 LABELS = list(" abcdefghijklmnopqrstuvwxyz'")
+PRED_HIDDEN = 16
 
 
-def fastconformer_ctc_config(dither: float = 0.0) -> Any:
+def fastconformer_ctc_config(dither: float = 0.0, pad_to: int = 0) -> Any:
     """A two-layer FastConformer CTC (8x depthwise-striding subsampling, relative-position
     attention, batch-norm convolutions): the layout of NeMo's FastConformer CTC configs,
     shrunk."""
@@ -26,7 +27,7 @@ def fastconformer_ctc_config(dither: float = 0.0) -> Any:
             "_target_": "nemo.collections.asr.modules.AudioToMelSpectrogramPreprocessor",
             "sample_rate": SAMPLE_RATE, "normalize": "per_feature", "window_size": 0.025, "window_stride": 0.01,
             "window": "hann", "features": FEATURES, "n_fft": 512, "log": True, "frame_splicing": 1,
-            "dither": dither, "pad_to": 0, "pad_value": 0.0,
+            "dither": dither, "pad_to": pad_to, "pad_value": 0.0,
         },
         "encoder": {
             "_target_": "nemo.collections.asr.modules.ConformerEncoder",
@@ -58,10 +59,38 @@ def randomize_norms(model: torch.nn.Module) -> None:
             module.bias.data.copy_(torch.randn(module.bias.shape, generator=generator) * 0.1)
 
 
-def build_fastconformer_ctc(dither: float = 0.0) -> EncDecCTCModel:
+def build_fastconformer_ctc(dither: float = 0.0, pad_to: int = 0) -> EncDecCTCModel:
     torch.manual_seed(0)
-    model = EncDecCTCModel(cfg=fastconformer_ctc_config(dither))
+    model = EncDecCTCModel(cfg=fastconformer_ctc_config(dither, pad_to))
     with torch.no_grad():
         randomize_norms(model)
     return model.eval()
 
+
+
+def fastconformer_rnnt_config() -> Any:
+    """The same encoder with an RNNT prediction network (one LSTM layer) and joint."""
+    cfg = fastconformer_ctc_config()
+    cfg.model_defaults = {"enc_hidden": D_MODEL, "pred_hidden": PRED_HIDDEN, "joint_hidden": 16}
+    cfg.decoder = OmegaConf.create({
+        "_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
+        "random_state_sampling": False, "blank_as_pad": True, "vocab_size": len(LABELS),
+        "prednet": {"pred_hidden": PRED_HIDDEN, "pred_rnn_layers": 1, "t_max": None, "dropout": 0.0},
+    })
+    cfg.joint = OmegaConf.create({
+        "_target_": "nemo.collections.asr.modules.RNNTJoint", "log_softmax": None, "preserve_memory": False,
+        "fuse_loss_wer": False, "fused_batch_size": 4, "num_classes": len(LABELS), "vocabulary": LABELS,
+        "jointnet": {"joint_hidden": 16, "activation": "relu", "dropout": 0.0, "encoder_hidden": D_MODEL,
+                     "pred_hidden": PRED_HIDDEN},
+    })
+    cfg.decoding = {"strategy": "greedy_batch", "greedy": {"max_symbols": 5}}
+    cfg.loss = {"loss_name": "default"}
+    return cfg
+
+
+def build_fastconformer_rnnt() -> EncDecRNNTModel:
+    torch.manual_seed(0)
+    model = EncDecRNNTModel(cfg=fastconformer_rnnt_config())
+    with torch.no_grad():
+        randomize_norms(model)
+    return model.eval()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo.collections.asr.models import EncDecCTCModel
+from nemo.collections.asr.models import ASRModel
 from omegaconf import OmegaConf
 
 from fastnnef import _native
@@ -26,7 +26,7 @@ from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.log import get_logger
-from fastnnef.nemo.subnets import check_supported, ctc_subnets, inference_settings, subnet_names
+from fastnnef.nemo.subnets import export_subnets, inference_settings, subnet_names
 
 log = get_logger(__name__)
 
@@ -67,8 +67,7 @@ def export_nemo_asr_model(
     ``check_io`` and tolerance; default ``TractNNEF.latest()``). ``skip_preprocessor`` or
     ``only_subnets`` (names among preprocessor, encoder, decoder) export a part.
     """
-    check_supported(asr_model)
-    names = subnet_names(skip_preprocessor, only_subnets)
+    names = subnet_names(asr_model, skip_preprocessor, only_subnets)
     target_dir = _free_dir(Path(export_dir))
     base_target = inference_target if inference_target is not None else TractNNEF.latest()
     if not isinstance(base_target, TractNNEF):
@@ -76,7 +75,7 @@ def export_nemo_asr_model(
             f"inference_target must be a TractNNEF, got {type(base_target).__name__}"
         )
 
-    model: EncDecCTCModel = asr_model
+    model: ASRModel = asr_model
     target_dir.parent.mkdir(parents=True, exist_ok=True)
     _native.remove_stale_temps(target_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{target_dir.name}.tmp-{os.getpid()}-", dir=target_dir.parent))
@@ -85,7 +84,7 @@ def export_nemo_asr_model(
         artefacts: dict[str, Path] = {}
         seconds: dict[str, float] = {}
         with inference_settings(model):
-            for subnet in ctc_subnets(model, names):
+            for subnet in export_subnets(model, names):
                 log.info("exporting subnet %s", subnet.name)
                 start = time.perf_counter()
                 file_name = subnet.name + ARTEFACT_SUFFIX
