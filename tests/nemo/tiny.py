@@ -71,7 +71,7 @@ def build_fastconformer_ctc(dither: float = 0.0, pad_to: int = 0) -> EncDecCTCMo
 def fastconformer_rnnt_config() -> Any:
     """The same encoder with an RNNT prediction network (one LSTM layer) and joint."""
     cfg = fastconformer_ctc_config()
-    cfg.model_defaults = {"enc_hidden": D_MODEL, "pred_hidden": PRED_HIDDEN, "joint_hidden": 16}
+    cfg["model_defaults"] = {"enc_hidden": D_MODEL, "pred_hidden": PRED_HIDDEN, "joint_hidden": 16}
     cfg.decoder = OmegaConf.create({
         "_target_": "nemo.collections.asr.modules.RNNTDecoder", "normalization_mode": None,
         "random_state_sampling": False, "blank_as_pad": True, "vocab_size": len(LABELS),
@@ -83,8 +83,8 @@ def fastconformer_rnnt_config() -> Any:
         "jointnet": {"joint_hidden": 16, "activation": "relu", "dropout": 0.0, "encoder_hidden": D_MODEL,
                      "pred_hidden": PRED_HIDDEN},
     })
-    cfg.decoding = {"strategy": "greedy_batch", "greedy": {"max_symbols": 5}}
-    cfg.loss = {"loss_name": "default"}
+    cfg["decoding"] = {"strategy": "greedy_batch", "greedy": {"max_symbols": 5}}
+    cfg["loss"] = {"loss_name": "default"}
     return cfg
 
 

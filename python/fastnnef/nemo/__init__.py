@@ -2,7 +2,8 @@
 
 ``export_nemo_asr_model`` is the API, ``cli.main`` the command line. One artefact per
 subnet, as torch_to_nnef_nemo writes them: ``preprocessor.nnef.tgz`` (waveform -> features),
-``encoder.nnef.tgz`` and ``decoder.nnef.tgz`` (CTC log-probabilities), plus
+``encoder.nnef.tgz``, then ``decoder.nnef.tgz`` (CTC log-probabilities) or
+``decoder_joint.nnef.tgz`` (a transducer's prediction network and joint), plus
 ``model_config.json``. The module map:
 
 ==================  ===================================================================

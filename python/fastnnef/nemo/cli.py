@@ -22,9 +22,9 @@ from fastnnef.nemo.export import export_nemo_asr_model
 from fastnnef.nemo.subnets import SUBNET_NAMES
 
 DESCRIPTION = (
-    "Export a NeMo ASR model (.nemo file; CTC models such as FastConformer CTC) to NNEF for tract: "
-    "preprocessor, encoder and decoder artefacts plus model_config.json, each run in tract and compared "
-    "with PyTorch."
+    "Export a NeMo ASR model (.nemo file; CTC or transducer models such as FastConformer CTC or RNNT) to "
+    "NNEF for tract: preprocessor, encoder and decoder (CTC) or decoder_joint (transducer) artefacts plus "
+    "model_config.json, each run in tract and compared with PyTorch."
 )
 
 
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-preprocessor", action="store_true",
                         help="leave the waveform -> features preprocessor out")
     parser.add_argument("--only-subnet", nargs="+", choices=SUBNET_NAMES, metavar="NAME",
-                        help=f"export only these subnets ({', '.join(SUBNET_NAMES)})")
+                        help=f"export only these subnets ({', '.join(SUBNET_NAMES)}; the model's own)")
     parser.add_argument("--compression-level", type=int, default=0, choices=range(10), metavar="0..9",
                         help="gzip level of the archives (0: stored blocks, fastest)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each export stage")

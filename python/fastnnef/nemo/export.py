@@ -58,14 +58,15 @@ def export_nemo_asr_model(
     only_subnets: list[str] | None = None,
     compression_level: int = 0,
 ) -> NemoExportReport:
-    """Export ``asr_model`` (a NeMo CTC model, e.g. FastConformer CTC) into ``export_dir``:
-    ``preprocessor.nnef.tgz``, ``encoder.nnef.tgz``, ``decoder.nnef.tgz`` and
-    ``model_config.json`` (the model's config). ``export_dir`` must not exist or be empty.
+    """Export ``asr_model`` (a NeMo CTC or transducer model, e.g. FastConformer CTC or RNNT)
+    into ``export_dir``: ``preprocessor.nnef.tgz``, ``encoder.nnef.tgz``, ``decoder.nnef.tgz``
+    (CTC) or ``decoder_joint.nnef.tgz`` (transducer) and ``model_config.json`` (the model's
+    config). ``export_dir`` must not exist or be empty.
 
     Batch and time are dynamic in every artefact (symbols ``B`` and ``T``); each artefact
     is run in tract on the traced inputs and compared with PyTorch (``inference_target``'s
     ``check_io`` and tolerance; default ``TractNNEF.latest()``). ``skip_preprocessor`` or
-    ``only_subnets`` (names among preprocessor, encoder, decoder) export a part.
+    ``only_subnets`` (names among the model's subnets) export a part.
     """
     names = subnet_names(asr_model, skip_preprocessor, only_subnets)
     target_dir = _free_dir(Path(export_dir))
