@@ -3,7 +3,7 @@
     python scripts/requirements.py ranges            # every requirement of the test venv
     python scripts/requirements.py floors NAME...    # NAME==<its lower bound>, per NAME
 
-``ranges`` is the library's dependencies plus its ``test`` and ``llm`` extras: what
+``ranges`` is the library's dependencies plus its ``test``, ``llm`` and ``nemo`` extras: what
 ``scripts/test.sh --latest`` upgrades to the newest allowed releases, and what
 ``requirements/test.lock`` pins. ``floors`` gives the oldest release each named package's
 range allows (``scripts/test.sh --oldest`` tests transformers there).
@@ -17,7 +17,7 @@ import tomllib
 from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
-EXTRAS = ("test", "llm")
+EXTRAS = ("test", "llm", "nemo")
 
 
 def ranges() -> list[str]:

@@ -59,6 +59,10 @@ CASES = [
     ("broadcast_to", lambda x: torch.broadcast_to(x, (2, 3)), lambda: (randn(3),), None),
     ("repeat", lambda x: x.repeat(2, 3), lambda: (randn(2, 3),), None),
     ("repeat_more_dims", lambda x: x.repeat(2, 1, 2), lambda: (randn(2, 3),), None),
+    # repeats of a dynamic axis' size (NeMo's length masks: arange(T).repeat(B, 1))
+    ("repeat_dyn_count", lambda x: torch.arange(x.size(1)).repeat(x.size(0), 1) + x, lambda: (randn(2, 3),),
+     {0: {0: "B", 1: "S"}}),
+    ("repeat_dyn_new_axis", lambda x: x.unsqueeze(1).repeat([1, x.size(1), 1]), lambda: (randn(2, 3),), DYN1),
     ("cat", lambda x, y: torch.cat([x, y], 1), lambda: (randn(2, 3), randn(2, 4)), None),
     ("cat_negative_dim", lambda x, y: torch.cat((x, y, x), -1), lambda: (randn(2, 3), randn(2, 1)), None),
     ("cat_promotes", lambda x, y: torch.cat([x, y]), lambda: (randn(2, 3), torch.randint(0, 4, (1, 3))), None),

@@ -192,8 +192,8 @@ def expand_as(ctx: OpContext, x: NTensor) -> NTensor:
     return _broadcast(ctx, x)
 
 
-@handler("aten::repeat", args="t I")
-def repeat(ctx: OpContext, x: NTensor, repeats: list[int]) -> NTensor:
+@handler("aten::repeat", args="t D")
+def repeat(ctx: OpContext, x: NTensor, repeats: list[Dim]) -> NTensor:
     """aten::repeat(Tensor self, SymInt[] repeats) -> Tensor"""
     x = ctx.to_rank(x, len(repeats))
     return ctx.emit("tile", [x], {"repeats": repeats})
