@@ -437,11 +437,11 @@ def _check_counts(num_logits_to_keep: Any, total: Any) -> None:
         )
 
 
-def _check_positions(max_positions: int, total: int) -> None:
+def _check_positions(max_positions: int | None, total: int) -> None:
     """The traced example, the modes and the generated tokens must fit below the model's
-    maximum position count (tract_assert S+P < max)."""
+    maximum position count (tract_assert S+P < max), where it has one."""
     needed = total + max(trace_new_tokens(total), GENERATED_TOKENS)
-    if needed >= max_positions:
+    if max_positions is not None and needed >= max_positions:
         raise T2NErrorInvalidArgument(
             f"the model handles positions below {max_positions}, but the export needs {needed} "
             f"(-sgts {total} prompt tokens, then {GENERATED_TOKENS} generated ones): lower -sgts"

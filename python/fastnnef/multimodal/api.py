@@ -399,8 +399,8 @@ def _contract(family: Family, index: int, config: Any, hidden: int) -> Embedding
                              DEEPSTACK_AXIS if layers else "")
 
 
-def _check_positions(max_positions: int, prompt: int) -> None:
-    if prompt + GENERATED_TOKENS >= max_positions:
+def _check_positions(max_positions: int | None, prompt: int) -> None:
+    if max_positions is not None and prompt + GENERATED_TOKENS >= max_positions:
         raise T2NErrorInvalidArgument(
             f"the model handles positions below {max_positions}, but the sample image prompt ({prompt} tokens) "
             f"and {GENERATED_TOKENS} generated tokens need {prompt + GENERATED_TOKENS}"
