@@ -42,8 +42,9 @@ def _bloom(module: Any, keys: int, mask: torch.Tensor, num_heads: int, dtype: to
     return type(module).build_alibi_tensor(module, ones, num_heads, dtype)
 
 
-def _mpt(module: Any, keys: int, num_heads: int, sequence_length: int, alibi_bias_max: int = 8,
+def _mpt(module: Any, keys: int, num_heads: int, _table_length: int, alibi_bias_max: int = 8,
          device: Any = None) -> torch.Tensor:
+    # MptModel passes max_seq_len as the table's length: the key count replaces it.
     return type(module).build_mpt_alibi_tensor(module, num_heads, keys, alibi_bias_max, device)
 
 
