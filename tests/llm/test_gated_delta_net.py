@@ -114,22 +114,22 @@ def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
 
 
 def test_llm_artefact_states(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
-    """qwen3_next (layers: linear, full, linear): each linear layer's two ops, its states
-    as cache IO of fixed shapes, and P only on the full-attention layer's keys and values;
-    every MoE block as tract_moe_ffn."""
+    """qwen3_next in the published layer order (linear, linear, linear, full): each linear
+    layer's two ops, its states as cache IO of fixed shapes, and P only on the
+    full-attention layer's keys and values; every MoE block as tract_moe_ffn."""
     report = dump_llm(tmp_path / "out", local_dir=checkpoint("qwen3_next"))
     assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens
     with tarfile.open(report.model_path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]
-    assert text.count("tract_transformers_causal_conv1d_update(") == 2
-    assert text.count("tract_transformers_gdn_recurrent(") == 2
-    assert text.count("tract_moe_ffn(") == 3  # Qwen3-Next's router is one of the op's gate modes
-    states = ("in_cache_conv_0, in_cache_recurrent_0, in_cache_key_1, in_cache_value_1, in_cache_conv_2, "
-              "in_cache_recurrent_2")
+    assert text.count("tract_transformers_causal_conv1d_update(") == 3
+    assert text.count("tract_transformers_gdn_recurrent(") == 3
+    assert text.count("tract_moe_ffn(") == 4  # Qwen3-Next's router is one of the op's gate modes
+    states = ", ".join([*(f"in_cache_conv_{i}, in_cache_recurrent_{i}" for i in range(3)),
+                        "in_cache_key_3, in_cache_value_3"])
     assert f"graph network(input_ids, {states})" in text
     declared = {line.split("=")[0].strip(): line for line in text.splitlines() if "tract_core_external(" in line}
     assert "[1, 64, 4]" in declared["in_cache_conv_0"] and "[1, 4, 8, 8]" in declared["in_cache_recurrent_2"]
-    assert "P" in declared["in_cache_key_1"] and "P" not in declared["in_cache_conv_0"]
+    assert "P" in declared["in_cache_key_3"] and "P" not in declared["in_cache_conv_0"]
 
 
 def test_a_target_without_the_ops_is_refused(
@@ -137,8 +137,9 @@ def test_a_target_without_the_ops_is_refused(
 ) -> None:
     monkeypatch.setattr(TractNNEF, "latest_version", classmethod(lambda cls: SemanticVersion.from_str(BEFORE_GDN)))
     out = tmp_path / "out"
-    with pytest.raises(T2NErrorNotImplemented, match=r"linear-attention layers \[0, 2\] \(gated delta net\) export as "
-                       r"tract_transformers_gdn_recurrent and tract_transformers_causal_conv1d_update, which tract "
+    with pytest.raises(T2NErrorNotImplemented, match=r"linear-attention layers \[0, 1, 2\] \(gated delta net\) "
+                       r"export as tract_transformers_gdn_recurrent and tract_transformers_causal_conv1d_update, "
+                       r"which tract "
                        r"0\.23\.4 lacks: target tract 0\.23\.5 or newer"):
         dump_llm(out, local_dir=checkpoint("qwen3_next"))
     assert not out.exists()
@@ -150,5 +151,5 @@ def test_forced_f16(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
                       tract_check_io_tolerance="super")
     assert report.cache_dtype == "f16" and all(c.ok for c in report.bundle_checks), report.summary()
     artefact = TractArtefact.load(report.model_path)
-    assert [dtype for dtype, _ in artefact.input_facts] == ["i64"] + ["f16"] * 6
+    assert [dtype for dtype, _ in artefact.input_facts] == ["i64"] + ["f16"] * 8
     assert report.generation is not None and report.generation.ok

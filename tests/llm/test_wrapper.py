@@ -1,13 +1,19 @@
 """The wrapper's masks and names, without tracing: masks equal transformers' own mask
-functions (causal, and sliding window) at any past length P and new-token count S."""
+functions (causal, sliding window, chunked) at any past length P and new-token count S."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+from transformers.masking_utils import (
+    causal_mask_function,
+    chunked_causal_mask_function,
+    sliding_window_causal_mask_function,
+)
 
+from fastnnef.llm.architectures import CHUNKED_ATTENTION, kv_layout
 from fastnnef.llm.wrapper import assertions, attention_masks, dynamic_axes, io_names
+from tests.llm.tiny import CONFIGS
 
 
 @pytest.mark.parametrize("past, new", [(0, 1), (0, 7), (5, 1), (3, 4), (9, 6)])
@@ -24,6 +30,25 @@ def test_masks_match_transformers(past: int, new: int, window: int) -> None:
                 assert (mask[0, 0, i, j] == 0).item() == visible, (kind, i, j)
                 if not visible:
                     assert mask[0, 0, i, j] == torch.finfo(torch.float32).min
+
+
+@pytest.mark.parametrize("past, new", [(0, 1), (0, 9), (5, 1), (3, 4), (9, 6)])
+@pytest.mark.parametrize("chunk", [1, 3, 4])
+def test_chunked_masks_match_transformers(past: int, new: int, chunk: int) -> None:
+    """Llama 4's chunked layers: a query sees the keys of its own chunk up to itself."""
+    mask = attention_masks(past, new, {CHUNKED_ATTENTION: chunk}, torch.float32)[CHUNKED_ATTENTION]
+    rule = chunked_causal_mask_function(chunk, torch.zeros(1, dtype=torch.int64))
+    for i in range(new):
+        for j in range(past + new):
+            visible = bool(rule(0, 0, torch.tensor(past + i), torch.tensor(j)))
+            assert (mask[0, 0, i, j] == 0).item() == visible, (i, j)
+
+
+def test_position_bounds_of_alibi_families() -> None:
+    """BLOOM's config bounds no position (no S+P assertion); MPT's by max_seq_len."""
+    assert kv_layout(CONFIGS["bloom"]()).max_positions is None
+    assert "tract_assert S+P" not in " ".join(assertions(None))
+    assert kv_layout(CONFIGS["mpt"]()).max_positions == 64
 
 
 def test_mask_dtype() -> None:

@@ -28,13 +28,14 @@ def _decoder(cls: Any, **extra: Any) -> Any:
     return cls(**base)
 
 
-# Gated-delta-net hybrids: linear-attention layers around a full-attention one (the first
-# layer linear, so the past length is not read from layer 0), 4 value heads over 2 key
-# heads (grouped), a convolution of 4 taps.
+# Gated-delta-net hybrids in the published checkpoints' layer order, which transformers
+# derives from full_attention_interval: three linear-attention layers, then a full one
+# (linear first, so the past length is not read from layer 0); 4 value heads over 2 key
+# heads (grouped), a convolution of 4 taps. The "-every_2" variants put full attention
+# every other layer (linear, full, linear, full: linear layers after a full one).
 _GATED_DELTA_NET: dict[str, Any] = dict(
-    num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
-    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
-    linear_conv_kernel_dim=4,
+    num_hidden_layers=4, full_attention_interval=4, linear_num_value_heads=4, linear_num_key_heads=2,
+    linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
 )
 # Pure state-space models: 2 Mamba layers of 64 channels (expand 2) over a state of 8, a
 # convolution of 4 taps with a bias.
@@ -49,6 +50,7 @@ _MAMBA2_HYBRID: dict[str, Any] = dict(
     mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
     mamba_chunk_size=4,
 )
+_EVERY_2: dict[str, Any] = dict(_GATED_DELTA_NET, full_attention_interval=2)
 # Qwen3.5's multimodal rotary embedding on text: 4 rotated frequency pairs (half of head_dim
 # 16), interleaved over sections of 2, 1 and 1. (The default sections, 11+11+10 pairs,
 # would leave a tiny head's sections empty.)
@@ -229,8 +231,14 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
         shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
     ),
+    "qwen3_next-every_2": lambda: _decoder(
+        transformers.Qwen3NextConfig, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, **_EVERY_2,
+    ),
     "qwen3_5_text": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=16, rope_parameters=_MROPE,
                                      **_GATED_DELTA_NET),
+    "qwen3_5_text-every_2": lambda: _decoder(transformers.Qwen3_5TextConfig, head_dim=16, rope_parameters=_MROPE,
+                                             **_EVERY_2),
     "qwen3_5_moe_text": lambda: _decoder(
         transformers.Qwen3_5MoeTextConfig, head_dim=16, rope_parameters=_MROPE, num_experts=4, num_experts_per_tok=2,
         moe_intermediate_size=32, shared_expert_intermediate_size=32, **_GATED_DELTA_NET,
@@ -280,6 +288,37 @@ CONFIGS: dict[str, Callable[[], Any]] = {
         transformers.JambaConfig, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
         expert_layer_offset=1, num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_d_conv=4,
         mamba_expand=2,
+    ),
+    # ALiBi position biases: BLOOM's from a padding mask (no max_position_embeddings), MPT's
+    # sliced from a table of max_seq_len.
+    "bloom": lambda: transformers.BloomConfig(
+        n_layer=2, hidden_size=32, n_head=4, vocab_size=VOCAB, initializer_range=INIT, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+    ),
+    "mpt": lambda: transformers.MptConfig(
+        n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    ),
+    # 4 experts, 2 per token, weights renormalized (p=1); grouped attention, clipped qkv.
+    "dbrx": lambda: transformers.DbrxConfig(
+        d_model=32, n_heads=4, n_layers=2, max_seq_len=64, vocab_size=VOCAB, initializer_range=INIT,
+        attn_config=dict(kv_n_heads=2, clip_qkv=2.0, rope_theta=10000.0),  # transformers reads it there
+        ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2, moe_normalize_expert_weights=1.0),
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False,
+    ),
+    # Experts in the MLP and in the attention (query and output projections), 4, 2 per token.
+    "jetmoe": lambda: transformers.JetMoeConfig(
+        num_hidden_layers=2, hidden_size=32, intermediate_size=32, kv_channels=8, num_key_value_heads=2,
+        num_local_experts=4, num_experts_per_tok=2, vocab_size=VOCAB, max_position_embeddings=64,
+        initializer_range=INIT, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    ),
+    # Llama 4's text decoder: chunked local layers (chunks of 4) with rotary, a global layer
+    # without rotary, a sigmoid-routed MoE with a shared expert on every layer. Attention
+    # temperature tuning (of the layers without rotary) is off: it exports and generates
+    # exactly too, but tract's optimizer then takes 80 s to load even this tiny model.
+    "llama4_text": lambda: _decoder(
+        transformers.Llama4TextConfig, num_hidden_layers=4, head_dim=8, intermediate_size_mlp=64,
+        num_local_experts=4, num_experts_per_tok=1, attention_chunk_size=4, attn_temperature_tuning=False,
     ),
     # Multi-head latent attention (_mla): MoE families with 3 layers, the first dense.
     "deepseek_v3": lambda: _mla(
@@ -341,12 +380,18 @@ REFUSED: dict[str, Callable[[], Any]] = {
     ),
     # Bidirectional attention over the whole sequence: not a causal decoder.
     "gemma4_text": lambda: transformers.Gemma4TextConfig(**{**_GEMMA4_TEXT, "use_bidirectional_attention": "all"}),
-    "mpt": lambda: transformers.MptConfig(
-        n_layers=2, d_model=32, n_heads=4, vocab_size=VOCAB, max_seq_len=64, initializer_range=INIT,
-    ),
     "recurrent_gemma": lambda: transformers.RecurrentGemmaConfig(
         num_hidden_layers=3, hidden_size=32, intermediate_size=64, num_attention_heads=4, lru_width=32,
         attention_window_size=8, vocab_size=VOCAB,
+    ),
+    "minimax": lambda: _decoder(transformers.MiniMaxConfig, head_dim=8, num_local_experts=4),
+    # Gemma 3n's text decoder (tract fails to load its export): AltUp (2 streams), LAuReL,
+    # per-layer inputs, KV sharing of the last 2 layers, activation sparsity on the first.
+    "gemma3n_text": lambda: _decoder(
+        transformers.Gemma3nTextConfig, num_hidden_layers=4, head_dim=8, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB, altup_num_inputs=2, laurel_rank=4,
+        activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], intermediate_size=[64] * 4, final_logit_softcapping=30.0,
     ),
     "phimoe": lambda: _decoder(
         transformers.PhimoeConfig, num_local_experts=4, num_experts_per_tok=2, original_max_position_embeddings=16,

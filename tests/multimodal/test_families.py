@@ -2,8 +2,10 @@
 the sample prompt with two images of different sizes through the processor; each encoder
 artefact in tract against Hugging Face's embeddings at both sizes; the decoder's bundles;
 16 greedy tokens generated in tract from the ENCODER ARTEFACTS' embeddings spliced into
-the decoder artefact, equal to Hugging Face's ``generate`` on the pixels (f32). One export
-per family per session (``conftest.exported``)."""
+the decoder artefact, equal to Hugging Face's ``generate`` on the pixels (f32), both on
+the model the export streamed and on one loaded by ``from_pretrained`` (a binding
+mistake in fastnnef's loading would be on both sides of the first). One export per family
+per session (``conftest.exported``)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import numpy as np
 import pytest
 
 from fastnnef.check import TractArtefact
+from fastnnef.llm.verify import torch_generate
+from fastnnef.multimodal.decoder import PROMPT_INPUTS
 from fastnnef.multimodal.families import FAMILIES
 
 pytestmark = pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -34,6 +38,32 @@ def test_image_prompt_generates_as_hugging_face(exported: Callable[[str], Any], 
     manifest = json.loads(report.manifest_path.read_text())
     placeholder = manifest["encoders"][0]["placeholder_token_id"]
     assert generation.prompt.count(placeholder) > 0
+
+
+def test_image_prompt_generates_as_from_pretrained(exported: Callable[[str], Any],
+                                                  mm_checkpoint: Callable[..., Path], name: str) -> None:
+    """tract's tokens (encoder and decoder artefacts) equal ``generate`` on the pixels by
+    the model Hugging Face's ``from_pretrained`` loads from the same checkpoint."""
+    generation = exported(name).generation
+    model, sample = _hugging_face(mm_checkpoint(name), name)
+    prompt = sample.inputs["input_ids"]
+    assert prompt[0].tolist() == generation.prompt
+    media = {k: v for k, v in sample.inputs.items() if k not in PROMPT_INPUTS}
+    placeholders = FAMILIES[name].decoder_inputs(model).placeholder_ids
+    expected = torch_generate(model, prompt, len(generation.tract_tokens), placeholders, **media)
+    assert generation.tract_tokens == expected
+
+
+def _hugging_face(directory: Path, name: str) -> tuple[Any, Any]:
+    """The family's model loaded by ``from_pretrained`` (eager attention, as the export's),
+    and the sample prompt through the checkpoint's processor."""
+    import transformers
+
+    family = FAMILIES[name]
+    model = getattr(transformers, family.auto_class).from_pretrained(directory, attn_implementation="eager").eval()
+    processor = (family.load_processor(directory, False) if family.load_processor
+                 else transformers.AutoProcessor.from_pretrained(directory))
+    return model, family.sample(processor)
 
 
 def test_encoders_checked_at_two_processor_sizes(exported: Callable[[str], Any], name: str) -> None:
@@ -86,7 +116,6 @@ def test_weights_written_once_each_in_its_own_graph(exported: Callable[[str], An
     assert all(".layers.0." in e or ".blocks.0." in e for e in encoders)
 
 
-
 def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: Callable[..., Path],
                                                                    name: str) -> None:
     """The decoder wrapper's logits at EVERY prompt position (Hugging Face's embeddings
@@ -94,18 +123,13 @@ def test_decoder_wrapper_equals_hugging_face_on_the_image_prompt(mm_checkpoint: 
     stricter than 16 greedy tokens, which a wrong mask over the image tokens may leave
     unchanged (Gemma3's bidirectional image blocks)."""
     import torch
-    import transformers
 
     from fastnnef.llm.architectures import kv_layout
     from fastnnef.llm.wrapper import KVCacheLM
     from fastnnef.multimodal.encoder import concatenated
 
-    directory = mm_checkpoint(name)
     family = FAMILIES[name]
-    model = getattr(transformers, family.auto_class).from_pretrained(directory, attn_implementation="eager").eval()
-    processor = (family.load_processor(directory, False) if family.load_processor
-                 else transformers.AutoProcessor.from_pretrained(directory))
-    sample = family.sample(processor)
+    model, sample = _hugging_face(mm_checkpoint(name), name)
     inputs = family.decoder_inputs(model)
     hidden = model.config.get_text_config().hidden_size
     embeddings = [t for spec, items in zip(family.encoders, sample.items)

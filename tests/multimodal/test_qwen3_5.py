@@ -21,13 +21,13 @@ EXTRA = ["image_embeddings", "video_embeddings", "image_grid_thw", "video_grid_t
 def test_decoder_cache_follows_the_layer_types(exported: Callable[[str], Any], name: str) -> None:
     root = exported(name).export_dir
     decoder = TractArtefact.load(root / "decoder" / "model.nnef.tgz")
-    # tiny.py: layers linear, full, linear.
-    cache = ["conv_0", "recurrent_0", "key_1", "value_1", "conv_2", "recurrent_2"]
+    # tiny.py: layers linear, linear, full.
+    cache = ["conv_0", "recurrent_0", "conv_1", "recurrent_1", "key_2", "value_2"]
     assert decoder.input_names == ["input_ids", *(f"in_cache_{c}" for c in cache), *(f"in_{n}" for n in EXTRA)]
     assert decoder.output_names == ["outputs", *(f"out_cache_{c}" for c in cache), *(f"out_{n}" for n in EXTRA)]
     # The generation step is fed the prompt's states back: not zeros any more.
     with np.load(root / "decoder" / "tests" / "text_generation_inputs.npz") as step:
-        assert np.abs(step["in_cache_recurrent_0"]).max() > 0 and step["in_cache_key_1"].shape[2] > 0
+        assert np.abs(step["in_cache_recurrent_0"]).max() > 0 and step["in_cache_key_2"].shape[2] > 0
 
 
 @pytest.mark.parametrize("name", ["qwen3_5_moe", "qwen3_vl_moe"])

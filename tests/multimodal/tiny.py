@@ -235,9 +235,10 @@ def save(name: str, directory: Path, processor: bool = True) -> Path:
 
 
 def _qwen3_5(moe: bool = False) -> tuple[Any, Any]:
-    """Qwen3-VL's tiny processor; a hybrid decoder: gated-delta-net layers around a full
-    attention one (the first layer linear), mrope on half of each head (interleaved
-    sections of 2, 1 and 1 pairs); a tower without DeepStack."""
+    """Qwen3-VL's tiny processor; a hybrid decoder in the published checkpoints' kind of
+    layer order (gated-delta-net layers first, then a full-attention one: here two and one,
+    as transformers derives it from full_attention_interval), mrope on half of each head
+    (interleaved sections of 2, 1 and 1 pairs); a tower without DeepStack."""
     _, processor = _qwen3_vl()
     ids = {s: processor.tokenizer.convert_tokens_to_ids(s)
            for s in ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>")}
@@ -245,7 +246,7 @@ def _qwen3_5(moe: bool = False) -> tuple[Any, Any]:
                    shared_expert_intermediate_size=32) if moe else {}
     config = (transformers.Qwen3_5MoeConfig if moe else transformers.Qwen3_5Config)(
         text_config=dict(
-            num_hidden_layers=3, layer_types=["linear_attention", "full_attention", "linear_attention"],
+            num_hidden_layers=3, full_attention_interval=3,
             hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8,
             linear_conv_kernel_dim=4, vocab_size=len(processor.tokenizer), max_position_embeddings=256,

@@ -44,6 +44,10 @@ from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal, 
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
+# Llama 4's local layers: a query sees the keys of its own chunk of attention_chunk_size
+# positions (transformers gives the chunk size as the layer's sliding_window).
+CHUNKED_ATTENTION = "chunked_attention"
+ATTENTION_TYPES = (FULL_ATTENTION, SLIDING_ATTENTION, CHUNKED_ATTENTION)
 
 # Layer types (transformers' config.layer_types) whose state is not a key/value cache:
 # their recurrent or convolution state would need extra cache inputs the wrapper lacks.
@@ -141,14 +145,20 @@ TESTED: dict[str, Architecture] = {
         Architecture("nemotron", "Nemotron", "partial rotary, LayerNorm1P"),
         Architecture("persimmon", "Persimmon", "q/k LayerNorm, partial rotary"),
         Architecture("diffllama", "DiffLlama", "differential attention"),
-        Architecture("qwen3_next", "Qwen3-Next", "gated delta net layers (grouped), mixture of experts, shared expert"),
+        Architecture("qwen3_next", "Qwen3-Next",
+                     "gated delta net layers (grouped) in the published order (three linear, then full attention) "
+                     "and every other layer, mixture of experts, shared expert"),
         Architecture("qwen3_5", "Qwen3.5 (multimodal checkpoints)",
-                     "the text decoder alone: gated delta net layers, interleaved multimodal rotary"),
+                     "the text decoder alone: gated delta net layers (three linear, then full attention), interleaved "
+                     "multimodal rotary"),
         Architecture("qwen3_5_moe", "Qwen3.5-MoE (multimodal checkpoints)",
-                     "the text decoder alone: gated delta net layers, mixture of experts"),
-        Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)", "gated delta net layers"),
+                     "the text decoder alone: gated delta net layers (three linear, then full attention), mixture of "
+                     "experts"),
+        Architecture("qwen3_5_text", "Qwen3.5 (text-only checkpoints)",
+                     "gated delta net layers in the published order (three linear, then full attention) and every "
+                     "other layer"),
         Architecture("qwen3_5_moe_text", "Qwen3.5-MoE (text-only checkpoints)",
-                     "gated delta net layers, mixture of experts"),
+                     "gated delta net layers (three linear, then full attention), mixture of experts"),
         # State-space and short-convolution layers: their states as cache IO (llm/state_space.py).
         Architecture("lfm2", "LFM2 (Liquid)",
                      "gated short convolutions (convolution states) and attention layers; f16, Q4_0"),
@@ -167,6 +177,15 @@ TESTED: dict[str, Architecture] = {
         Architecture("zamba2", "Zamba2", "Mamba2 layers, a shared attention block before a hybrid layer"),
         Architecture("jamba", "Jamba",
                      "Mamba (with dt, B, C norms) and attention layers, mixture of experts; f16, Q4_0"),
+        Architecture("bloom", "BLOOM", "ALiBi biases, no maximum position (no S+P bound)"),
+        Architecture("mpt", "MPT", "ALiBi biases (a table of max_seq_len), fused qkv"),
+        Architecture("dbrx", "DBRX", "mixture of experts (row-stacked expert matrices, p-norm renormalized routing), "
+                                     "clipped qkv"),
+        Architecture("jetmoe", "JetMoE", "mixtures of experts in the MLP and in the attention's query and output "
+                                         "projections"),
+        Architecture("llama4_text", "Llama 4 (text-only checkpoints)",
+                     "chunked attention, layers without rotary, complex rotary, sigmoid-routed experts with a shared "
+                     "expert"),
         # Multi-head latent attention: the cache holds the latent and the rotary key (kv_layout).
         Architecture("deepseek_v2", "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-Coder-V2",
                      "multi-head latent attention, complex rotary, with and without q LoRA, shared experts after a "
@@ -223,11 +242,6 @@ def _phimoe_mscales(config: Any) -> str | None:
     return None
 
 
-def _mpt(config: Any) -> str | None:
-    return ("its ALiBi attention biases are sliced from a table by the sequence length, which the exported graph "
-            "fails to run in tract")
-
-
 def _bidirectional(config: Any) -> str | None:
     if getattr(config, "use_bidirectional_attention", None) == "all":
         return ("use_bidirectional_attention='all' makes every token see the ones after it: the model is not a causal "
@@ -241,11 +255,24 @@ def _recurrent_gemma(config: Any) -> str | None:
             "them as a tract_core_scan, but no forward of the exporter computes them yet")
 
 
+def _altup_gate(config: Any) -> str | None:
+    return ("tract cannot load the exported graph: its optimizer fails on the matrix product of the per-layer input "
+            "gate after AltUp's stream selection (EinSum declutter: input facts of the wrong rank)")
+
+
+def _lightning_attention(config: Any) -> str | None:
+    if LINEAR_ATTENTION in (getattr(config, "layer_types", None) or ()):
+        return ("its linear_attention layers are lightning attention (a key-value state per head, decayed per block "
+                "of tokens), for which tract has no op and whose state the exporter does not lay out")
+    return None
+
+
 # Families of which some configs are known to export wrongly: model_type -> the reason
 # for a given config, or None.
 REFUSED_CONFIGS: dict[str, Callable[[Any], str | None]] = {
-    "phimoe": _phimoe_mscales, "mpt": _mpt, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
-    "recurrent_gemma": _recurrent_gemma,
+    "phimoe": _phimoe_mscales, "gemma4_text": _bidirectional, "gemma4": _bidirectional,
+    "recurrent_gemma": _recurrent_gemma, "minimax": _lightning_attention, "gemma3n_text": _altup_gate,
+    "gemma3n": _altup_gate,
 }
 
 
@@ -285,7 +312,7 @@ class KVLayout:
     key_dims: tuple[int, ...]  # per layer: width of each cached key
     value_dims: tuple[int, ...]  # per layer: width of each cached value (multi-head latent attention: not the key's)
     layer_types: tuple[str, ...]  # FULL_ATTENTION, SLIDING_ATTENTION or LINEAR_ATTENTION, per layer
-    windows: dict[str, int | None]  # layer type -> attention window (None: all the past)
+    windows: dict[str, int | None]  # layer type -> attention window or chunk size (None: all the past)
     max_positions: int | None  # S+P must stay below (tract_assert S+P < max_positions); None: no bound
     shared: tuple[int, ...] = ()  # layers without a cache of their own (KV sharing)
 
@@ -386,28 +413,36 @@ def kv_layout(config: Any) -> KVLayout:
             continue  # no key/value cache: states laid out by linear_attention.py or state_space.py, or none
         if kind == HYBRID:
             kind = FULL_ATTENTION  # attention over all the past, beside a state-space mixer (its states)
-        if kind not in (FULL_ATTENTION, SLIDING_ATTENTION):
+        if kind not in ATTENTION_TYPES:
             raise T2NErrorNotImplemented(
                 f"layer {layer} of this {config.model_type} model has attention type {kind!r}; the "
-                f"LLM exporter handles {FULL_ATTENTION!r} and {SLIDING_ATTENTION!r} layers"
+                f"LLM exporter handles {', '.join(map(repr, ATTENTION_TYPES))} layers"
             )
-        window = kw.get("sliding_window") if kind == SLIDING_ATTENTION else None
+        window = kw.get("sliding_window") if kind != FULL_ATTENTION else None
         if windows.setdefault(kind, window) != window:
             raise T2NErrorNotImplemented(
                 f"layers of type {kind!r} have different windows ({windows[kind]} and {window}): "
                 "one mask per layer type cannot express that"
             )
-    # A model without attention has no positions to bound (Mamba configs have no maximum).
-    max_positions = _int_attr(text, "max_position_embeddings") if windows else _optional_int(text,
-                                                                                            "max_position_embeddings")
     return KVLayout(
         n_layers=len(layer_types), kv_heads=tuple(kv_heads), key_dims=tuple(key_dims), value_dims=tuple(value_dims),
-        layer_types=tuple(layer_types), windows=windows, max_positions=max_positions, shared=tuple(shared),
+        layer_types=tuple(layer_types), windows=windows, max_positions=max_positions(text), shared=tuple(shared),
     )
 
 
-def _optional_int(config: Any, name: str) -> int | None:
-    return _int_attr(config, name) if getattr(config, name, None) is not None else None
+# Config fields bounding the positions a model handles: most families' own, then MPT's
+# (the length of its ALiBi table).
+MAX_POSITION_FIELDS = ("max_position_embeddings", "max_seq_len")
+
+
+def max_positions(text_config: Any) -> int | None:
+    """The positions the model handles (S+P stays below it), or None for a config that
+    bounds none: BLOOM's ALiBi biases and cache grow with the sequence, and its configs
+    have no such field."""
+    for name in MAX_POSITION_FIELDS:
+        if getattr(text_config, name, None) is not None:
+            return _int_attr(text_config, name)
+    return None
 
 
 def _int_attr(config: Any, name: str) -> int:

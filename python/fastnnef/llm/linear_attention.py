@@ -141,10 +141,17 @@ def _projections(self: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _exported_forward(self: Any, hidden_states: torch.Tensor, cache: Any = None, attention_mask: Any = None,
-                      ops: GatedDeltaNetOps | None = None, **kwargs: Any) -> torch.Tensor:
+                      ops: GatedDeltaNetOps | None = None, cache_params: Any = None, **kwargs: Any) -> torch.Tensor:
     """A gated-delta-net module's forward from the states in ``cache`` (see the module
-    docstring); the states after it replace them there."""
+    docstring); the states after it replace them there. The decoder layers of transformers
+    5.23 pass the cache as ``cache_params`` (5.24 renamed it ``cache``)."""
     assert ops is not None  # bound by gated_delta_net_forward
+    cache = cache if cache is not None else cache_params
+    if cache is None:
+        raise T2NErrorNotImplemented(
+            f"{type(self).__name__} (layer {self.layer_idx}) was called without the cache object (as cache= or "
+            "cache_params=): this transformers release passes the linear-attention states otherwise"
+        )
     states: LinearStates = cache.layers[self.layer_idx]
     batch, new = hidden_states.shape[:2]
     mixed, z, b, a = _projections(self, hidden_states)

@@ -16,7 +16,9 @@ of transformers is touched, so other models and threads are unaffected.
 
 LongCat-Flash's experts module (``zero_expert_num``) adds zero-computation experts that
 return the token unchanged: its dense form (``zero_experts_dense_forward``) weights the
-token itself by their routing weights.
+token itself by their routing weights. DBRX's (``DbrxExperts``) keeps its experts' weights
+as three 2-D matrices, one row block per expert (``dbrx_experts_dense_forward``). JetMoE's
+experts (its MLP and its attention heads) route inside their own modules: llm/jetmoe.py.
 
 ``moe_export_forms(model, caps)`` chooses the form of each block for an export: where
 the target has ``tract_moe_ffn`` (tract >= 0.23.9) and the op expresses the block's
@@ -38,6 +40,8 @@ from torch import nn
 
 from fastnnef.compress import quantize_weights_min_max_Q4_0
 from fastnnef.inference_target.capabilities import TargetCapabilities
+from fastnnef.llm import jetmoe
+from fastnnef.llm.jetmoe import is_jetmoe_moa, is_jetmoe_moe
 from fastnnef.log import get_logger
 from fastnnef.op.custom_extractors.moe import MOE_FFN_FEATURE, MoEFFNPlan, is_experts, moe_ffn_plan, routed_as_moe_ffn
 from fastnnef.tensor.offload import OffloadedTensor
@@ -98,13 +102,49 @@ def zero_experts_dense_forward(
     return out.to(hidden_states.dtype)
 
 
-def _dense_forward(module: nn.Module) -> Callable[..., torch.Tensor]:
-    return zero_experts_dense_forward if is_zero_experts(module) else dense_experts_forward
+def is_dbrx_experts(module: nn.Module) -> bool:
+    """DBRX's experts module: a GLU whose ``w1``, ``v1``, ``w2`` stack the experts' rows."""
+    mlp = getattr(module, "mlp", None)
+    weights = ("w1", "v1", "w2")
+    return (isinstance(mlp, nn.Module) and all(isinstance(getattr(mlp, w, None), torch.Tensor) for w in weights)
+            and hasattr(module, "ffn_hidden_size") and hasattr(module, "num_experts"))
+
+
+def dbrx_experts_dense_forward(
+    self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """``dense_experts_forward`` for ``is_dbrx_experts`` modules: ``hidden_states [B, S, H]``
+    -> ``[B, S, H]``; expert e's gate, up and down matrices are rows ``e*F .. (e+1)*F`` of
+    ``w1``, ``v1``, ``w2`` (``[E*F, H]`` each, ``w2`` applied untransposed)."""
+    batch, hidden = hidden_states.shape[0], self.hidden_size
+    tokens = hidden_states.reshape(-1, hidden)
+    experts = torch.arange(self.num_experts)
+    routing = ((top_k_index[..., None] == experts).to(top_k_weights.dtype) * top_k_weights[..., None]).sum(1)
+    shape = (self.num_experts, self.ffn_hidden_size, hidden)
+    mlp = self.mlp
+    gate = _linear(tokens[None], mlp.w1.reshape(shape), None, False)  # [E, T, F]
+    up = _linear(tokens[None], mlp.v1.reshape(shape), None, False)
+    out = _linear(mlp.activation_fn(gate) * up, mlp.w2.reshape(shape), None, True)  # [E, T, H]
+    weighted = (out * routing.transpose(0, 1)[..., None].to(out.dtype)).sum(0)
+    return weighted.reshape(batch, -1, hidden).to(hidden_states.dtype)
+
+
+def _dense_methods(module: nn.Module) -> dict[str, Callable[..., Any]]:
+    """The methods of ``module`` that compute its dense form (JetMoE's attention experts:
+    ``map`` and ``reduce``; every other experts module: ``forward``)."""
+    if is_jetmoe_moa(module):
+        return {"map": jetmoe.moa_map, "reduce": jetmoe.moa_reduce}
+    if is_jetmoe_moe(module):
+        return {"forward": jetmoe.moe_forward}
+    if is_zero_experts(module):
+        return {"forward": zero_experts_dense_forward}
+    return {"forward": dbrx_experts_dense_forward if is_dbrx_experts(module) else dense_experts_forward}
 
 
 def _has_experts(module: nn.Module) -> bool:
     """An experts module that has a dense form here."""
-    return is_experts(module) or is_zero_experts(module)
+    return (is_experts(module) or is_zero_experts(module) or is_dbrx_experts(module) or is_jetmoe_moe(module)
+            or is_jetmoe_moa(module))
 
 
 @contextmanager
@@ -160,14 +200,16 @@ def moe_export_forms(model: nn.Module, caps: TargetCapabilities) -> Iterator[MoE
 @contextmanager
 def _dense(modules: Sequence[nn.Module]) -> Iterator[int]:
     """``modules`` compute the dense form within the block; yields how many."""
-    switched = list(modules)
-    for module in switched:
-        module.forward = types.MethodType(_dense_forward(module), module)
+    switched = {module: _dense_methods(module) for module in modules}
+    for module, methods in switched.items():
+        for name, method in methods.items():
+            setattr(module, name, types.MethodType(method, module))
     try:
         yield len(switched)
     finally:
-        for module in switched:
-            del module.forward  # back to the class's forward
+        for module, methods in switched.items():
+            for name in methods:
+                delattr(module, name)  # back to the class's method
 
 
 def quantize_experts_min_max_q4_0(model: nn.Module) -> int:

@@ -22,8 +22,9 @@ is symbolic in both and one artefact serves prompt processing (P = 0) and genera
   with its cache object);
 - the mask is additive ``[1, 1, S, P+S]``: query i (absolute position P+i) sees key j
   when ``j <= P+i``, and for a sliding-window layer only when also ``j > P+i - window``
-  (transformers' rule). Models with several layer types get one mask per type (none
-  for linear-attention and state-space layers, which see only their states).
+  (transformers' rule), for a chunked layer (Llama 4) only keys of the query's own
+  chunk. Models with several layer types get one mask per type (none for
+  linear-attention and state-space layers, which see only their states).
 
 Multimodal decoders (``fastnnef.multimodal``) give the wrapper ``extra_inputs``: graph
 inputs after the cache (the modality embeddings and what places them) that turn
@@ -40,7 +41,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from fastnnef.llm.architectures import KVLayout
+from fastnnef.llm.alibi import alibi_lengths, alibi_modules
+from fastnnef.llm.architectures import CHUNKED_ATTENTION, KVLayout
 from fastnnef.llm.cache import cache_from_flat, cache_kwarg, flat_from_cache
 from fastnnef.llm.linear_attention import (
     LINEAR_ATTENTION,
@@ -94,18 +96,14 @@ def dynamic_axes(n_layers: int, linear_layers: Collection[int] = (), shared_laye
 
 def assertions(max_positions: int | None, has_past: bool = True) -> list[str]:
     """The reference's five ``tract_assert`` lines, in its order (S+P strictly below the
-    model's maximum position count; the two scenario lines let tract specialize). A model
-    without any key/value cache (only state-space layers) has no P: S alone is bounded,
-    by ``max_positions`` where the config has one."""
+    model's maximum position count, a line left out for a model without one: BLOOM; the
+    two scenario lines let tract specialize). A model without any key/value cache (only
+    state-space layers) has no P: S alone is bounded, by ``max_positions`` where the
+    config has one."""
     if not has_past:
-        return ["tract_assert S >= 1"] + ([f"tract_assert S < {max_positions}"] if max_positions else [])
-    return [
-        "tract_assert P >= 0",
-        "tract_assert S >= 1",
-        f"tract_assert S+P < {max_positions}",
-        "tract_assert tg: S==1",
-        "tract_assert pp: P==0",
-    ]
+        return ["tract_assert S >= 1"] + ([f"tract_assert S < {max_positions}"] if max_positions is not None else [])
+    bound = [f"tract_assert S+P < {max_positions}"] if max_positions is not None else []
+    return ["tract_assert P >= 0", "tract_assert S >= 1", *bound, "tract_assert tg: S==1", "tract_assert pp: P==0"]
 
 
 def attention_masks(
@@ -122,6 +120,11 @@ def attention_masks(
     for kind, window in windows.items():
         if window is None:
             visible = distance >= 0
+        elif kind == CHUNKED_ATTENTION:
+            # 0 <= distance <= the query's offset in its chunk: the keys of its own chunk
+            # up to itself, as one comparison (below).
+            offset = query_pos[:, None] % window
+            visible = (2 * distance - offset).abs() <= offset
         else:
             # 0 <= distance < window as ONE comparison: tract's optimizer reasons about
             # every comparison of ranges once per scenario (tg:, pp:), and the
@@ -195,6 +198,8 @@ class KVCacheLM(nn.Module):
         self._mask_per_type = layout.mixed or hybrid or "conv" in layout.layer_types
         self.layer_names = layer_cache_names(layout.n_layers, self.linear_layers, layout.shared, states)
         self._states = states
+        # ALiBi models (BLOOM, MPT): their biases built for the real key count (llm/alibi.py).
+        self._alibi = alibi_modules(lm)
         # The past length P is read from the first layer's keys (its place among the cache
         # inputs); a model without keys and values (state-space layers only) has no P.
         inputs = self.io_names()[0]
@@ -223,7 +228,8 @@ class KVCacheLM(nn.Module):
         ops = {i: self.linear_attention[str(i)] for i in self.linear_layers}
         ssm_ops = {i: self.state_space[str(i)] for i in self._ssm_mixers}
         with (gated_delta_net_forward(self._linear_mixers, ops),  # type: ignore[arg-type]
-              state_space_forward(self._ssm_mixers, ssm_ops)):  # type: ignore[arg-type]
+              state_space_forward(self._ssm_mixers, ssm_ops),  # type: ignore[arg-type]
+              alibi_lengths(self._alibi, past + new)):
             out = self.model(attention_mask=mask, use_cache=True, return_dict=True, **fed, **kwargs)
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:
