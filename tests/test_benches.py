@@ -34,6 +34,7 @@ RESULT_LINES = {
     "bench_vs_reference.py": r"^\s*\d+\.\d+GB dir\s+fastnnef stream\s+\d+\.\d+\s+\d+",
     "bench_vs_torch_to_nnef.py": r"^mlp 8x32 \(0 MB\)\s+tgz\s+\S+\s+\d+\.\d+",
     "bench_moe_ffn.py": r"^tract_moe_ffn\s+\d+\.\d+\s+\d+\s+\d+\.\d+$",
+    "bench_moe_ffn_layout.py": r"^q4_0\s+4\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+canonical \S+, linear\+0 \S+$",
     "bench_peft.py": r"^\| fastnnef-peft \| \d+\.\d+ \|",
     "bench_graph_build.py": r"^\s+2\s+\d+\s+\d+\.\d+\s+\d+\.\d+",
     "bench_tensors.py": r"^artefact tgz level 1\s+\d+\.\d+ s\s+\d+ MB/s",

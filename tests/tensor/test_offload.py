@@ -179,6 +179,33 @@ def test_f16_linear_of_an_offloaded_weight_reads_it_by_blocks(tmp_path, monkeypa
     assert not materialized
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("stored", [torch.bfloat16, torch.float16, torch.float32])
+def test_half_linear_of_a_q4_0_weight_reads_it_by_blocks(tmp_path, monkeypatch, stored, dtype):
+    """An eager half ``F.linear`` with a weight written as Q4_0 never materializes it (no
+    Q4_0 copy of a whole head), and equals torch's product with the whole tensor's Q4_0
+    values up to the f32 summation order (within one rounding of ``dtype``). Blocks of
+    rows of several sizes, so that a block ends inside the tensor and at its end."""
+    torch.manual_seed(4)
+    weight, bias = (torch.randn(1000, 320) / 20).to(stored), torch.randn(1000).to(dtype)
+    save_file({"w": weight}, tmp_path / "m.safetensors")
+    off = OffloadedTensor(open_checkpoint(tmp_path / "m.safetensors"), "w", dtype).as_q4_0()
+    whole = off.to_base_tensor()  # the whole tensor's Q4_0 values, in dtype
+    x = torch.randn(2, 7, 320).to(dtype)
+    materialized = []
+    real = OffloadedTensor._materialize
+    monkeypatch.setattr(OffloadedTensor, "_materialize", lambda self: materialized.append(self) or real(self))
+    for elements in (320 * 7, 1 << 18):
+        monkeypatch.setattr("fastnnef.tensor.offload._LINEAR_BLOCK_ELEMENTS", elements)
+        for b in (None, bias):
+            got = torch.nn.functional.linear(x, off, b)
+            expected = torch.nn.functional.linear(x.float(), whole.float(), None if b is None else b.float())
+            assert got.dtype == dtype and got.shape == expected.shape
+            eps = torch.finfo(dtype).eps
+            torch.testing.assert_close(got.float(), expected, rtol=eps, atol=eps / 16)
+    assert not materialized
+
+
 def test_a_trace_on_stand_ins_reads_no_weight_and_writes_the_same_artefact(tmp_path, monkeypatch):
     """Under trace_on_stand_ins the trace reads no linear weight (the writer streams them),
     and the artefact is byte for byte the one of a trace on the real values."""

@@ -12,8 +12,9 @@ and the dtype the model sees:
   for their next uses, within its budget); a weight written as Q4_0 materializes as its
   Q4_0 values, computed by Rust block by block from the map straight into ``dtype`` (no
   f32 or packed copy), and an eager embedding lookup reads only the rows it selects;
-- an eager f16 ``F.linear`` with an offloaded weight reads it from the map by blocks of
-  rows, in f32, with no converted copy of the weight (``_half_linear_by_blocks``);
+- an eager f16 ``F.linear`` with an offloaded weight (bf16 too for a Q4_0 one) reads it
+  from the map by blocks of rows, in f32 (through Q4_0 and back, block by block, for a
+  Q4_0 weight), with no converted copy of the weight (``_half_linear_by_blocks``);
 - ``torch.jit.trace`` records the parameter itself (a ``prim::GetAttr``), as for Q4_0
   weights, not a constant; inside :func:`trace_on_stand_ins` the trace gets a value-less
   stand-in of it and reads nothing (for callers that take reference outputs elsewhere);
@@ -227,32 +228,40 @@ def _nth_leaf(compute: Callable[[], Any], i: int) -> torch.Tensor:
 
 # Weight rows converted at a time by _half_linear_by_blocks: about 1 MiB of f32, in cache.
 _LINEAR_BLOCK_ELEMENTS = 1 << 18
+_HALVES = (torch.float16, torch.bfloat16)
 
 
 def _streams_half_linear(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    """Whether ``F.linear(*args, **kwargs)`` is an eager f16 product with a plain offloaded
-    weight, outside residency scopes: what :func:`_half_linear_by_blocks` computes."""
+    """Whether ``F.linear(*args, **kwargs)`` is an eager product of half values (f16, or
+    bf16 with a Q4_0 weight) with an offloaded 2-D weight of the same dtype, outside
+    residency scopes: what :func:`_half_linear_by_blocks` computes. A plain bf16 weight
+    stored in bf16 is not streamed: it materializes as a view of the map, no copy."""
     x = args[0] if args else kwargs.get("input")
     weight = args[1] if len(args) > 1 else kwargs.get("weight")
     bias = args[2] if len(args) > 2 else kwargs.get("bias")
-    return (type(weight) is OffloadedTensor and not weight.q4_0 and not weight.packed
-            and weight.dtype == torch.float16 and weight.stored_dtype in _FLOATS and weight.dim() == 2
-            and type(x) is torch.Tensor and x.dtype == torch.float16 and x.device.type == "cpu"
-            and (bias is None or bias.dtype == torch.float16)
+    return (type(weight) is OffloadedTensor and not weight.packed
+            and (weight.dtype == torch.float16 or (weight.q4_0 and weight.dtype in _HALVES))
+            and weight.stored_dtype in _FLOATS and weight.dim() == 2
+            and type(x) is torch.Tensor and x.dtype == weight.dtype and x.device.type == "cpu"
+            and (bias is None or bias.dtype == weight.dtype)
             and torch._C._get_tracing_state() is None and active_tensor_residency() is None)
 
 
 def _half_linear_by_blocks(input: torch.Tensor, weight: OffloadedTensor,
                            bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` of f16 values with an offloaded f16 weight, without a converted copy of
-    the weight: its rows go, a block of about 1 MiB at a time, from the checkpoint's map
-    to f32 (f32 weights through f16, the model's values; bf16 and f16 ones directly: a bf16
-    value is its f16 value but below 2**-17, where f16 keeps fewer bits, a difference under
-    2**-25), and f32 products accumulate them, rounded to f16 once, as torch's f16 product
-    on the CPU does (f32 accumulation). Torch's f16 GEMM
-    has no fast CPU kernel, and materializing a weight allocates and converts all of it:
-    a few times slower, for the test bundles' forward of a large model. One thread: the
-    blocks are small, and torch's thread pool spends more in waking than in computing."""
+    """``F.linear`` of half values (f16, bf16) with an offloaded weight of their dtype,
+    without a converted copy of the weight: its rows go, a block of about 1 MiB at a time,
+    from the checkpoint's map to f32, and f32 products accumulate them, rounded to the
+    half dtype once, as torch's half products on the CPU do (f32 accumulation). A plain
+    f16 weight: f32 weights through f16, the model's values; bf16 and f16 ones directly (a
+    bf16 value is its f16 value but below 2**-17, where f16 keeps fewer bits, a
+    difference under 2**-25). A Q4_0 weight: each block of rows through Q4_0 and back as
+    :meth:`OffloadedTensor.lookup` reads rows (blocks of 32 never straddle rows), so the
+    values are the whole tensor's Q4_0 values, and no Q4_0 copy of a vocabulary-sized head
+    is ever held. Torch's f16 GEMM has no fast CPU kernel, and materializing a weight
+    allocates and converts all of it: a few times slower, for the test bundles' forward
+    of a large model. One thread: the blocks are small, and torch's thread pool spends
+    more in waking than in computing."""
     mapped = weight.checkpoint.raw(weight.key)
     _read_ahead(mapped)
     raw = torch.from_numpy(mapped).view(weight.stored_dtype).reshape(weight.shape)
@@ -268,14 +277,18 @@ def _half_linear_by_blocks(input: torch.Tensor, weight: OffloadedTensor,
         for start in range(0, out_features, rows):
             block = raw[start:start + rows]
             n = block.shape[0]
-            wide[:n].copy_(block if block.dtype != torch.float32 else block.to(torch.float16))
+            if weight.q4_0:
+                block = _q4_0_round_trip(block).to(weight.dtype)
+            elif block.dtype == torch.float32:
+                block = block.to(torch.float16)
+            wide[:n].copy_(block)
             torch.mm(flat, wide[:n].t(), out=part[:, :n])
             out[:, start:start + n] = part[:, :n]
         if bias is not None:
             out += bias.to_base_tensor() if isinstance(bias, OffloadedTensor) else bias
     finally:
         torch.set_num_threads(threads)
-    return out.to(torch.float16).reshape(*input.shape[:-1], out_features)
+    return out.to(weight.dtype).reshape(*input.shape[:-1], out_features)
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
