@@ -176,3 +176,19 @@ def assert_gil_released(native_call: Callable[[], object]) -> None:
     inside = [t for t in ticks if start <= t <= end]
     longest_pause = max(b - a for a, b in zip([start, *inside], [*inside, end]))
     assert end - start > 0.05 and longest_pause < (end - start) / 2, (end - start, longest_pause)
+
+
+def run_carrying_states(artefact: TractArtefact, model: torch.nn.Module, states: Sequence[torch.Tensor], width: int,
+                        lengths: Sequence[int] = (9, 1, 1)) -> None:
+    """Run ``model(x, *states)`` and the artefact on inputs of ``lengths`` new steps each,
+    feeding each run's output states (every output after the first) into the next, and
+    compare every output at 1e-5: one artefact serves a prompt and the steps after it."""
+    states = list(states)
+    for new in lengths:
+        x = torch.randn(1, new, width)
+        with torch.no_grad():
+            expected = model(x, *states)
+        got = artefact.run([x.numpy(), *(s.numpy() for s in states)])
+        for a, b in zip(got, expected, strict=True):
+            torch.testing.assert_close(torch.from_numpy(a), b, atol=1e-5, rtol=1e-5)
+        states = list(expected[1:])

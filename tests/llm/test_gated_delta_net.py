@@ -19,7 +19,7 @@ from fastnnef.inference_target import TractNNEF
 from fastnnef.llm import dump_llm
 from fastnnef.op.custom_extractors.gdn import CausalConvUpdateReified, GatedDeltaNetRecurrentReified
 from fastnnef.utils import SemanticVersion
-from tests.helpers import export_and_check
+from tests.helpers import export_and_check, run_carrying_states
 
 BEFORE_GDN = "0.23.4"  # the last tract without tract_transformers_gdn_recurrent
 
@@ -102,15 +102,7 @@ def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
     assert text.count("tract_transformers_causal_conv1d_update(") == 1
     assert text.count("tract_transformers_gdn_recurrent(") == 1
     artefact = TractArtefact.load(path)
-    conv, state = torch.zeros(1, 40, 4), torch.zeros(1, 2, 8, 8)
-    for new in (9, 1, 1):
-        x = torch.randn(1, new, 40)
-        with torch.no_grad():
-            expected = model(x, conv, state)
-        got = artefact.run([x.numpy(), conv.numpy(), state.numpy()])
-        for a, b in zip(got, expected):
-            torch.testing.assert_close(torch.from_numpy(a), b, atol=1e-5, rtol=1e-5)
-        conv, state = expected[1], expected[2]
+    run_carrying_states(artefact, model, [torch.zeros(1, 40, 4), torch.zeros(1, 2, 8, 8)], width=40)
 
 
 def test_llm_artefact_states(checkpoint: Callable[..., Path], tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from fastnnef.inference_target import TractNNEF
 from fastnnef.llm import dump_llm
 from fastnnef.llm.state_space import causal_conv
 from fastnnef.op.custom_extractors.ssm import SelectiveScanReified
-from tests.helpers import export_and_check
+from tests.helpers import export_and_check, run_carrying_states
 
 
 def _graph_text(path: Path) -> str:
@@ -106,15 +106,7 @@ def test_scan_in_tract_at_any_length(tmp_path: Path) -> None:
     text = _graph_text(path)
     assert text.count("tract_core_scan(") == 1 and "fragment fastnnef_ssm_step_" in text
     artefact = TractArtefact.load(path)
-    conv, state = torch.zeros(1, 14, 4), torch.zeros(1, 1, 2, 4, 2)
-    for new in (9, 1, 1):
-        x = torch.randn(1, new, 14)
-        with torch.no_grad():
-            expected = model(x, conv, state)
-        got = artefact.run([x.numpy(), conv.numpy(), state.numpy()])
-        for a, b in zip(got, expected):
-            torch.testing.assert_close(torch.from_numpy(a), b, atol=1e-5, rtol=1e-5)
-        conv, state = expected[1], expected[2]
+    run_carrying_states(artefact, model, [torch.zeros(1, 14, 4), torch.zeros(1, 1, 2, 4, 2)], width=14)
 
 
 def test_mamba_artefact_states_without_past(checkpoint: Callable[..., Path], tmp_path: Path) -> None:
