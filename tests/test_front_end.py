@@ -101,6 +101,18 @@ def test_a_python_float_of_an_input_is_refused_naming_the_line(tmp_path: Path) -
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_dynamic_axis_torch_fixes_is_refused_naming_the_input(tmp_path: Path) -> None:
+    """istft needs its frequency axis at n_fft: torch fixes that dynamic axis, and the error
+    names it as the user did (not as torch's ``L['flat'][0].size()[1]``)."""
+    spec = torch.stft(torch.randn(1, 64), 16, 4, window=torch.hann_window(16), return_complex=True)
+    model = Fn(lambda s: torch.istft(s, 16, 4, window=torch.hann_window(16)))
+    target = TractNNEF.latest().with_dynamic_axes({"spec": {1: "F"}})
+    named = r"(?s)input 'spec' axis 1 \(dynamic axis F\).*export it static"
+    with pytest.raises(T2NErrorTorchExportFailed, match=named):
+        export_model_to_nnef(model, (spec,), tmp_path / "m.nnef", target, input_names=["spec"], front_end="export")
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_the_model_is_left_as_it_was(tmp_path: Path) -> None:
     class Counter(nn.Module):
         def __init__(self) -> None:

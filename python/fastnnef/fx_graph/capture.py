@@ -16,6 +16,7 @@ is functionalized (``run_decompositions`` with an empty table).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
+
+# torch names a size of an input after FlatIO.forward's argument: ``L['flat'][0].size()[1]``.
+_INPUT_SIZE = re.compile(r"L\['flat'\]\[(\d+)\]\.size\(\)\[(\d+)\]")
 
 # {flat input index: {axis: NNEF symbol}} for the flat inputs with these names.
 DynamicAxesOf = Callable[[list[str], list[torch.Tensor]], dict[int, dict[int, str]]]
@@ -92,15 +96,30 @@ def capture_program(
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
-            raise T2NErrorTorchExportFailed(
-                f"torch.export could not capture {type(model).__name__}: {err}"
-            ) from err
+            raise _capture_error(model, err, flat.names, dynamic_axes) from err
         finally:
             wrapper.captured = None
     top_out = pytree.tree_unflatten(list(flat_outputs), out_spec)
     top_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = expand_io_names(output_names, top_items, len(flat_outputs), "output", "output")
     return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes)
+
+
+def _capture_error(
+    model: nn.Module, err: Exception, names: list[str], dynamic_axes: dict[int, dict[int, str]],
+) -> T2NErrorTorchExportFailed:
+    """torch.export's error, the input sizes it names written as the user knows them
+    (``input 'x' axis 1 (dynamic axis S)``, not ``L['flat'][0].size()[1]``); for a dynamic
+    axis that torch fixed to its traced size, the way out."""
+    def named(match: re.Match[str]) -> str:
+        index, axis = int(match[1]), int(match[2])
+        symbol = dynamic_axes.get(index, {}).get(axis)
+        return f"input {names[index]!r} axis {axis}" + (f" (dynamic axis {symbol})" if symbol else "")
+
+    message = _INPUT_SIZE.sub(named, str(err))
+    if "specialized it to be a constant" in message:
+        message += "\nThe model's code needs that axis at its traced size: export it static (not in dynamic_axes)"
+    return T2NErrorTorchExportFailed(f"torch.export could not capture {type(model).__name__}: {message}")
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:

@@ -250,7 +250,7 @@ declare("tract_core_downsample", CORE, shapes.downsample, axis=req(INTEGER), str
 declare("tract_core_fft", CORE, shapes.same_as_input, axis=req(INTEGER), inverse=req(LOGICAL))
 declare("tract_core_stft", CORE, axis=req(INTEGER), frame=req(INTEGER), stride=req(INTEGER),
         window=opt(TENSOR))
-declare("tract_core_topk", CORE, k=req(SIZE), axis=req(INTEGER), largest=req(LOGICAL))
+declare("tract_core_topk", CORE, k=req(either(INTEGER, TENSOR)), axis=req(INTEGER), largest=req(LOGICAL))
 declare("tract_core_grid_sample", CORE, shapes.grid_sample, mode=opt(STRING, "bilinear"),
         padding_mode=opt(STRING, "zeros"), align_corners=opt(LOGICAL, False))
 declare("tract_core_resize", CORE, scales=opt(SCALARS), sizes=opt(SIZES), coord_transformer=opt(STRING, "half_pixel"),

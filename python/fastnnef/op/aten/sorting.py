@@ -1,9 +1,10 @@
 """Sorting: topk, sort, argsort, all as tract's ``tract_core_topk`` (values and indices,
 sorted along one axis; ``largest`` picks the order).
 
-A full sort is a top-k with k = the axis length, so it needs a static axis (tract's
-top-k cannot take a symbolic k). Mixture-of-experts routers pick each token's experts
-with ``topk`` over the (static) experts axis, for any number of tokens.
+A full sort is a top-k with k = the axis length; along a dynamic axis that k is a size
+expression (``S``, ``2*S``), which tract computes at run time (``_topk_of_size``).
+Mixture-of-experts routers pick each token's experts with ``topk`` over the (static)
+experts axis, for any number of tokens.
 
 Ties: tract's top-k keeps the lower index first among equal values, as torch's stable
 sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's default
@@ -23,21 +24,32 @@ def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: 
     if x.rank == 0:
         raise ctx.unsupported("sorting a 0-d tensor", "unsqueeze it to 1-d first")
     axis = ctx.axis(dim, x.rank)
-    if isinstance(k, Sym):
-        # tract 0.23.9's TopK keeps a symbolic k unevaluated at run time ("undetermined
-        # symbol in expression"), even when read from the input's shape.
-        raise ctx.unsupported(
-            f"k = {k} depends on a dynamic axis (a sort along a dynamic axis is a top-k of its length); "
-            "tract's top-k needs a constant k",
-            "sort along a static axis, or export with that axis static",
-        )
     shape = list(x.shape)
     shape[axis] = k
+    if isinstance(k, Sym):
+        return _topk_of_size(ctx, x, k, axis, largest, outputs, shape)
     attrs = {"k": k, "axis": axis, "largest": largest}
     if outputs == (0, 1):
         return list(ctx.emit_multi("tract_core_topk", [x], attrs, outs=[0, 1], shapes=[shape, shape]))
     pair = ctx.tmp_multi("tract_core_topk", [x], attrs, [("values", x.dtype, shape), ("indices", "i64", shape)])
     return [ctx.emit("copy", [pair[o]], out=i, shape=shape) for i, o in enumerate(outputs)]
+
+
+def _topk_of_size(ctx: OpContext, x: NTensor, k: Sym, axis: int, largest: bool, outputs: tuple[int, ...],
+                  shape: list[Dim]) -> list[NTensor]:
+    """A top-k whose k is a size of a dynamic axis (``S``, ``2*S``). tract 0.23.9's TopK
+    reads a constant k without the run's symbol values ("undetermined symbol in
+    expression"), so k is cast to an integer at run time (``tract_core_cast`` evaluates a
+    size with them). tract then names the top-k's axis with a symbol of its own, unrelated
+    to the inputs': each output is sliced to ``[0, k)``, the whole axis, which gives it
+    back the size ``k`` for the ops after it (a reshape checks it)."""
+    count = ctx.tmp("tract_core_cast", [k], {"to": "i64"}, dtype="i64", shape=(), suffix="k")
+    attrs = {"k": count, "axis": axis, "largest": largest}
+    pair = ctx.tmp_multi("tract_core_topk", [x], attrs, [("values", x.dtype, shape), ("indices", "i64", shape)])
+    return [
+        ctx.emit("slice", [pair[o]], {"axes": [axis], "begin": [0], "end": [k]}, out=i, shape=shape)
+        for i, o in enumerate(outputs)
+    ]
 
 
 @handler("aten::topk", args="t D i b b")
