@@ -4,7 +4,9 @@ version asked for), the compressor from its registry, timings per phase, and the
 staged beside its destination then moved into place, or removed on any error.
 
 The LLM exporter (``llm/api.py``) and the exporters built on it (``multimodal/api.py``)
-are compositions of these and of the LLM phases (``llm/phases.py``)."""
+are compositions of these and of the LLM phases (``llm/phases.py``); the NeMo exporter
+(``nemo/export.py``) stages and times its subnets with them. The PEFT exporter writes one
+archive through the core's sink, which already builds it under a temporary name."""
 
 from __future__ import annotations
 
