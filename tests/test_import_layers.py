@@ -258,7 +258,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("NNEF graph, artefact writing", ("nnef", "artefact", "tensor_export", "compress", "dtypes")),
     ("inference targets", ("inference_target", "model_wrapper")),
     ("conversion: IR -> NNEF", ("op",)),
-    ("export", ("export", "fastnnef", "nnef_graph")),
+    ("export", ("export_options", "export", "exporter_run", "fastnnef", "nnef_graph")),
     ("exporters and commands", ("llm", "peft", "remodeler", "nemo", "cli", "cli_exit", "examples")),
     ("exporters built on the LLM one", ("multimodal",)),
     ("the drop-in wing, on top", ("compat",)),

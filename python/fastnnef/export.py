@@ -16,6 +16,7 @@ from fastnnef.exceptions import (
     T2NErrorIoQuantity,
     T2NErrorTorchExportFailed,
 )
+from fastnnef.export_options import ExportOptions
 from fastnnef.fx_graph import CapturedProgram, capture_program, declined_by_extractor, lower_program
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.log import export_log_level, get_logger
@@ -46,11 +47,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-# export_model_to_nnef's front_end values: "jit" (torch.jit.trace, the default until the
-# torch.export front end passes everything it passes), "export" (torch.export), "auto".
-FRONT_ENDS = ("auto", "export", "jit")
-
-
 @dataclass(frozen=True)
 class ExportResult:
     """What one export did (``export_model_with_result``); ``export_model_to_nnef`` returns
@@ -78,42 +74,6 @@ class ExportResult:
     timings: dict[str, float]
     checks: tuple[str, ...]
     check_result: T.Any = None
-
-
-def resolve_artefact_path(file_path_export: Path | str, compression_level: int | None) -> tuple[Path, str]:
-    """The reference's suffix + compression_level rule (torch_to_nnef-api.md §3)."""
-    path = Path(file_path_export)
-    if ".nnef" not in path.suffixes:
-        raise T2NErrorInvalidArgument(
-            f"file_path_export {str(path)!r} has no '.nnef' suffix: use e.g. 'model.nnef' "
-            "(directory/.tar/.tgz chosen by compression_level) or 'model.nnef.tgz'"
-        )
-    if compression_level is not None and (
-        isinstance(compression_level, bool) or not isinstance(compression_level, int)
-        or not 0 <= compression_level <= 9
-    ):
-        raise T2NErrorInvalidArgument(
-            f"compression_level must be None (directory), 0 (.tar) or 1..9 (.tgz), got {compression_level!r}"
-        )
-    is_tgz = path.suffix == ".tgz"
-    base = path.with_suffix("") if is_tgz else path
-    if compression_level is None:
-        return base, "dir"
-    if is_tgz or compression_level > 0:
-        return base.with_name(base.name + ".tgz"), "tgz"
-    return base.with_name(base.name + ".tar"), "tar"
-
-
-def _check_names(names: T.Sequence[str] | None, what: str) -> list[str] | None:
-    if names is None:
-        return None
-    names = list(names)
-    if not all(isinstance(n, str) and n for n in names):
-        raise T2NErrorInvalidArgument(f"{what} must be non-empty strings, got {names!r}")
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise T2NErrorInvalidArgument(f"Each str in {what} must be different: {dup} repeated")
-    return names
 
 
 def export_model_to_nnef(
@@ -157,13 +117,16 @@ def export_model_to_nnef(
         >>> path.name
         'mlp.nnef.tgz'
     """
-    return export_model_with_result(
-        model, args, file_path_export, inference_target, input_names, output_names,
-        compression_level, log_level, nnef_variable_naming_scheme, check_io_names_qte_match,
-        debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
-        load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
-        skip_eager_forward, front_end=front_end,
-    ).path
+    options = ExportOptions.from_arguments(
+        file_path_export=file_path_export, input_names=input_names, output_names=output_names,
+        compression_level=compression_level, log_level=log_level,
+        nnef_variable_naming_scheme=nnef_variable_naming_scheme, check_io_names_qte_match=check_io_names_qte_match,
+        debug_bundle_path=debug_bundle_path, custom_extensions=custom_extensions,
+        allow_same_io_names=allow_same_io_names, auto_harden_jit=auto_harden_jit,
+        load_extra_op_modules=load_extra_op_modules, discover_extra_entrypoints=discover_extra_entrypoints,
+        strict_extra_imports=strict_extra_imports, skip_eager_forward=skip_eager_forward, front_end=front_end,
+    )
+    return export_with_options(model, args, inference_target, options).path
 
 
 def export_model_with_result(
@@ -190,36 +153,29 @@ def export_model_with_result(
 ) -> ExportResult:
     """``export_model_to_nnef`` (same parameters, same export), returning what the export
     did as an ``ExportResult`` instead of only the artefact's path."""
-    with export_log_level(log_level):
-        return _export(
-            model, args, file_path_export, inference_target, input_names, output_names,
-            compression_level, nnef_variable_naming_scheme, check_io_names_qte_match,
-            debug_bundle_path, custom_extensions, allow_same_io_names, auto_harden_jit,
-            load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports,
-            skip_eager_forward, front_end,
-        )
+    options = ExportOptions.from_arguments(
+        file_path_export=file_path_export, input_names=input_names, output_names=output_names,
+        compression_level=compression_level, log_level=log_level,
+        nnef_variable_naming_scheme=nnef_variable_naming_scheme, check_io_names_qte_match=check_io_names_qte_match,
+        debug_bundle_path=debug_bundle_path, custom_extensions=custom_extensions,
+        allow_same_io_names=allow_same_io_names, auto_harden_jit=auto_harden_jit,
+        load_extra_op_modules=load_extra_op_modules, discover_extra_entrypoints=discover_extra_entrypoints,
+        strict_extra_imports=strict_extra_imports, skip_eager_forward=skip_eager_forward, front_end=front_end,
+    )
+    return export_with_options(model, args, inference_target, options)
 
 
-def _export(
-    model: nn.Module,
-    args: T.Any,
-    file_path_export: Path | str,
-    inference_target: InferenceTarget,
-    input_names: list[str] | None,
-    output_names: list[str] | None,
-    compression_level: int | None,
-    nnef_variable_naming_scheme: VariableNamingScheme,
-    check_io_names_qte_match: bool,
-    debug_bundle_path: Path | None,
-    custom_extensions: list[str] | None,
-    allow_same_io_names: bool,
-    auto_harden_jit: bool,
-    load_extra_op_modules: list[str] | None,
-    discover_extra_entrypoints: bool,
-    strict_extra_imports: bool,
-    skip_eager_forward: bool,
-    front_end: str,
+def export_with_options(
+    model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions
 ) -> ExportResult:
+    """The export of ``model(*args)`` for ``inference_target`` with checked ``options``
+    (``ExportOptions.from_arguments``), under their log level: what both public functions
+    run, and what an exporter holding its options already calls."""
+    with export_log_level(options.log_level):
+        return _export(model, args, inference_target, options)
+
+
+def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions) -> ExportResult:
     """The export itself, under the export's log level."""
     if not isinstance(model, nn.Module):
         raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -228,32 +184,16 @@ def _export(
             "inference_target must be an InferenceTarget such as TractNNEF.latest() or "
             f"KhronosNNEF.latest(), got {type(inference_target).__name__}"
         )
-    if custom_extensions is not None and not isinstance(custom_extensions, list):
-        raise T2NErrorInvalidArgument(
-            f"custom_extensions must be a list (order matters to tract), got {type(custom_extensions).__name__}"
-        )
-    if front_end not in FRONT_ENDS:
-        raise T2NErrorInvalidArgument(f"front_end must be one of {FRONT_ENDS}, got {front_end!r}")
-    import_extra_modules(load_extra_op_modules, discover_extra_entrypoints, strict_extra_imports)
-    if not isinstance(skip_eager_forward, bool):
-        raise T2NErrorInvalidArgument(f"skip_eager_forward must be a bool, got {skip_eager_forward!r}")
+    import_extra_modules(options.load_extra_op_modules, options.discover_extra_entrypoints,
+                         options.strict_extra_imports)
     # skip_eager_forward needs no action: the trace's forward is the only one that runs, and
     # its outputs are the check's references (no separate eager forward to skip).
-    naming = VariableNamingScheme(nnef_variable_naming_scheme).value
-    input_names = _check_names(input_names, "input_names")
-    output_names = _check_names(output_names, "output_names")
-    if input_names and output_names and not allow_same_io_names:
-        same = sorted(set(input_names) & set(output_names))
-        if same:
-            raise T2NErrorInvalidArgument(
-                f"input_names and output_names must be different: {same} are both inputs and "
-                "outputs; rename them, or pass allow_same_io_names=True if the output is the unchanged input"
-            )
-    path, fmt = resolve_artefact_path(file_path_export, compression_level)
+    input_names = list(options.input_names) if options.input_names is not None else None
+    output_names = list(options.output_names) if options.output_names is not None else None
 
     model, args = on_cpu(model, args)  # a model on an accelerator: its CPU stand-in (devices.py)
     names_from = model
-    if isinstance(model, torch.jit.ScriptModule) and auto_harden_jit:
+    if isinstance(model, torch.jit.ScriptModule) and options.auto_harden_jit:
         model = harden_jit_for_export(model, args)
 
     timings: dict[str, float] = {}
@@ -267,18 +207,18 @@ def _export(
         clock = now
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced, ir = _front_end(front_end, model, args, input_names, output_names, names_from, inference_target,
+    traced, ir = _front_end(options.front_end, model, args, input_names, output_names, names_from, inference_target,
                             stage_done)
-    if check_io_names_qte_match:
+    if options.check_io_names_qte_match:
         checks.append("io_quantity")
         check_io_quantity(len(ir.inputs), len(traced.flat_inputs))
     in_names = traced.input_names[: len(ir.inputs)]
     stage_done("build_ir")
 
-    graph = convert_to_nnef(traced, ir, inference_target, naming, custom_extensions or [], model)
+    graph = convert_to_nnef(traced, ir, inference_target, options.naming, list(options.custom_extensions), model)
     stage_done("convert")
 
-    written = write_artefact(path, fmt, compression_level or 0, graph)
+    written = write_artefact(options.path, options.artefact_format, options.compression_level or 0, graph)
     stage_done("write")
     model_info = UnfoldModelInfo(
         model=model,
@@ -289,7 +229,8 @@ def _export(
         input_names=in_names,
         output_names=traced.output_names,
     )
-    check_result = inference_target.post_export(model_info, graph, written, debug_bundle_path=debug_bundle_path)
+    check_result = inference_target.post_export(model_info, graph, written,
+                                                debug_bundle_path=options.debug_bundle_path)
     stage_done("post_export")
     if check_result is not None:
         checks.append("check_io")

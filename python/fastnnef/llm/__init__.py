@@ -5,9 +5,9 @@
 
 ==================  ===================================================================
 ``api.py``          ``dump_llm`` and its report: the export, step by step
-``phases.py``       what ``dump_llm`` and ``dump_multimodal`` share: checks, target, timings, move
+``phases.py``       the LLM phases ``dump_llm`` and ``dump_multimodal`` share (dtypes, properties, export)
 ``cli.py``          the command line (flags from ``options.py`` and the registries)
-``options.py``      the option choices (dtypes, layouts, attention implementations)
+``options.py``      the option choices, and ``LLMExportOptions``: the shared keywords, checked once
 ``hub.py``          ``-s`` model ids: the Hugging Face cache, or a download into it
 ``load.py``         finding, checking and loading a checkpoint
 ``architectures.py``  tested and refused ``model_type`` values, the cache layout of a config

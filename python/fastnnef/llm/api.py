@@ -5,18 +5,16 @@ The export directory is built under a temporary name beside the target and moved
 place only when everything succeeded (verification included): an error leaves nothing
 behind, and an existing directory is only written into with ``ignore_already_exist_dir``.
 
-Steps: load (``load.py``) -> optional compression (the ``fastnnef.compress`` registry)
--> PyTorch runs of the wrapper (``bundles.py``) -> trace and write the artefact
-(``export_model_to_nnef`` with the reference's dynamic axes and assertions) -> verify in
-tract (``verify.py``) -> move into place.
+Steps: the keywords checked once (``options.LLMExportOptions``) -> load (``load.py``) ->
+optional compression (the ``fastnnef.compress`` registry) -> PyTorch runs of the wrapper
+(``bundles.py``) -> trace and write the artefact (``phases.export_decoder``: the core's
+export with the reference's dynamic axes and assertions) -> verify in tract
+(``verify.py``) -> move into place (``fastnnef/exporter_run.py``: staging, timings).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +24,6 @@ from typing import Any, Union
 
 import torch
 
-from fastnnef import _native
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import (
@@ -35,8 +32,8 @@ from fastnnef.exceptions import (
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotImplemented,
 )
-from fastnnef.export import export_model_to_nnef
-from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.exporter_run import files_in, staged_export, timed
+from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
 from fastnnef.llm.bundles import (
@@ -51,19 +48,15 @@ from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.load import Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.mla import traceable_mla
 from fastnnef.llm.moe import dense_experts, moe_export_forms
-from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, to_enum
+from fastnnef.llm.options import AttnImplementation, DtypeStr, ExportDirStruct, LLMExportOptions
 from fastnnef.llm.phases import (
-    attention_choice,
-    check_inputs_dtype,
+    cache_dtype_of,
     check_linear_attention,
-    compressor,
-    display_generation,
     dtype_str,
-    main_dtype,
-    move_into_place,
+    export_decoder,
     reference_properties,
-    timed,
-    tract_target,
+    show_generation,
+    weight_facts,
 )
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import (
@@ -180,59 +173,54 @@ def dump_llm(
         print(report.summary())
     """
     started = time.perf_counter()
-    progress = progress or Progress.for_terminal()
-    dtype = to_enum(DtypeStr, force_module_dtype, "force_module_dtype") if force_module_dtype else None
-    struct = to_enum(ExportDirStruct, export_dir_struct, "export_dir_struct")
-    naming = to_enum(VariableNamingScheme, naming_scheme, "naming_scheme")
-    attn = attention_choice(
-        to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator
+    options = LLMExportOptions.build(
+        export_dirpath=export_dirpath, model_slug=model_slug, local_dir=local_dir,
+        force_module_dtype=force_module_dtype, compression_method=compression_method,
+        compression_registry=compression_registry, naming_scheme=naming_scheme, num_logits_to_keep=num_logits_to_keep,
+        export_dir_struct=export_dir_struct, dump_with_tokenizer_and_conf=dump_with_tokenizer_and_conf,
+        ignore_already_exist_dir=ignore_already_exist_dir, force_f32_attention=force_f32_attention,
+        force_f32_linear_accumulator=force_f32_linear_accumulator, force_f32_normalization=force_f32_normalization,
+        reify_sdpa_operator=reify_sdpa_operator, attn_implementation=attn_implementation,
+        tract_check_io_tolerance=tract_check_io_tolerance, test_display_token_gens=test_display_token_gens,
+        sample_generation_total_size=sample_generation_total_size, no_verify=no_verify,
+        trust_remote_code=trust_remote_code, tract_specific_path=tract_specific_path,
+        tract_specific_version=tract_specific_version, force_inputs_dtype=force_inputs_dtype, revision=revision,
+        hf_download_n_retries=hf_download_n_retries, progress=progress,
     )
-    tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
-    compress = compressor(compression_method, compression_registry)
-    _check_counts(num_logits_to_keep, sample_generation_total_size)
-    tract_binary, target_version = tract_target(tract_specific_path, tract_specific_version)
-    target = Path(export_dirpath)
-    if target.exists() and not ignore_already_exist_dir:
-        raise T2NErrorInvalidArgument(
-            f"export directory {target} already exists: choose another, or pass -iaed "
-            "(ignore_already_exist_dir=True) to write into it"
-        )
-    if target.exists() and not target.is_dir():
-        raise T2NErrorInvalidArgument(f"export path {target} exists and is not a directory")
-    timings: dict[str, float] = {}
+    report = _dump(options)
+    report.timings["total"] = time.perf_counter() - started
+    options.progress.phase(f"done in {report.timings['total']:.1f} s: {report.model_path}")
+    return report
 
+
+def _dump(options: LLMExportOptions) -> LLMExportReport:
+    """The export with checked options, step by step (the module docstring's steps)."""
+    progress = options.progress
+    timings: dict[str, float] = {}
     progress.phase("loading the checkpoint")
     with timed(timings, "load"):
-        source = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
-        checkpoint = load_checkpoint(source, dtype.torch_dtype if dtype else None, attn, trust_remote_code)
+        source = resolve_source(options.model_slug, options.local_dir, options.revision, options.hf_download_n_retries)
+        checkpoint = load_checkpoint(source, options.torch_dtype, options.attn, options.trust_remote_code)
     model: Any = checkpoint.model
-    n_parameters = sum(p.numel() for p in model.parameters())
-    weight_dtype = main_dtype(model)
-    if compress is not None:
-        progress.phase(f"compressing the weights ({compression_method})")
+    n_parameters, weight_dtype = weight_facts(model)
+    if options.compress is not None:
+        progress.phase(f"compressing the weights ({options.compression_method})")
         with timed(timings, "compress"):
-            compress(model)
+            options.compress(model)
     layout = kv_layout(model.config)
-    _check_positions(layout.max_positions, sample_generation_total_size)
-    # tract has no bf16: a bf16 model computes in f32 there, with f32 caches.
-    cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
-    check_inputs_dtype(force_inputs_dtype, cache_dtype)
-    wrapper = KVCacheLM(model, layout, num_logits_to_keep).eval()
-    check_linear_attention(wrapper, target_version)
+    total = options.sample_generation_total_size
+    _check_positions(layout.max_positions, total)
+    cache_dtype = cache_dtype_of(model, options.force_inputs_dtype)
+    wrapper = KVCacheLM(model, layout, options.num_logits_to_keep).eval()
+    check_linear_attention(wrapper, options.target_version)
     runner = TorchRunner(wrapper, model.dtype)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Staged as .<name>.tmp-<pid>-<random>, the core exporter's convention: what a killed
-    # export to this target left is removed here, once its process is gone.
-    _native.remove_stale_temps(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
-    try:
-        model_dir, tok_dir = _layout_dirs(staging, struct)
+    with staged_export(options.target) as staging:
+        model_dir, tok_dir = _layout_dirs(staging, options.struct)
         tests_dir = staging / TESTS_DIR
         tests_dir.mkdir()
         progress.phase("running the model in PyTorch for the test bundles")
         with timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
-            total = sample_generation_total_size
             tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
             with _generic_wrapper_errors(checkpoint):
                 modes, example = runner.bundles(tokens, total)
@@ -242,63 +230,42 @@ def dump_llm(
 
         progress.phase("tracing and writing the artefact")
         artefact_path = model_dir / ARTEFACT_NAME
-        inference_target = TractNNEF(
-            target_version, check_io=False, dynamic_axes=wrapper.dynamic_axes(),
-            specific_properties=reference_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
-                                            compression_method, compression_registry),
-            dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
-            force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
-            reify_sdpa_operator=reify_sdpa_operator,
+        target = options.tract_nnef(
+            wrapper.dynamic_axes(), reference_properties(checkpoint, n_parameters, weight_dtype, cache_dtype, options)
         )
-        input_names, output_names = wrapper.io_names()
-        with (timed(timings, "export"), moe_export_forms(model, inference_target.capabilities()),
+        with (timed(timings, "export"), moe_export_forms(model, target.capabilities()),
               traceable_mla(model), progress.writing(), trace_on_stand_ins(),
               fast_cpu_kernels(model.dtype)):
-            export_model_to_nnef(
-                wrapper, tuple(example.inputs.values()), artefact_path, inference_target,
-                input_names=input_names, output_names=output_names, compression_level=0,
-                log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
-                nnef_variable_naming_scheme=naming,
-                custom_extensions=assertions(layout.max_positions, wrapper.has_past),
-            )
-        if dump_with_tokenizer_and_conf:
+            export_decoder(wrapper, tuple(example.inputs.values()), artefact_path, target, wrapper.io_names(),
+                           assertions(layout.max_positions, wrapper.has_past), options)
+        if options.dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 
         bundle_checks: list[BundleCheck] = []
         binary_checks: list[str] = []
         generation: GenerationCheck | None = None
-        if no_verify:
+        if options.no_verify:
             _warn_if_untested(checkpoint)
         else:
             progress.phase("verifying in tract: test bundles and greedy generation")
-            # Bundles must pass at the chosen tolerance whatever the dtype; greedy tokens
-            # must be equal for f32 only (verify.py's docstring says why).
-            exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
             with timed(timings, "verify"):
                 bundle_checks, generation = _verify(
-                    artefact_path, [example, *modes], tolerance, exact, wrapper.empty_cache(cache_dtype),
-                    tokens[:, :total], checkpoint, layout,
+                    artefact_path, [example, *modes], options.tolerance, options.exact(weight_dtype),
+                    wrapper.empty_cache(cache_dtype), tokens[:, :total], checkpoint, layout,
                 )
-                if tract_binary is not None:
-                    binary_checks = _check_with_binary(tract_binary, artefact_path, tests_dir,
-                                                       [example, *modes], tolerance)
-            if test_display_token_gens:
-                sys.stdout.write(display_generation(generation))
-        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-        move_into_place(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    timings["total"] = time.perf_counter() - started
-    report = LLMExportReport(
-        export_dir=target, model_path=target / artefact_path.relative_to(staging), files=files,
+                if options.tract_binary is not None:
+                    binary_checks = _check_with_binary(options.tract_binary, artefact_path, tests_dir,
+                                                       [example, *modes], options.tolerance)
+            show_generation(generation, options)
+        files = files_in(staging)
+        model_path = options.target / artefact_path.relative_to(staging)
+    return LLMExportReport(
+        export_dir=options.target, model_path=model_path, files=files,
         modes=[b.name for b in modes], model_type=checkpoint.architecture.model_type, n_parameters=n_parameters,
-        weight_dtype=weight_dtype, cache_dtype=dtype_str(cache_dtype), compression_method=compression_method,
-        timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not no_verify,
-        binary_checks=binary_checks, tract_binary=str(tract_binary.tract_path) if tract_binary else None,
+        weight_dtype=weight_dtype, cache_dtype=dtype_str(cache_dtype), compression_method=options.compression_method,
+        timings=timings, bundle_checks=bundle_checks, generation=generation, verified=not options.no_verify,
+        binary_checks=binary_checks, tract_binary=options.tract_binary_path,
     )
-    progress.phase(f"done in {timings['total']:.1f} s: {report.model_path}")
-    return report
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -371,18 +338,6 @@ def _generic_wrapper_errors(checkpoint: Checkpoint) -> Iterator[None]:
             f"the generic LLM wrapper cannot run this {architecture.model_type} model "
             f"({_family_status(checkpoint)}): {type(checkpoint.model).__name__} raised {type(err).__name__}: {err}"
         ) from err
-
-
-def _check_counts(num_logits_to_keep: Any, total: Any) -> None:
-    if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
-        raise T2NErrorInvalidArgument(
-            f"num_logits_to_keep must be an int >= 0 (0 keeps the logits of every position), got {num_logits_to_keep!r}"
-        )
-    if isinstance(total, bool) or not isinstance(total, int) or total < 2:
-        raise T2NErrorInvalidArgument(
-            f"sample_generation_total_size (-sgts) must be an int >= 2 (the prompt length of the test modes), "
-            f"got {total!r}"
-        )
 
 
 def _check_positions(max_positions: int | None, total: int) -> None:

@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,12 +34,11 @@ from typing import Any, Union
 import torch
 from torch import nn
 
-from fastnnef import _native
 from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFile
-from fastnnef.export import export_model_with_result
-from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
+from fastnnef.exporter_run import files_in, staged_export, timed
+from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.api import LLM_NAMING_SCHEME
 from fastnnef.llm.architectures import kv_layout
@@ -50,19 +46,15 @@ from fastnnef.llm.bundles import Bundle, write_modes_json
 from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES
 from fastnnef.llm.load import CONFIG, Checkpoint, load_checkpoint, resolve_source
 from fastnnef.llm.moe import dense_experts, moe_export_forms
-from fastnnef.llm.options import AttnImplementation, DtypeStr, to_enum
+from fastnnef.llm.options import AttnImplementation, DtypeStr, LLMExportOptions
 from fastnnef.llm.phases import (
-    attention_choice,
-    check_inputs_dtype,
+    cache_dtype_of,
     check_linear_attention,
-    compressor,
-    display_generation,
     dtype_str,
-    main_dtype,
-    move_into_place,
+    export_decoder,
     reference_properties,
-    timed,
-    tract_target,
+    show_generation,
+    weight_facts,
 )
 from fastnnef.llm.progress import Progress
 from fastnnef.llm.verify import BundleCheck, GenerationCheck, check_bundle, eos_ids, raise_on_failed_bundles
@@ -177,39 +169,40 @@ def dump_multimodal(
         print(report.summary())
     """
     started = time.perf_counter()
-    progress = progress or Progress.for_terminal()
-    dtype = to_enum(DtypeStr, force_module_dtype, "force_module_dtype") if force_module_dtype else None
-    naming = to_enum(VariableNamingScheme, naming_scheme, "naming_scheme")
-    attn = attention_choice(
-        to_enum(AttnImplementation, attn_implementation, "attn_implementation"), reify_sdpa_operator
+    options = LLMExportOptions.build(
+        export_dirpath=export_dirpath, model_slug=model_slug, local_dir=local_dir,
+        force_module_dtype=force_module_dtype, compression_method=compression_method,
+        compression_registry=compression_registry, naming_scheme=naming_scheme, num_logits_to_keep=num_logits_to_keep,
+        dump_with_tokenizer_and_conf=dump_with_tokenizer_and_conf, ignore_already_exist_dir=ignore_already_exist_dir,
+        force_f32_attention=force_f32_attention, force_f32_linear_accumulator=force_f32_linear_accumulator,
+        force_f32_normalization=force_f32_normalization, reify_sdpa_operator=reify_sdpa_operator,
+        attn_implementation=attn_implementation, tract_check_io_tolerance=tract_check_io_tolerance,
+        test_display_token_gens=test_display_token_gens, no_verify=no_verify, trust_remote_code=trust_remote_code,
+        tract_specific_path=tract_specific_path, tract_specific_version=tract_specific_version,
+        force_inputs_dtype=force_inputs_dtype, revision=revision, hf_download_n_retries=hf_download_n_retries,
+        progress=progress,
     )
-    tolerance = to_enum(TractCheckTolerance, tract_check_io_tolerance, "tract_check_io_tolerance").value
-    compress = compressor(compression_method, compression_registry)
-    if isinstance(num_logits_to_keep, bool) or not isinstance(num_logits_to_keep, int) or num_logits_to_keep < 0:
-        raise T2NErrorInvalidArgument(f"num_logits_to_keep must be an int >= 0, got {num_logits_to_keep!r}")
-    tract_binary, target_version = tract_target(tract_specific_path, tract_specific_version)
-    target = Path(export_dirpath)
-    if target.exists() and not ignore_already_exist_dir:
-        raise T2NErrorInvalidArgument(
-            f"export directory {target} already exists: choose another, or pass -iaed "
-            "(ignore_already_exist_dir=True) to write into it"
-        )
-    if target.exists() and not target.is_dir():
-        raise T2NErrorInvalidArgument(f"export path {target} exists and is not a directory")
-    timings: dict[str, float] = {}
+    report = _dump(options)
+    report.timings["total"] = time.perf_counter() - started
+    options.progress.phase(f"done in {report.timings['total']:.1f} s: {report.manifest_path}")
+    return report
 
+
+def _dump(options: LLMExportOptions) -> MultimodalExportReport:
+    """The export with checked options, step by step (the module docstring's steps)."""
+    progress = options.progress
+    timings: dict[str, float] = {}
     progress.phase("loading the checkpoint and its processor")
     with timed(timings, "load"):
-        directory = resolve_source(model_slug, local_dir, revision, hf_download_n_retries)
+        directory = resolve_source(options.model_slug, options.local_dir, options.revision,
+                                   options.hf_download_n_retries)
         family = family_of(_raw_config(directory))
-        processor = (family.load_processor or _load_processor)(directory, trust_remote_code)
-        checkpoint = load_checkpoint(directory, dtype.torch_dtype if dtype else None, attn, trust_remote_code,
+        processor = (family.load_processor or _load_processor)(directory, options.trust_remote_code)
+        checkpoint = load_checkpoint(directory, options.torch_dtype, options.attn, options.trust_remote_code,
                                      auto_class=family.auto_class)
     model: Any = checkpoint.model
-    n_parameters = sum(p.numel() for p in model.parameters())
-    weight_dtype = main_dtype(model)
-    cache_dtype = model.dtype if model.dtype != torch.bfloat16 else torch.float32
-    check_inputs_dtype(force_inputs_dtype, cache_dtype)
+    n_parameters, weight_dtype = weight_facts(model)
+    cache_dtype = cache_dtype_of(model, options.force_inputs_dtype)
     layout = kv_layout(model.config)
     hidden = int(model.config.get_text_config(decoder=True).hidden_size)
     sample = _sample(family, processor, directory)
@@ -223,10 +216,7 @@ def dump_multimodal(
         reference = [t for spec, items in zip(family.encoders, sample.items)
                      for t in concatenated(spec, items, [spec.reference(model, item) for item in items])]
     # Encoders first (uncompressed); the decoder's weights are compressed after.
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _native.remove_stale_temps(target)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
-    try:
+    with staged_export(options.target) as staging:
         encoder_artefacts: list[EncoderArtefact] = []
         encoder_paths: dict[str, Path] = {}
         for spec, contract, items in zip(family.encoders, contracts, sample.items):
@@ -234,21 +224,21 @@ def dump_multimodal(
             folder = staging / spec.modality
             folder.mkdir()
             with timed(timings, f"export {spec.modality}"):
-                export_encoder(spec, model, items, folder / ARTEFACT_NAME, target_version, naming,
+                export_encoder(spec, model, items, folder / ARTEFACT_NAME, options.target_version, options.naming,
                                folder / TESTS_DIR)
             rel = f"{spec.modality}/{ARTEFACT_NAME}"
-            encoder_paths[spec.modality] = target / rel
+            encoder_paths[spec.modality] = options.target / rel
             encoder_artefacts.append(EncoderArtefact(spec.modality, rel, contract, spec.input_contract(model.config)))
 
-        if compress is not None:
-            progress.phase(f"compressing the decoder's weights ({compression_method})")
+        if options.compress is not None:
+            progress.phase(f"compressing the decoder's weights ({options.compression_method})")
             with timed(timings, "compress"):
-                compress(_decoder_part(model, family))
+                options.compress(_decoder_part(model, family))
         decoder_dir = staging / DECODER_DIRNAME
         tests_dir = decoder_dir / TESTS_DIR
         tests_dir.mkdir(parents=True)
-        wrapper = KVCacheLM(model, layout, num_logits_to_keep, inputs).eval()
-        check_linear_attention(wrapper, target_version)
+        wrapper = KVCacheLM(model, layout, options.num_logits_to_keep, inputs).eval()
+        check_linear_attention(wrapper, options.target_version)
         io = decoder_io(wrapper, inputs)
         runner = DecoderRunner(wrapper, inputs, io, cache_dtype, hidden)
         with timed(timings, "bundles"), dense_experts(model):
@@ -261,27 +251,18 @@ def dump_multimodal(
 
         progress.phase("tracing and writing the decoder")
         decoder_path = decoder_dir / ARTEFACT_NAME
-        inference_target = TractNNEF(
-            target_version, check_io=False, dynamic_axes=io.dynamic_axes,
-            specific_properties=reference_properties(checkpoint, n_parameters, weight_dtype, dtype, cache_dtype,
-                                            compression_method, compression_registry),
-            dump_identity_properties=False, force_attention_inner_in_f32=force_f32_attention,
-            force_linear_accumulation_in_f32=force_f32_linear_accumulator, force_norm_in_f32=force_f32_normalization,
-            reify_sdpa_operator=reify_sdpa_operator,
+        target = options.tract_nnef(
+            io.dynamic_axes, reference_properties(checkpoint, n_parameters, weight_dtype, cache_dtype, options)
         )
         # MoE blocks: one tract_moe_ffn where the target has it, else the dense form.
-        with timed(timings, "export decoder"), moe_export_forms(model, inference_target.capabilities()), \
+        with timed(timings, "export decoder"), moe_export_forms(model, target.capabilities()), \
                 progress.writing():
-            exported = export_model_with_result(
-                wrapper, example_inputs, decoder_path, inference_target,
-                input_names=io.input_names, output_names=io.output_names, compression_level=0,
-                log_level=get_logger().getEffectiveLevel(),
-                nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
-            )
+            exported = export_decoder(wrapper, example_inputs, decoder_path, target,
+                                      (io.input_names, io.output_names), assertions(layout.max_positions), options)
         example = Bundle("export", dict(zip(io.input_names, example_inputs)),
                          dict(zip(io.output_names, exported.traced_outputs)))
         example.save(tests_dir)
-        if dump_with_tokenizer_and_conf:
+        if options.dump_with_tokenizer_and_conf:
             model.config.to_json_file(decoder_dir / CONFIG, use_diff=False)
             processor.save_pretrained(decoder_dir)
 
@@ -289,38 +270,29 @@ def dump_multimodal(
         bundle_checks: list[BundleCheck] = []
         binary_checks: list[str] = []
         generation: GenerationCheck | None = None
-        if not no_verify:
+        if not options.no_verify:
             progress.phase("verifying in tract: encoders, decoder bundles, generation from the image prompt")
-            exact = weight_dtype == "f32" and dtype in (None, DtypeStr.FLOAT32) and compress is None
             with timed(timings, "verify"):
                 encoder_checks, bundle_checks, generation = _verify(
                     family, model, checkpoint, sample, staging, encoder_artefacts, decoder_path,
-                    [example, *modes], inputs, wrapper.empty_cache(cache_dtype), hidden, cache_dtype, tolerance,
-                    exact,
+                    [example, *modes], inputs, wrapper.empty_cache(cache_dtype), hidden, cache_dtype,
+                    options.tolerance, options.exact(weight_dtype),
                 )
-                if tract_binary is not None:
-                    binary_checks = _check_with_binary(tract_binary, staging, encoder_artefacts, decoder_path,
-                                                       [example, *modes], tolerance)
-            if test_display_token_gens:
-                sys.stdout.write(display_generation(generation))
+                if options.tract_binary is not None:
+                    binary_checks = _check_with_binary(options.tract_binary, staging, encoder_artefacts,
+                                                       decoder_path, [example, *modes], options.tolerance)
+            show_generation(generation, options)
         manifest = build_manifest(f"{DECODER_DIRNAME}/{ARTEFACT_NAME}", encoder_artefacts, dtype_str(cache_dtype))
         write_manifest(staging, manifest)
-        files = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
-        move_into_place(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    timings["total"] = time.perf_counter() - started
-    report = MultimodalExportReport(
-        export_dir=target, manifest_path=target / MANIFEST_NAME, decoder_path=target / DECODER_DIRNAME / ARTEFACT_NAME,
-        encoder_paths=encoder_paths, files=files, model_type=family.model_type, n_parameters=n_parameters,
-        weight_dtype=weight_dtype, inputs_dtype=dtype_str(cache_dtype), compression_method=compression_method,
-        timings=timings, encoder_checks=encoder_checks, bundle_checks=bundle_checks, generation=generation,
-        verified=not no_verify, binary_checks=binary_checks,
-        tract_binary=str(tract_binary.tract_path) if tract_binary else None,
+        files = files_in(staging)
+    return MultimodalExportReport(
+        export_dir=options.target, manifest_path=options.target / MANIFEST_NAME,
+        decoder_path=options.target / DECODER_DIRNAME / ARTEFACT_NAME, encoder_paths=encoder_paths, files=files,
+        model_type=family.model_type, n_parameters=n_parameters, weight_dtype=weight_dtype,
+        inputs_dtype=dtype_str(cache_dtype), compression_method=options.compression_method, timings=timings,
+        encoder_checks=encoder_checks, bundle_checks=bundle_checks, generation=generation,
+        verified=not options.no_verify, binary_checks=binary_checks, tract_binary=options.tract_binary_path,
     )
-    progress.phase(f"done in {timings['total']:.1f} s: {report.manifest_path}")
-    return report
 
 
 # --- helpers ---------------------------------------------------------------------------

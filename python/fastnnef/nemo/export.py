@@ -10,10 +10,6 @@ once every subnet has passed its check, so a failed export leaves nothing behind
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,9 +17,9 @@ from typing import Any
 from nemo.collections.asr.models import ASRModel
 from omegaconf import OmegaConf
 
-from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument
 from fastnnef.export import export_model_to_nnef
+from fastnnef.exporter_run import staged_export, timed
 from fastnnef.inference_target import TractNNEF
 from fastnnef.log import get_logger
 from fastnnef.nemo.subnets import export_subnets, inference_settings, subnet_names
@@ -77,30 +73,22 @@ def export_nemo_asr_model(
         )
 
     model: ASRModel = asr_model
-    target_dir.parent.mkdir(parents=True, exist_ok=True)
-    _native.remove_stale_temps(target_dir)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target_dir.name}.tmp-{os.getpid()}-", dir=target_dir.parent))
-    try:
+    with staged_export(target_dir) as staging:
         (staging / CONFIG_NAME).write_text(json.dumps(OmegaConf.to_container(model.cfg, resolve=True), indent=2))
         artefacts: dict[str, Path] = {}
         seconds: dict[str, float] = {}
         with inference_settings(model):
             for subnet in export_subnets(model, names):
                 log.info("exporting subnet %s", subnet.name)
-                start = time.perf_counter()
                 file_name = subnet.name + ARTEFACT_SUFFIX
-                export_model_to_nnef(
-                    subnet.module, subnet.example, staging / file_name,
-                    base_target.with_dynamic_axes(subnet.dynamic_axes),
-                    input_names=subnet.input_names, output_names=subnet.output_names,
-                    compression_level=compression_level, custom_extensions=subnet.extensions,
-                )
-                seconds[subnet.name] = time.perf_counter() - start
+                with timed(seconds, subnet.name):
+                    export_model_to_nnef(
+                        subnet.module, subnet.example, staging / file_name,
+                        base_target.with_dynamic_axes(subnet.dynamic_axes),
+                        input_names=subnet.input_names, output_names=subnet.output_names,
+                        compression_level=compression_level, custom_extensions=subnet.extensions,
+                    )
                 artefacts[subnet.name] = target_dir / file_name
-        _move_into_place(staging, target_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return NemoExportReport(target_dir, artefacts, seconds)
 
 
@@ -111,10 +99,3 @@ def _free_dir(path: Path) -> Path:
             f"export_dir {path} already exists and is not an empty directory: choose a new one or remove it"
         )
     return path
-
-
-def _move_into_place(staging: Path, target: Path) -> None:
-    """The finished staging directory becomes ``target`` (an empty ``target`` is replaced)."""
-    if target.exists():
-        target.rmdir()
-    os.replace(staging, target)
