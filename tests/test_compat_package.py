@@ -120,7 +120,7 @@ def test_the_core_and_an_export_run_without_the_wing():
                          check=True).stdout
     before, after, served_from = json.loads(out.splitlines()[-1])
     assert len(core) > 100 and before == []
-    assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir_data"
+    assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir.data"
 
 
 # --- ProcessWidePatch ---------------------------------------------------------------------------

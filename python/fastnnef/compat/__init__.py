@@ -11,7 +11,7 @@ path serves which of compat's modules (every name of the module's ``__all__``):
 - ``ir_names``: the reference's IR class names and ``TorchModuleTracer`` over fastnnef's IR;
   served at ``torch_graph``.
 - ``jit_mutation``: the reference's standalone functionalization of writes through views
-  (fastnnef's own is ``torch_graph/functionalize.py``); served at ``torch_graph`` and
+  (fastnnef's own is ``torch_graph/ir/functionalize.py``); served at ``torch_graph`` and
   ``torch_graph.jit_mutation``.
 - ``op_helper``: ``IMPLICIT_CAST_SUPPORTED_OPS``, ``DTYPES_EXPECTED_IMPLICIT_CAST_ORDER``;
   served at ``op.helper``.

@@ -158,7 +158,7 @@ class OpContext:
         dtype: str | None = None,
     ) -> NTensor:
         """Emit the op that produces node output ``out`` (or list item ``value``), with the
-        traced dtype and shape (its dynamic dims as the IR marks them, ir_dynamic.py).
+        traced dtype and shape (its dynamic dims as the IR marks them, ir/dynamic.py).
         ``shape`` overrides the traced one where the handler knows symbolic dims better.
         ``dtype`` names a quantized output's type (the trace has no scale or zero point)."""
         value = value or self.out_value(out)

@@ -1,4 +1,4 @@
-"""Writes, for the IR's in-place ops (torch_graph/functionalize.py): ``copy_``/``fill_``/``zero_``
+"""Writes, for the IR's in-place ops (torch_graph/ir/functionalize.py): ``copy_``/``fill_``/``zero_``
 compute the value they leave in their tensor (the IR passes that tensor's current value
 and binds the result as its next one); ``fastnnef::slice_scatter`` and
 ``fastnnef::select_scatter`` put a written view back into the tensor it was taken from, at
