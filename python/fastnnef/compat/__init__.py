@@ -22,7 +22,8 @@ path serves which of compat's modules (every name of the module's ``__all__``):
 - ``empty_weights``: ``init_empty_weights`` (patches ``nn.Module`` registration
   process-wide); served at ``utils``.
 - ``offload_loading``: ``ctx_maybe_load_from_disk_as_offloaded`` (patches ``torch.load``,
-  safetensors and PEFT process-wide); served at ``tensor.offload``.
+  safetensors and PEFT process-wide) and ``t2n_load_checkpoint_and_dispatch``; served at
+  ``tensor.offload``.
 - ``process_patch``: the one lock-and-count mechanism both process-wide patches go
   through (internal).
 """

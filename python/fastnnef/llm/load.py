@@ -45,13 +45,9 @@ from fastnnef.exceptions import (
 from fastnnef.llm.architectures import Architecture, architecture_of
 from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES, snapshot_dir
 from fastnnef.log import get_logger
-from fastnnef.tensor.offload import (
-    SAFETENSORS_DTYPES,
-    ComposedOffloadedTensor,
-    OffloadedTensor,
-    load_offloaded_checkpoint,
-    open_checkpoint,
-)
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor, open_checkpoint
+from fastnnef.tensor.offload_load import load_offloaded_checkpoint
+from fastnnef.tensor.safetensors_file import SAFETENSORS_DTYPES
 
 log = get_logger("fastnnef.llm")
 
