@@ -12,18 +12,19 @@ sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's defaul
 
 from __future__ import annotations
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
 
-def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
+def _topk(ctx: OpContext, x: NTensor, k: Size, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
     """``tract_core_topk`` on ``x``; returns the node outputs listed in ``outputs`` (0:
     values, 1: indices)."""
     if x.rank == 0:
         raise ctx.unsupported("sorting a 0-d tensor", "unsqueeze it to 1-d first")
     axis = ctx.axis(dim, x.rank)
-    if isinstance(k, Sym):
+    if isinstance(k, DimExpr):
         # tract 0.23.9's TopK keeps a symbolic k unevaluated at run time ("undetermined
         # symbol in expression"), even when read from the input's shape.
         raise ctx.unsupported(
@@ -47,7 +48,7 @@ def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: 
     return _topk(ctx, x, k[0], dim, largest, (0, 1))
 
 
-def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
+def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Size:
     return x.shape[ctx.axis(dim, x.rank)] if x.rank else 1
 
 
