@@ -3,7 +3,7 @@ and that no fastnnef export path uses.
 
 compat imports the core; nothing outside compat imports it but
 ``fastnnef/reference_names.py``, from inside a function, so ``import fastnnef`` and every
-export run without it (tests/test_import_layers.py, tests/test_compat_package.py). Its
+export run without it (tests/test_import_layers.py, tests/compat/test_compat_package.py). Its
 names appear at the reference's module paths (``torch_to_nnef.x.y`` is ``fastnnef.x.y``)
 through those modules' ``__getattr__``, which asks ``SERVED`` below, the one table of which
 path serves which of compat's modules (every name of the module's ``__all__``):

@@ -33,7 +33,7 @@ from fastnnef.tensor.offload import OffloadedTensor, ctx_maybe_load_from_disk_as
 from fastnnef.utils import init_empty_weights
 from tests.helpers import export_and_check
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "fastnnef"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "fastnnef"
 
 
 def _modules() -> dict[str, ast.Module]:
