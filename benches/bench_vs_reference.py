@@ -129,7 +129,7 @@ def worker(lib: str, mode: str, fmt: str, ckpt: str, out: str, size: int, stub: 
         export = t2n.export_model_to_nnef
     else:
         import fastnnef as t2n  # type: ignore[no-redef]
-        from fastnnef.tensor.offload import load_offloaded_checkpoint
+        from fastnnef.tensor.offload_load import load_offloaded_checkpoint
 
         target = t2n.TractNNEF(TRACT, check_io=False)
         export = t2n.export_model_to_nnef

@@ -69,7 +69,7 @@ Undeclared
 pytest_addoption  # tests/conftest.py: pytest's hooks, called by name
 pytest_configure
 pytest_collection_modifyitems
-_factory  # tests/test_cli.py: named on the command line ("module:_factory")
+_factory  # tests/cli/test_cli.py: named on the command line ("module:_factory")
 minmax  # tests/test_extras.py: registered by @register
 ref_kwargs
 op_helper

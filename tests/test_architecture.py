@@ -1,7 +1,7 @@
 """docs/architecture.md's claims that a test can check and no other test does, one test
 each. The others: the stages, circles, façade edges and the dependency table are
 tests/test_import_layers.py's; the drop-in wing (nothing but the package's root loads it,
-and only on demand) tests/test_compat_package.py's; no module taking another's private
+and only on demand) tests/compat/test_compat_package.py's; no module taking another's private
 name tests/op/test_handler_api.py's; the user's model never modified
 tests/test_never_mutate.py's."""
 
@@ -80,3 +80,33 @@ def test_an_export_only_reads_the_registries(tmp_path: Path):
     export_and_check(_Block(), torch.randn(2, 5, 6), tmp_path)
     assert {kind: list(specs) for kind, specs in registry._handlers.items()} == handlers
     assert dict(extractors._REGISTRY) == extractor_classes
+
+
+# --- tests mirror the package -----------------------------------------------------------------------
+# Packages of fastnnef without a folder of tests, and where they are tested instead.
+TESTED_ELSEWHERE = {
+    "examples": "the bundled model of `fastnnef demo`, run by tests/cli/test_cli.py",
+    "fx_graph": "the torch.export front end, run through exports: tests/test_front_end.py, tests/op --front-end=export",
+    "nnef_io": "its one module, the .dat header: tests/test_dat.py, tests/test_dropin_modules.py",
+}
+
+
+def test_tests_mirror_the_packages():
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    tests = Path(__file__).resolve().parent
+    missing = {name for name in packages if not (tests / name).is_dir()} - set(TESTED_ELSEWHERE)
+    assert not missing, f"give these packages a tests/<package>/ folder: {sorted(missing)}"
+    stale = {name for name in TESTED_ELSEWHERE if name not in packages or (tests / name).is_dir()}
+    assert not stale, f"drop from TESTED_ELSEWHERE: {sorted(stale)}"
+    strays = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))} - packages
+    assert not strays, f"test folders named after no package of fastnnef: {sorted(strays)}"
+
+
+# A module over this many lines is split where its content allows (issue 27): none is today.
+MAX_MODULE_LINES = 900
+
+
+def test_no_module_over_the_line_limit():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these modules where their content allows: {long}"

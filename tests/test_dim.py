@@ -3,8 +3,10 @@ integer arithmetic, and tract's text read back."""
 
 from __future__ import annotations
 
+import ast
 import operator
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,3 +176,28 @@ def test_broadcast_of_sizes() -> None:
     assert dim.broadcast(s, s) == s and dim.broadcast(s + 1, 1 + s) == s + 1
     assert dim.broadcast(s, t) is UNKNOWN and dim.broadcast(UNKNOWN, UNKNOWN) is UNKNOWN
     assert dim.broadcast(UNKNOWN, 1) is UNKNOWN
+
+
+# --- one name per concept -------------------------------------------------------------------------
+def _aliases(source: str) -> list[str]:
+    """Module-level names bound to ``DimExpr`` or ``Size`` themselves, or to ``int | DimExpr``
+    (a second name for the symbolic size or for a size)."""
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            names = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+            plain = isinstance(node.value, ast.Name) or isinstance(node.value, ast.BinOp)
+            if plain and names and names <= {"DimExpr", "Size", "int"} and names & {"DimExpr", "Size"}:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found += [t.id for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+def test_a_size_has_one_name_in_the_package():
+    package = Path(dim.__file__).parent
+    aliases = {str(p.relative_to(package)): a for p in package.rglob("*.py") if (a := _aliases(p.read_text()))}
+    assert aliases == {}, f"second names of DimExpr / Size (use fastnnef.dim's): {aliases}"
+
+
+def test_the_alias_check_finds_one():
+    assert _aliases("Sym = DimExpr\nDim = int | DimExpr\nShape = tuple[Size, ...]\n") == ["Sym", "Dim"]

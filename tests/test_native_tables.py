@@ -11,9 +11,9 @@ from fastnnef.artefact import PLAIN_ENCODINGS, TORCH_QUANTIZED
 from fastnnef.check import TOLERANCES
 from fastnnef.exceptions import T2NErrorImpossibleQuantization
 from fastnnef.inference_target.capabilities import TargetCapabilities
-from fastnnef.tensor.offload import SAFETENSORS_DTYPES
 from fastnnef.tensor.quant.packed import PACKED_FORMATS
 from fastnnef.tensor.quant.qtract import Q4_0_GROUP, check_q4_0_shape
+from fastnnef.tensor.safetensors_file import SAFETENSORS_DTYPES
 from fastnnef.utils import SemanticVersion
 
 

@@ -105,7 +105,7 @@ NOT_PROVIDED: dict[str, str] = {
                                  "re-exports them; fastnnef exports recurrent layers without one (tract scans)"),
     "nnef_io.writer": ("a writer over nnef_tools' Graph, which fastnnef does not depend on: artefacts are "
                        "written by fastnnef.nnef.serialize.write_artefact through the Rust sink"),
-    "torch_graph.dynamic_axes": _IR + " (dynamic dims: fastnnef.torch_graph.ir_dynamic)",
+    "torch_graph.dynamic_axes": _IR + " (dynamic dims: fastnnef.torch_graph.ir.dynamic)",
     "torch_graph.ir_graph": _IR,
     "torch_graph.ir_helpers": _IR,
     "torch_graph.ir_module_tracer": _IR,

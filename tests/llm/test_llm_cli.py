@@ -1,5 +1,5 @@
 """``fastnnef-llm`` (llm/cli.py): the reference's flags, offline; errors as messages with
-exit code 2. (Named apart from tests/test_cli.py: pytest needs unique basenames.)"""
+exit code 2. (Named apart from tests/cli/test_cli.py: pytest needs unique basenames.)"""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def emitted_shapes_follow_the_op_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     """One set of rules: the shape ``ctx.emit`` gives a node's output (the IR's dynamic
-    marks, torch_graph/ir_dynamic.py) is the shape the NNEF op's rule derives from its
+    marks, torch_graph/ir/dynamic.py) is the shape the NNEF op's rule derives from its
     operands (nnef/shapes.py) wherever the rule knows a dim; an unknown mark where the rule
     knows the size is a missing IR rule. Module calls are exempt: a user's extractor may
     leave its outputs' dims unknown (``ModuleInfoExtractor.output_dims``)."""

@@ -125,7 +125,7 @@ CASES = [
      lambda: (randn(3, 5), idx(4, 1), randn(3, 1)), None),
     ("index_put_mask", put_mask, lambda: (randn(3, 4), mask(3, 4)), None),
     ("index_put_mask_leading", put_mask, lambda: (randn(3, 4), mask(3)), None),
-    # y[:, i] = v and y[:, 1] = 5.0 write through a view of y (torch_graph/functionalize.py)
+    # y[:, i] = v and y[:, 1] = 5.0 write through a view of y (torch_graph/ir/functionalize.py)
     ("index_put_through_view", put_cols, lambda: (randn(3, 5), idx(4, 1), randn(3, 1)), None),
     ("fill_through_select", _fill_col, lambda: (randn(3, 5),), None),
     ("index_fill", lambda x, i: x.index_fill(1, i, -1.0), lambda: (randn(3, 5), idx(0, 3)), None),

@@ -140,7 +140,7 @@ def test_layout_refused(fn: Callable[..., Any], make: Callable[[], tuple[torch.T
         check(fn, make(), tmp_path, dyn)
 
 
-# torch_graph/ir.py's rules move the dynamic marks with the axes, so a later reshape
+# torch_graph/ir/'s rules move the dynamic marks with the axes, so a later reshape
 # (whose -1 must be the moved dynamic axis) reads them right.
 @pytest.mark.parametrize("fn", [
     pytest.param(lambda x: torch.movedim(x, 1, 0).reshape(-1, 10), id="movedim"),

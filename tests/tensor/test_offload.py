@@ -31,11 +31,11 @@ from fastnnef.tensor.offload import (
     ComposedOffloadedTensor,
     OffloadedTensor,
     ctx_maybe_load_from_disk_as_offloaded,
-    load_offloaded_checkpoint,
     open_checkpoint,
     t2n_load_checkpoint_and_dispatch,
     trace_on_stand_ins,
 )
+from fastnnef.tensor.offload_load import load_offloaded_checkpoint
 from fastnnef.tensor.quant import (
     QTensor,
     QTensorTractScaleOnly,
@@ -597,7 +597,7 @@ CHILD = textwrap.dedent(
     from torch import nn
     from fastnnef.export import export_model_to_nnef
     from fastnnef.inference_target import TractNNEF
-    from fastnnef.tensor.offload import load_offloaded_checkpoint
+    from fastnnef.tensor.offload_load import load_offloaded_checkpoint
     from fastnnef.utils import init_empty_weights
 
     ckpt, out, layers, headroom = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

@@ -18,7 +18,8 @@ from torch import nn
 
 from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorMisuse, T2NErrorNotImplemented
-from fastnnef.tensor.offload import OffloadedTensor, load_offloaded_checkpoint, open_checkpoint
+from fastnnef.tensor.offload import OffloadedTensor, open_checkpoint
+from fastnnef.tensor.offload_load import load_offloaded_checkpoint
 from fastnnef.tensor.residency import ResidencyStrategy, TensorResidencyPool, active_tensor_residency
 from fastnnef.utils import init_empty_weights
 from tests.helpers import export_and_check

@@ -1,4 +1,4 @@
-"""Constant folding (torch_graph/fold.py): ops on constants run once at export time and
+"""Constant folding (torch_graph/ir/fold.py): ops on constants run once at export time and
 become variables; random ops, ``empty``, weights and results much larger than their
 inputs stay ops. Every export runs in tract against torch."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from fastnnef.torch_graph.fold import FOLD_MAX_ELEMENTS
 from fastnnef.torch_graph.ir import ConstTensor, IRGraph, build_ir
+from fastnnef.torch_graph.ir.fold import FOLD_MAX_ELEMENTS
 from fastnnef.torch_graph.trace import trace_model
 from tests.helpers import Fn, export_and_check
 from tests.op._table import check

@@ -1,4 +1,4 @@
-"""In-place writes exported with torch's semantics (torch_graph/functionalize.py): each case runs
+"""In-place writes exported with torch's semantics (torch_graph/ir/functionalize.py): each case runs
 in tract and matches torch; writes a graph of values cannot express are refused."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
-from fastnnef.torch_graph.functionalize import permutation
 from fastnnef.torch_graph.ir import Const, ListValue, build_ir
+from fastnnef.torch_graph.ir.functionalize import permutation
 from fastnnef.torch_graph.trace import trace_model
 from tests.helpers import Fn, export_and_check
 from tests.op._table import check

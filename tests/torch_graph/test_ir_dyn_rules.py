@@ -1,4 +1,4 @@
-"""The IR's dynamic marks come from the rule of each op's kind (torch_graph/ir_dynamic.py),
+"""The IR's dynamic marks come from the rule of each op's kind (torch_graph/ir/dynamic.py),
 never from matching traced sizes: a dynamic axis traced at 1 or at a size that a static dim
 also has keeps its own mark, broadcasting follows ``dim.broadcast`` (the rule of
 nnef/shapes.py), and a kind without a rule gets unknown marks rather than a guess. Each

@@ -1,4 +1,4 @@
-"""The IR's scalar size arithmetic (``ir_sizes.py``) on random chains of traced ops: where
+"""The IR's scalar size arithmetic (``ir/sizes.py``) on random chains of traced ops: where
 it keeps an expression, that expression gives, at every length of the dynamic axis, what
 the same ops compute on Python numbers (true division exact until rounded, as torch's
 ``/`` then ``ceil``/``floor``/``int()``). Models built on it are run in tract by
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastnnef.dim import symbol
-from fastnnef.torch_graph import ir_sizes
-from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
+from fastnnef.torch_graph.ir import sizes as ir_sizes
+from fastnnef.torch_graph.ir.data import Const, IRValue, SymInt, SymRatio
 
 Number = int | Fraction
 # One step: what it does to an IR value, and to the number it stands for.

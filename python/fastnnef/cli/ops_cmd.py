@@ -28,7 +28,7 @@ OPERATOR_SET_RULE = (
 )
 _BACKEND = re.compile(r"^(cudnn|miopen|mkldnn|fbgemm|mps|vulkan|slow|thnn|sparse|to_sparse)")
 
-# Kinds the IR resolves itself while it is built (torch_graph/ir.py): identities, and the
+# Kinds the IR resolves itself while it is built (torch_graph/ir/): identities, and the
 # size / list reads it folds into constants or symbolic dims.
 _IR_FOLDED = frozenset({"aten::size", "aten::dim", "aten::__getitem__"})
 
@@ -135,7 +135,7 @@ def ops_markdown() -> str:
         lines += ["", f"### {module.rsplit('.', 1)[-1]} (`{path}`)", "", "| kind | tract | schema |",
                   "|---|---|---|", *rows]
     lines += [
-        "", "### resolved while building the IR (`python/fastnnef/torch_graph/ir.py`)", "",
+        "", "### resolved while building the IR (`python/fastnnef/torch_graph/ir/`)", "",
         "Identities (`detach`, `contiguous`, `dropout` in eval...) and size / list reads, "
         "folded into constants or symbolic dims; any tract version.", "",
         ", ".join(f"`{k}`" for k in ir_kinds),

@@ -3,7 +3,7 @@ and that no fastnnef export path uses.
 
 compat imports the core; nothing outside compat imports it but
 ``fastnnef/reference_names.py``, from inside a function, so ``import fastnnef`` and every
-export run without it (tests/test_import_layers.py, tests/test_compat_package.py). Its
+export run without it (tests/test_import_layers.py, tests/compat/test_compat_package.py). Its
 names appear at the reference's module paths (``torch_to_nnef.x.y`` is ``fastnnef.x.y``)
 through those modules' ``__getattr__``, which asks ``SERVED`` below, the one table of which
 path serves which of compat's modules (every name of the module's ``__all__``):
@@ -11,7 +11,7 @@ path serves which of compat's modules (every name of the module's ``__all__``):
 - ``ir_names``: the reference's IR class names and ``TorchModuleTracer`` over fastnnef's IR;
   served at ``torch_graph``.
 - ``jit_mutation``: the reference's standalone functionalization of writes through views
-  (fastnnef's own is ``torch_graph/functionalize.py``); served at ``torch_graph`` and
+  (fastnnef's own is ``torch_graph/ir/functionalize.py``); served at ``torch_graph`` and
   ``torch_graph.jit_mutation``.
 - ``op_helper``: ``IMPLICIT_CAST_SUPPORTED_OPS``, ``DTYPES_EXPECTED_IMPLICIT_CAST_ORDER``;
   served at ``op.helper``.
@@ -22,7 +22,8 @@ path serves which of compat's modules (every name of the module's ``__all__``):
 - ``empty_weights``: ``init_empty_weights`` (patches ``nn.Module`` registration
   process-wide); served at ``utils``.
 - ``offload_loading``: ``ctx_maybe_load_from_disk_as_offloaded`` (patches ``torch.load``,
-  safetensors and PEFT process-wide); served at ``tensor.offload``.
+  safetensors and PEFT process-wide) and ``t2n_load_checkpoint_and_dispatch``; served at
+  ``tensor.offload``.
 - ``process_patch``: the one lock-and-count mechanism both process-wide patches go
   through (internal).
 """

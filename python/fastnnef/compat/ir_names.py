@@ -2,10 +2,10 @@
 ``torch_to_nnef.torch_graph`` (module extractors, test harnesses). Drop-in only: served at
 ``fastnnef.torch_graph``; no export path uses them.
 
-fastnnef's IR (torch_graph/ir.py and the modules it re-exports) is not the reference's: it is built in one pass from
+fastnnef's IR (torch_graph/ir/ and the modules it re-exports) is not the reference's: it is built in one pass from
 one trace, and its values carry shapes, dtypes and dynamic marks. These names are the
 closest fastnnef classes, so ``isinstance`` checks and type hints keep working (the
-value names are defined in ``ir_data.py``, at the reference's path):
+value names are defined in ``torch_graph/ir_data.py``, at the reference's path):
 
 | torch_to_nnef | fastnnef |
 |---|---|

@@ -1,6 +1,7 @@
 """``ctx_maybe_load_from_disk_as_offloaded``: the reference's way to load checkpoints as
 weights left on disk, by patching the loaders other code calls. Served at
-``fastnnef.tensor.offload``; drop-in only: fastnnef's own loaders
+``fastnnef.tensor.offload``, with the reference's loader ``t2n_load_checkpoint_and_dispatch``
+(fastnnef/tensor/offload_load.py's); drop-in only: fastnnef's own loaders
 (``load_offloaded_checkpoint``, the LLM, multimodal and PEFT exporters) bind checkpoint
 tensors directly and patch nothing.
 
@@ -25,8 +26,9 @@ import torch
 
 from fastnnef.compat.process_patch import ProcessWidePatch, Replacement
 from fastnnef.tensor.offload import DEFAULT_OFFLOAD_PREFIX, OffloadedTensor, PathLike, open_checkpoint
+from fastnnef.tensor.offload_load import t2n_load_checkpoint_and_dispatch
 
-__all__ = ["ctx_maybe_load_from_disk_as_offloaded"]
+__all__ = ["ctx_maybe_load_from_disk_as_offloaded", "t2n_load_checkpoint_and_dispatch"]
 
 
 def _load_file(filename: PathLike, device: Any = "cpu") -> dict[str, torch.Tensor]:

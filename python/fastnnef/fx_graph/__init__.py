@@ -4,7 +4,7 @@
 - ``capture.py``: the model run once for its outputs and exported once (non-strict,
   functionalized, decomposed with an empty table: every op kept as called);
 - ``sizes.py``: torch's symbolic sizes (sympy) as ``DimExpr`` over the NNEF symbols;
-- ``lower.py``: the FX graph as the IR the jit front end builds (``torch_graph/ir_data.py``),
+- ``lower.py``: the FX graph as the IR the jit front end builds (``torch_graph/ir/data.py``),
   so that every op handler serves both front ends.
 """
 

@@ -16,7 +16,7 @@ has to work out, torch gave already:
 - parameters and buffers are placeholders, bound by name to the user's own tensors (no
   copy), labelled as the jit front end labels them (``tensor/named.py``).
 
-Ops whose inputs are all constants are folded as on the jit path (``torch_graph/fold.py``).
+Ops whose inputs are all constants are folded as on the jit path (``torch_graph/ir/fold.py``).
 ``t.item()`` of a 0-d tensor computed at run time stays that tensor: the op reading it
 computes with the value tract has at run time, never the traced one.
 """
@@ -38,9 +38,9 @@ from fastnnef.exceptions import T2NErrorNotImplemented, T2NErrorTorchExportFaile
 from fastnnef.fx_graph.capture import CapturedProgram
 from fastnnef.fx_graph.sizes import dim_of, traced_int
 from fastnnef.tensor.named import export_labels, storage_labels
-from fastnnef.torch_graph import fold as folding
-from fastnnef.torch_graph.ir_builder import NOOP_KINDS
-from fastnnef.torch_graph.ir_data import (
+from fastnnef.torch_graph.ir import fold as folding
+from fastnnef.torch_graph.ir.builder import NOOP_KINDS
+from fastnnef.torch_graph.ir.data import (
     Const,
     ConstTensor,
     IRGraph,

@@ -41,6 +41,7 @@ from typing import Any
 
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorNotImplemented
 from fastnnef.llm.linear_attention import LINEAR_ATTENTION, gdn_config_refusal, is_gated_delta_net_config
+from fastnnef.llm.transformers_api import layer_types_and_kwargs
 
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
@@ -354,9 +355,7 @@ def cache_layer_types(text_config: Any) -> tuple[list[str], list[dict[str, Any]]
     """Each layer's cache type and the keywords its cache layer is built with, as transformers
     decides them. Releases before 5.19 return one keyword dict for all layers (detected by
     its type, not by version): it is repeated per layer."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    layer_types, kwargs = get_layer_types_and_kwargs(text_config)
+    layer_types, kwargs = layer_types_and_kwargs(text_config)
     if isinstance(kwargs, dict):
         kwargs = [kwargs] * len(layer_types)
     return list(layer_types), list(kwargs)

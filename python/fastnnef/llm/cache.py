@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.llm.linear_attention import LinearStates
+from fastnnef.llm.transformers_api import DynamicCache, DynamicLayer, dummy_cache_layer
 
 # The keyword a causal LM's ``forward`` takes its cache object by: transformers 5.24 renamed
 # ``past_key_values`` to ``cache`` (the old name warns, and goes in 5.40).
@@ -61,9 +61,7 @@ def cache_from_flat(flat: Sequence[torch.Tensor], layer_names: Sequence[Sequence
     layers: list[Any] = []
     for names in layer_names:
         if not names:
-            from transformers.cache_utils import DummyLayer  # only releases with KV sharing have it
-
-            layers.append(DummyLayer())
+            layers.append(dummy_cache_layer())
             continue
         tensors = {name: next(given) for name in names}
         if "key" not in tensors:

@@ -44,14 +44,11 @@ from fastnnef.exceptions import (
 )
 from fastnnef.llm.architectures import Architecture, architecture_of
 from fastnnef.llm.hub import DEFAULT_HF_DOWNLOAD_N_RETRIES, snapshot_dir
+from fastnnef.llm.transformers_api import conversion_mapping, merge_operations
 from fastnnef.log import get_logger
-from fastnnef.tensor.offload import (
-    SAFETENSORS_DTYPES,
-    ComposedOffloadedTensor,
-    OffloadedTensor,
-    load_offloaded_checkpoint,
-    open_checkpoint,
-)
+from fastnnef.tensor.offload import ComposedOffloadedTensor, OffloadedTensor, open_checkpoint
+from fastnnef.tensor.offload_load import load_offloaded_checkpoint
+from fastnnef.tensor.safetensors_file import SAFETENSORS_DTYPES
 
 log = get_logger("fastnnef.llm")
 
@@ -342,8 +339,7 @@ def _composed(
     supported here (logged). Supported: transformers' ``MergeModulelist`` (a stack of the tensors of each pattern,
     in transformers' key order) optionally followed by ``Concatenate`` of the stacks, in
     the converter's pattern order (mixtral's and qwen2_moe's experts)."""
-    from transformers.core_model_loading import Concatenate, MergeModulelist, dot_natural_key
-
+    MergeModulelist, Concatenate, dot_natural_key = merge_operations()
     ops = list(converter.operations)
     kinds = [type(op) for op in ops]
     if kinds not in ([MergeModulelist], [MergeModulelist, Concatenate]) or (
@@ -377,14 +373,10 @@ def _renamer(model: Any, state: dict[str, Any]) -> Any:
     """``checkpoint key -> (model name, the converter beyond a rename that applies, or
     None)``, as ``from_pretrained`` maps keys (transformers' conversion mapping, then the
     base-model prefix); names unchanged when this transformers has no such mapping."""
-    try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-    except ImportError:
+    mapping = conversion_mapping(model)
+    if mapping is None:
         return lambda key: (key, None)
-    transforms = get_model_conversion_mapping(model)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    renamings, converters, rename_source_key = mapping
     prefix = model.base_model_prefix
 
     def rename(key: str) -> tuple[str, tuple[Any, str] | None]:

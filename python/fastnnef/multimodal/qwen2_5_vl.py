@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
+from fastnnef.llm.transformers_api import qwen2_5_vl_vision_rotary
 from fastnnef.multimodal.family import DecoderInputs, EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import sample_images
 from fastnnef.multimodal.splice import complete_placeholders, splice_embeddings
@@ -51,12 +52,10 @@ def vision_attention(attn: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.T
                      mask: torch.Tensor | None) -> torch.Tensor:
     """Hugging Face's Qwen-VL vision attention over ONE image (its ``cu_seqlens`` split
     would freeze the traced image's size), with an optional additive mask."""
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import apply_rotary_pos_emb_vision
-
     seq = x.shape[0]
     # Sizes spelled out: a -1 beside the dynamic axis would be a size tract cannot name.
     q, k, v = attn.qkv(x).reshape(seq, 3, attn.num_heads, attn.head_dim).permute(1, 0, 2, 3).unbind(0)
-    q, k = apply_rotary_pos_emb_vision(q, k, cos, sin)
+    q, k = qwen2_5_vl_vision_rotary(q, k, cos, sin)
     q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, seq, head_dim]
     scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling
     if mask is not None:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fastnnef.llm.transformers_api import bidirectional_mask
 from fastnnef.multimodal.family import EncoderSpec, Family, Sample
 from fastnnef.multimodal.samples import SAMPLING_RATE, sample_audio
 from fastnnef.multimodal.splice import SplicedEmbeddings
@@ -52,14 +53,12 @@ def _graph_inputs(model: Any, item: dict[str, torch.Tensor]) -> tuple[torch.Tens
 
 def _reference(model: Any, item: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Every row Hugging Face's forward computes for the clip (its own mask construction)."""
-    from transformers.masking_utils import create_bidirectional_mask
-
     tower = model.model.audio_tower
     lengths, _ = tower._get_feat_extract_output_lengths(item["feature_attention_mask"].sum(-1))
     positions = item["input_features"].shape[-1] // 2
     mask_2d = (torch.arange(positions)[None, :] < lengths[:, None]).long()
     dummy = torch.zeros((1, positions, 1), dtype=model.dtype)
-    mask = create_bidirectional_mask(config=tower.config, inputs_embeds=dummy, attention_mask=mask_2d)
+    mask = bidirectional_mask(tower.config, dummy, mask_2d)
     with torch.no_grad():
         hidden = tower(item["input_features"], attention_mask=mask).last_hidden_state
         return [model.model.multi_modal_projector(hidden)[0]]

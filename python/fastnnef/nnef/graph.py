@@ -1,7 +1,8 @@
 """The NNEF graph as fastnnef builds it: tensors, operations, variables, extensions.
 
 The graph knows nothing of torch's IR; op handlers build it through ``NNEFGraph.op``.
-Tensor shapes hold ints, or ``Sym`` expressions (``fastnnef.dim.DimExpr``) for dynamic axes.
+Tensor shapes hold ``fastnnef.dim.Size``s: ints, or ``DimExpr`` expressions (``S``, ``P+S``,
+written bare in the graph text) for dynamic axes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fastnnef.dim import DimExpr
+from fastnnef.dim import Size
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorNotImplemented,
@@ -20,12 +21,6 @@ from fastnnef.exceptions import (
 
 if TYPE_CHECKING:  # payloads reference torch data; the graph only carries them
     from fastnnef.nnef.payload import AnyPayload
-
-Sym = DimExpr
-"""A symbolic dimension (``S``, ``P+S``), written bare in the graph text: the one size
-type of ``fastnnef.dim``, under the name handlers use (``Sym("S+1")`` parses tract's text)."""
-
-Dim = int | DimExpr
 
 NNEF_KEYWORDS = frozenset(
     "version extension fragment graph tensor integer scalar logical string true false "
@@ -50,7 +45,7 @@ class NTensor:
 
     name: str
     dtype: str
-    shape: tuple[Dim, ...]
+    shape: tuple[Size, ...]
 
     @property
     def rank(self) -> int:
@@ -168,13 +163,13 @@ class NNEFGraph:
         return name
 
     # --- building -----------------------------------------------------------------------
-    def add_input(self, name: str, dtype: str, shape: Sequence[Dim]) -> NTensor:
+    def add_input(self, name: str, dtype: str, shape: Sequence[Size]) -> NTensor:
         tensor = NTensor(name, dtype, tuple(shape))
         self.inputs.append(tensor)
         self.body.append(NExternal(tensor))
         return tensor
 
-    def add_variable(self, name: str, label: str, payload: AnyPayload, dtype: str, shape: Sequence[Dim]) -> NTensor:
+    def add_variable(self, name: str, label: str, payload: AnyPayload, dtype: str, shape: Sequence[Size]) -> NTensor:
         """Declare a weight; a label already declared returns its existing tensor (tied weights)."""
         known = self.variables.get(label)
         if known is not None:
@@ -193,7 +188,7 @@ class NNEFGraph:
         *,
         name: str,
         dtype: str,
-        shape: Sequence[Dim],
+        shape: Sequence[Size],
         exact: bool = False,
     ) -> NTensor:
         """Append a single-output op; ``name`` is a base, made unique here, or with

@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorInvalidArgument
 from fastnnef.nnef import shapes
-from fastnnef.nnef.graph import NTensor, Sym, Tuple
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.payload import quantized_params
 from fastnnef.nnef.shapes import Rule, Shape
 
@@ -48,21 +49,21 @@ class AttrType:
 
 
 def _is_int(v: Any) -> bool:
-    return type(v) is int  # not a bool (nor a Sym, which is a str); the fast test: one per attribute
+    return type(v) is int  # not a bool (nor a DimExpr, which is a str); the fast test: one per attribute
 
 
 _PLAIN_DATUM_TYPES = frozenset("bool f16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 tdim".split())
 
 INTEGER = AttrType("integer", _is_int)
 #: An integer, or a size of a dynamic axis (``S``, ``S+1``): shapes, bounds, counts.
-SIZE = AttrType("size", lambda v: _is_int(v) or isinstance(v, Sym))
+SIZE = AttrType("size", lambda v: _is_int(v) or isinstance(v, DimExpr))
 SCALAR = AttrType("scalar", lambda v: _is_int(v) or isinstance(v, float))
 LOGICAL = AttrType("logical", lambda v: isinstance(v, bool))
-STRING = AttrType("string", lambda v: isinstance(v, str) and not isinstance(v, Sym))
+STRING = AttrType("string", lambda v: isinstance(v, str) and not isinstance(v, DimExpr))
 #: A tract datum type (``f32``, ``i64``, ``QU8(Z:128 S:0.05)``...).
 DATUM_TYPE = AttrType(
     "datum type",
-    lambda v: isinstance(v, str) and not isinstance(v, Sym)
+    lambda v: isinstance(v, str) and not isinstance(v, DimExpr)
     and (v in _PLAIN_DATUM_TYPES or quantized_params(v) is not None),
 )
 TENSOR = AttrType("tensor", lambda v: isinstance(v, NTensor))

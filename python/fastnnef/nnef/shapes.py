@@ -16,54 +16,55 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastnnef import dim
+from fastnnef.dim import Size
 from fastnnef.exceptions import T2NErrorConsistency
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.nnef.graph import NTensor
 
 UNKNOWN_DIM = dim.UNKNOWN
 
-Shape = tuple[Dim, ...]
+Shape = tuple[Size, ...]
 
 
 # --- dims -------------------------------------------------------------------------------
-def is_static(d: Dim) -> bool:
+def is_static(d: Size) -> bool:
     return isinstance(d, int)
 
 
-def unknown(d: Dim) -> bool:
+def unknown(d: Size) -> bool:
     """A dynamic dim whose expression the IR lost."""
     return isinstance(d, dim.DimExpr) and d.is_unknown
 
 
-def same_size(a: Dim, b: Dim) -> bool:
+def same_size(a: Size, b: Size) -> bool:
     """Whether two dims are provably one size: equal ints or equal expressions. An unknown
     dim equals nothing, not even another unknown (two lost expressions may differ)."""
     return a == b and not unknown(a)
 
 
-def plus(d: Dim, k: int) -> Dim:
+def plus(d: Size, k: int) -> Size:
     """``d + k`` for a static or symbolic dim."""
     return d + k
 
 
-def add_dims(a: Dim, b: Dim) -> Dim:
+def add_dims(a: Size, b: Size) -> Size:
     """``a + b`` for two dims (a concatenation's length)."""
     return a + b
 
 
-def times(d: Dim, k: int) -> Dim:
+def times(d: Size, k: int) -> Size:
     """``d * k`` (0 for ``k == 0``, even for an unknown ``d``)."""
     return 0 if k == 0 else d * k
 
 
-def volume(shape: Sequence[Dim]) -> Dim:
+def volume(shape: Sequence[Size]) -> Size:
     """The element count of ``shape`` (unknown when one of its dims is)."""
-    size: Dim = 1
+    size: Size = 1
     for d in shape:
         size = size * d
     return size
 
 
-def broadcast_dim(a: Dim, b: Dim, kind: str = "") -> Dim:
+def broadcast_dim(a: Size, b: Size, kind: str = "") -> Size:
     """The broadcast of two dims (``dim.broadcast``: a 1 yields; a static size wins over a
     symbol), the IR's rule for dynamic marks too."""
     try:
@@ -72,7 +73,7 @@ def broadcast_dim(a: Dim, b: Dim, kind: str = "") -> Dim:
         raise T2NErrorConsistency(f"{kind or 'op'}: operand dims {a} and {b} do not broadcast") from None
 
 
-def broadcast_shapes(shapes: Sequence[Sequence[Dim]], kind: str = "") -> Shape:
+def broadcast_shapes(shapes: Sequence[Sequence[Size]], kind: str = "") -> Shape:
     """NNEF/tract broadcasting: shapes aligned on their trailing dims (``dim.broadcast_all``)."""
     try:
         return dim.broadcast_all(shapes)
@@ -95,7 +96,7 @@ def _shape(a: Any) -> Shape:
     return a.shape if isinstance(a, NTensor) else ()
 
 
-def _slice_len(b: Dim, e: Dim, stride: int) -> Dim:
+def _slice_len(b: Size, e: Size, stride: int) -> Size:
     if isinstance(b, int) and isinstance(e, int):
         return max(0, -(-(e - b) // stride))
     if stride == 1 and isinstance(b, int):
@@ -110,7 +111,7 @@ def _concat(kind: str, args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str,
     axis = attrs["axis"]
     if kind == "stack":
         return parts[0].dtype, parts[0].shape[:axis] + (len(parts),) + parts[0].shape[axis:]
-    length: Dim = 0
+    length: Size = 0
     for p in parts:
         length = add_dims(length, p.shape[axis])
     return parts[0].dtype, parts[0].shape[:axis] + (length,) + parts[0].shape[axis + 1:]
@@ -122,7 +123,7 @@ def _einsum(args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | N
     specs, _, out = str(attrs["expr"]).partition("->")
     if not parts or len(specs.split(",")) != len(parts) or not all(isinstance(p, NTensor) for p in parts):
         return None
-    dims: dict[str, Dim] = {}
+    dims: dict[str, Size] = {}
     for spec, part in zip(specs.split(","), parts):
         if len(spec) != part.rank:
             return None
@@ -135,7 +136,7 @@ def _einsum(args: Sequence[Any], attrs: dict[str, Any]) -> tuple[str, Shape] | N
 
 def _conv_shape(x: NTensor, w: NTensor, attrs: dict[str, Any]) -> Shape:
     """NNEF ``conv`` with explicit padding: ``[N, C_out, (n + pads - d*(k-1) - 1) / s + 1 ...]``."""
-    spatial: list[Dim] = []
+    spatial: list[Size] = []
     for i, n in enumerate(x.shape[2:]):
         before, after = attrs["padding"][i].items
         stride = attrs["stride"][i] if attrs.get("stride") else 1

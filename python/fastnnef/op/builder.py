@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
+from fastnnef.dim import DimExpr, Size
 from fastnnef.exceptions import T2NErrorConsistency, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
-from fastnnef.nnef.graph import Dim, NNEFGraph, NTensor, Sym, sanitize_identifier
+from fastnnef.nnef.graph import NNEFGraph, NTensor, sanitize_identifier
 from fastnnef.nnef.op_table import check, check_fragment, infer
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, datum_type, payload_for
 from fastnnef.tensor.quant.packed import PackedFormat
@@ -52,10 +53,10 @@ def tract_dtype(dtype: torch.dtype, where: str = "") -> str:
         ) from None
 
 
-def shape_of(value: TensorValue) -> tuple[Dim, ...]:
+def shape_of(value: TensorValue) -> tuple[Size, ...]:
     """The traced shape with dynamic dims written as their symbols (``?`` stays marked);
     complex values get their trailing (re, im) axis."""
-    shape = tuple(Sym(dyn) if dyn is not None else size for size, dyn in zip(value.shape, value.dyn))
+    shape = tuple(DimExpr(dyn) if dyn is not None else size for size, dyn in zip(value.shape, value.dyn))
     return shape + (2,) if value.dtype.is_complex else shape
 
 
@@ -136,7 +137,7 @@ class GraphBuilder:
     # --- variables -----------------------------------------------------------------------
     def variable(
         self, data: torch.Tensor, label: str, *, logical: torch.dtype | None = None,
-        shape: Sequence[Dim] | None = None, where: str = "",
+        shape: Sequence[Size] | None = None, where: str = "",
     ) -> NTensor:
         """Declare ``data`` as ``<label>.dat``. A label declared before returns its tensor
         (tied weights, shared constants). The payload is chosen here, once."""
@@ -201,7 +202,7 @@ class GraphBuilder:
 
     def op(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, *, name: str,
-        dtype: str | None = None, shape: Sequence[Dim] | None = None, exact: bool = False,
+        dtype: str | None = None, shape: Sequence[Size] | None = None, exact: bool = False,
         by: IROp | None = None,
     ) -> NTensor:
         """Append a single-output op, checked against its declaration (``by``: the node
@@ -222,7 +223,7 @@ class GraphBuilder:
 
     def op_multi(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None,
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]], exact: Sequence[bool] = (), by: IROp | None = None,
+        outputs: Sequence[tuple[str, str, Sequence[Size]]], exact: Sequence[bool] = (), by: IROp | None = None,
     ) -> tuple[NTensor, ...]:
         """Append an op with several outputs, each given as ``(base name, dtype, shape)``,
         checked against its declaration."""

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
+from fastnnef.dim import DimExpr, Size
 from fastnnef.exceptions import T2NErrorDataNodeValue, T2NErrorNotImplemented
 from fastnnef.inference_target.capabilities import TargetCapabilities
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.payload import DATUM_TYPES, TORCH_QUANTIZED, quantized_params
 from fastnnef.op.builder import GraphBuilder, shape_of, tract_dtype
 from fastnnef.op.registry import HandlerSpec
@@ -148,17 +149,17 @@ class OpContext:
         """The sizes output ``index`` had in the trace (``out_shape``: the symbolic dims)."""
         return tuple(self.out_value(index).shape)
 
-    def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
+    def out_shape(self, index: int = 0) -> tuple[Size, ...]:
         return shape_of(self.out_value(index))
 
     # --- building ------------------------------------------------------------------------
     def emit(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, out: int = 0,
-        value: TensorValue | None = None, shape: Sequence[Dim] | None = None,
+        value: TensorValue | None = None, shape: Sequence[Size] | None = None,
         dtype: str | None = None,
     ) -> NTensor:
         """Emit the op that produces node output ``out`` (or list item ``value``), with the
-        traced dtype and shape (its dynamic dims as the IR marks them, ir_dynamic.py).
+        traced dtype and shape (its dynamic dims as the IR marks them, ir/dynamic.py).
         ``shape`` overrides the traced one where the handler knows symbolic dims better.
         ``dtype`` names a quantized output's type (the trace has no scale or zero point)."""
         value = value or self.out_value(out)
@@ -184,7 +185,7 @@ class OpContext:
 
     def emit_multi(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None, outs: Sequence[int],
-        shapes: Sequence[Sequence[Dim]] | None = None,
+        shapes: Sequence[Sequence[Size]] | None = None,
     ) -> tuple[NTensor, ...]:
         """Emit one op producing several node outputs (``outs``: their indices)."""
         values = [self.out_value(i) for i in outs]
@@ -205,7 +206,7 @@ class OpContext:
 
     def tmp(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None = None, *,
-        dtype: str | None = None, shape: Sequence[Dim] | None = None, suffix: str = "",
+        dtype: str | None = None, shape: Sequence[Size] | None = None, suffix: str = "",
     ) -> NTensor:
         """Emit an intermediate op (named after the node, plus ``suffix``); its dtype and
         shape are derived from the operands unless given."""
@@ -213,7 +214,7 @@ class OpContext:
 
     def tmp_multi(
         self, kind: str, args: Sequence[Any], attrs: dict[str, Any] | None,
-        outputs: Sequence[tuple[str, str, Sequence[Dim]]],
+        outputs: Sequence[tuple[str, str, Sequence[Size]]],
     ) -> tuple[NTensor, ...]:
         """An intermediate op with several outputs, each ``(suffix, dtype, shape)``."""
         return self._b.op_multi(
@@ -281,7 +282,7 @@ class OpContext:
     def static(self, t: NTensor, dims: Sequence[int] | None = None, what: str = "this op") -> None:
         """Refuse dims that are dynamic (the handler needs their concrete value)."""
         for d in dims if dims is not None else range(t.rank):
-            if isinstance(t.shape[d], Sym):
+            if isinstance(t.shape[d], DimExpr):
                 raise self.unsupported(
                     f"{what} needs axis {d} of {t.name} as a constant, but it follows a dynamic axis",
                     "Export with this axis static, or restructure so the op doesn't use it",
@@ -372,7 +373,7 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
         if isinstance(value, Const) and isinstance(value.value, (int, float, bool)):
             return value.value
         if isinstance(value, SymInt) and value.expr != UNKNOWN:
-            return Sym(value.expr)  # a size of a dynamic axis, as a number (x + x.size(1))
+            return DimExpr(value.expr)  # a size of a dynamic axis, as a number (x + x.size(1))
         raise bad("a tensor or a number")
     if kind in ("i", "f", "b", "s", "n"):
         if isinstance(value, SymInt):
@@ -395,7 +396,7 @@ def _read(ctx: OpContext, kind: str, value: IRValue, index: int) -> Any:
             if isinstance(item, Const) and isinstance(item.value, int):
                 dims.append(item.value)
             elif isinstance(item, SymInt) and kind == "D" and item.expr != UNKNOWN:
-                dims.append(Sym(item.expr))
+                dims.append(DimExpr(item.expr))
             elif isinstance(item, SymInt):
                 raise ctx.unsupported(
                     f"input {index} holds a size that depends on a dynamic axis ({item.expr})"
@@ -434,7 +435,7 @@ def _raw(ctx: OpContext, value: IRValue, index: int) -> Any:
     if isinstance(value, SymInt):
         if value.expr == UNKNOWN:
             raise ctx.unsupported(f"input {index} is a size of a dynamic axis whose expression is unknown")
-        return Sym(value.expr)
+        return DimExpr(value.expr)
     if isinstance(value, ListValue):
         return [_raw(ctx, item, index) for item in value.items]
     if isinstance(value, TensorValue):

@@ -23,10 +23,10 @@ Argument kinds (space separated, one per aten input; ``?`` suffix = may be None)
 ``x``  tensor or Python number -> ``NTensor`` or ``int``/``float``/``bool``
 ``i``  static int            ``f``  float (ints accepted)     ``b``  bool
 ``s``  str                   ``n``  any constant, raw (dtype codes, devices, None...)
-``I``  list of static ints   ``D``  list of dims, ints or ``Sym`` for dynamic axes
+``I``  list of static ints   ``D``  list of dims, ints or ``DimExpr`` for dynamic axes
 ``L``  list of tensors       ``O``  list of optional tensors (``Tensor?[]``: ``None`` items)
 ``v``  any value as it is: a tensor -> ``NTensor``, a constant -> its Python value (``None``,
-       str, complex, lists...), a size of a dynamic axis -> ``Sym``
+       str, complex, lists...), a size of a dynamic axis -> ``DimExpr``
 ``*``  ignore this input and all the following ones
 ``_``  ignore this input
 =====  ===============================================================================

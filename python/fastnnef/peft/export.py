@@ -33,7 +33,8 @@ from fastnnef.peft.mapping import (
     missing_check_tensors,
     plan_mapping,
 )
-from fastnnef.tensor.offload import SAFETENSORS_DTYPES, OffloadedTensor, open_checkpoint
+from fastnnef.tensor.offload import OffloadedTensor, open_checkpoint
+from fastnnef.tensor.safetensors_file import SAFETENSORS_DTYPES
 from fastnnef.tensor_export import is_safetensors, iter_torch_tensors_from_disk, offloaded_encoding
 
 LOGGER = get_logger(__name__)

@@ -35,7 +35,7 @@ from fastnnef.remodeler.schema import (
 )
 
 AxisSymbolMap = dict[int, str]
-Dim = int | str
+ShapeEntry = int | str  # a static size, or the name of a dynamic axis
 
 SUBNET_KEYS = (SHAPE_KEY_INPUTS, SHAPE_KEY_OUTPUTS, SHAPE_KEY_RENAMED, SHAPE_KEY_OUTPUTS_KEEP, SHAPE_KEY_EXTENSIONS)
 INPUT_KEYS = (
@@ -67,7 +67,7 @@ class AxisSymbolRegistry:
     outputs_keep_per_subnet: dict[str, list[str]]
     output_collapse_dims: dict[str, list[int]] = field(default_factory=dict)
     eval_symbols_per_input: dict[str, dict[str, int]] = field(default_factory=dict)
-    original_shape_per_input: dict[str, list[Dim]] = field(default_factory=dict)
+    original_shape_per_input: dict[str, list[ShapeEntry]] = field(default_factory=dict)
     extensions_per_subnet: dict[str, list[str]] = field(default_factory=dict)
 
     @staticmethod
@@ -99,10 +99,10 @@ def _check_keys(mapping: Mapping[str, object], allowed: Sequence[str], where: st
         )
 
 
-def _shape(value: object, where: str) -> list[Dim]:
+def _shape(value: object, where: str) -> list[ShapeEntry]:
     if not isinstance(value, (list, tuple)):
         raise T2NErrorInvalidArgument(f"shape-config: {where} must be a list of dims, got {value!r}")
-    dims: list[Dim] = []
+    dims: list[ShapeEntry] = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise T2NErrorInvalidArgument(

@@ -1,6 +1,6 @@
 """torch_to_nnef's ``torch_graph.jit_mutation`` path: the reference's standalone rewrite of
 writes through views, drop-in only, served here by fastnnef/compat/jit_mutation.py on first
-use (fastnnef's own export functionalizes while building its IR, torch_graph/functionalize.py)."""
+use (fastnnef's own export functionalizes while building its IR, torch_graph/ir/functionalize.py)."""
 
 from typing import Any
 

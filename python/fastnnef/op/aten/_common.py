@@ -7,7 +7,8 @@ from typing import Any, overload
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.context import DTYPES, FLOAT_DTYPES, OpContext
 
@@ -55,7 +56,7 @@ def operands(ctx: OpContext, values: Sequence[Operand], dtype: str, rank: int) -
     for v in values:
         if isinstance(v, NTensor):
             out.append(ctx.to_rank(ctx.cast(v, dtype), rank))
-        elif isinstance(v, Sym) or dtype not in FLOAT_DTYPES:  # a size of a dynamic axis is a TDim
+        elif isinstance(v, DimExpr) or dtype not in FLOAT_DTYPES:  # a size of a dynamic axis is a TDim
             out.append(typed_scalar(ctx, v, dtype))
         else:
             out.append(literal(v, dtype))
@@ -75,20 +76,20 @@ def elementwise(ctx: OpContext, kind: str, values: Sequence[Operand], compute: s
     return ctx.emit(kind, args)
 
 
-def typed_scalar(ctx: OpContext, value: int | float | bool | Sym, dtype: str) -> int | float | bool | NTensor:
+def typed_scalar(ctx: OpContext, value: int | float | bool | DimExpr, dtype: str) -> int | float | bool | NTensor:
     """``value`` as a 0-d operand of ``dtype`` for ops that don't unify their operand types
     (select, broadcast, scatter): tract reads a bare float as f32, a bool as bool and an
     int or a symbol as a TDim, so other dtypes get an explicit cast of the literal (strict
     NNEF, which has no cast: a 0-d constant of that dtype)."""
-    if isinstance(value, Sym):
-        scalar: int | float | bool | Sym = value
+    if isinstance(value, DimExpr):
+        scalar: int | float | bool | DimExpr = value
         natural = "tdim"
     else:
         scalar = literal(value, dtype)
         natural = "bool" if isinstance(scalar, bool) else "f32" if isinstance(scalar, float) else "tdim"
     if natural == dtype:
         return scalar  # type: ignore[return-value]
-    if ctx.strict and not isinstance(scalar, Sym):
+    if ctx.strict and not isinstance(scalar, DimExpr):
         return ctx.constant(torch.tensor(scalar, dtype=torch_dtype(dtype)), f"scalar_{dtype}_{scalar}")
     return ctx.tmp("tract_core_cast", [scalar], {"to": dtype}, suffix="value")
 
@@ -119,7 +120,7 @@ def channel_param(ctx: OpContext, p: NTensor, rank: int) -> NTensor:
     return ctx.tmp("unsqueeze", [p], {"axes": axes}, suffix="chan")
 
 
-def wrap_negative(ctx: OpContext, idx: NTensor, size: Dim, tag: str = "") -> NTensor:
+def wrap_negative(ctx: OpContext, idx: NTensor, size: Size, tag: str = "") -> NTensor:
     """i64 indices with torch's negative ones (counted from the end of an axis of ``size``)
     made non-negative, as tract's gathers and scatters need."""
     if unknown(size):

@@ -4,7 +4,8 @@ broadcast to the shape tract's sdpa reads."""
 
 from __future__ import annotations
 
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.context import OpContext
 
 # The most negative finite value per compute dtype: masked scores get it added. Finite (not
@@ -20,7 +21,7 @@ def bool_to_bias(ctx: OpContext, mask: NTensor, dtype: str) -> NTensor:
     return ctx.tmp("mul", [as_float, MIN_SCORE[dtype]], suffix="bias")
 
 
-def mask_for_sdpa(ctx: OpContext, mask: NTensor, rows: Dim, cols: Dim) -> NTensor:
+def mask_for_sdpa(ctx: OpContext, mask: NTensor, rows: Size, cols: Size) -> NTensor:
     """tract's sdpa reads its mask as [B or 1, H or 1, rows, cols] exactly (it does not
     broadcast the last two axes), while torch broadcasts them: a key padding mask is
     [B, 1, 1, cols] (nn.MultiheadAttention, cross-attention). Broadcast those two."""

@@ -5,8 +5,8 @@ into the traced pieces."""
 
 from __future__ import annotations
 
-from fastnnef.dim import dmin, is_negative
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size, dmin, is_negative
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import plus, unknown
 from fastnnef.op.context import OpContext
 
@@ -14,18 +14,18 @@ from fastnnef.op.context import OpContext
 TO_END = 2**62
 
 
-def slice_bound(ctx: OpContext, v: Dim | None, n: Dim, traced: int, default: Dim, what: str) -> Dim:
+def slice_bound(ctx: OpContext, v: Size | None, n: Size, traced: int, default: Size, what: str) -> Size:
     """A torch begin/end as tract needs it: non-negative and within the axis, since tract's
     slice computes the length from the raw values (it only clamps the read window)."""
     if v is None:
         return default
-    if isinstance(v, Sym):  # an expression of a dynamic size: in range by construction
+    if isinstance(v, DimExpr):  # an expression of a dynamic size: in range by construction
         if is_negative(v):  # x[:, -x.size(1):] counts from the end
             if unknown(n):
                 raise ctx.unsupported(f"{what} {v} from the end of an axis whose dynamic size is unknown")
             return n + v
         return v
-    if not isinstance(n, Sym):
+    if not isinstance(n, DimExpr):
         return min(max(v + n if v < 0 else v, 0), n)
     if v >= TO_END:
         if unknown(n):
@@ -48,12 +48,12 @@ def slice_bound(ctx: OpContext, v: Dim | None, n: Dim, traced: int, default: Dim
     return v
 
 
-def index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim, Dim]:
+def index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Size) -> tuple[Size, Size]:
     """[begin, end) of the single position ``index`` along ``axis``."""
     n = x.shape[axis]
-    if isinstance(index, Sym):
+    if isinstance(index, DimExpr):
         return index, plus(index, 1)
-    if not isinstance(n, Sym):
+    if not isinstance(n, DimExpr):
         if not -n <= index < n:
             raise ctx.unsupported(f"index {index} out of range for size {n}")
         index %= n
@@ -65,7 +65,7 @@ def index_bounds(ctx: OpContext, x: NTensor, axis: int, index: Dim) -> tuple[Dim
     return plus(n, index), plus(n, index + 1)
 
 
-def single(v: list[Dim] | None) -> Dim | None:
+def single(v: list[Size] | None) -> Size | None:
     """The one dim of an optional ``SymInt?`` read as a list (``D?``)."""
     return None if v is None else v[0]
 

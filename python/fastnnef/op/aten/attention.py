@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.aten._common import torch_dtype
 from fastnnef.op.aten._masks import MIN_SCORE, bool_to_bias, mask_for_sdpa
@@ -16,9 +17,9 @@ from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
 
-def _broadcast_dims(a: Sequence[Dim], b: Sequence[Dim]) -> tuple[Dim, ...]:
+def _broadcast_dims(a: Sequence[Size], b: Sequence[Size]) -> tuple[Size, ...]:
     """torch broadcasting of two equal-rank batch shapes (a 1 yields to the other)."""
-    return tuple(y if isinstance(x, int) and not isinstance(x, Sym) and x == 1 else x for x, y in zip(a, b))
+    return tuple(y if isinstance(x, int) and not isinstance(x, DimExpr) and x == 1 else x for x, y in zip(a, b))
 
 
 def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
@@ -29,8 +30,8 @@ def _causal_bias(ctx: OpContext, rows: int, cols: int, dtype: str) -> NTensor:
     return ctx.constant(data, f"causal_mask_{rows}x{cols}_{dtype}")
 
 
-def _static(d: Dim) -> bool:
-    return isinstance(d, int) and not isinstance(d, Sym)
+def _static(d: Size) -> bool:
+    return isinstance(d, int) and not isinstance(d, DimExpr)
 
 
 def _repeat_heads(ctx: OpContext, t: NTensor, groups: int, suffix: str) -> NTensor:
@@ -77,7 +78,7 @@ def scaled_dot_product_attention(
 
 
 def _reifiable(
-    q: NTensor, k: NTensor, v: NTensor, groups: int, is_causal: bool, rows: Dim, cols: Dim, masked: bool,
+    q: NTensor, k: NTensor, v: NTensor, groups: int, is_causal: bool, rows: Size, cols: Size, masked: bool,
 ) -> bool:
     """What tract_transformers_sdpa accepts: equal ranks 3 or 4, equal batch sizes, GQA
     only on rank 4, a causal mask it aligns like torch (square, or static to build), and a

@@ -16,7 +16,8 @@ import math
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import broadcast_shapes, unknown
 from fastnnef.op.aten import creation, indexing, linalg, pool, reduce, shape
 from fastnnef.op.aten._common import torch_dtype, typed_scalar
@@ -408,7 +409,7 @@ def unsqueeze(ctx: OpContext, z: NTensor, dim: int) -> NTensor:
 
 
 @handler("aten::expand", args="t D *", complex=True)
-def expand(ctx: OpContext, z: NTensor, sizes: list[Dim]) -> NTensor:
+def expand(ctx: OpContext, z: NTensor, sizes: list[Size]) -> NTensor:
     """aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)  (complex)"""
     return shape.expand(ctx, z, [*sizes, 2])
 
@@ -447,20 +448,20 @@ def unbind(ctx: OpContext, z: NTensor, dim: int) -> list[NTensor]:
 
 
 @handler("aten::slice", args="t i D? D? i", complex=True)
-def slice_(ctx: OpContext, z: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None,
+def slice_(ctx: OpContext, z: NTensor, dim: int, start: list[Size] | None, end: list[Size] | None,
            step: int) -> NTensor:
     """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)  (complex)"""  # noqa: E501
     return indexing.slice_(ctx, z, ctx.axis(dim, logical_rank(ctx)), start, end, step)
 
 
 @handler("aten::select", args="t i D", complex=True)
-def select(ctx: OpContext, z: NTensor, dim: int, index: list[Dim]) -> NTensor:
+def select(ctx: OpContext, z: NTensor, dim: int, index: list[Size]) -> NTensor:
     """aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)  (complex)"""
     return indexing.select(ctx, z, ctx.axis(dim, logical_rank(ctx)), index)
 
 
 @handler("aten::narrow", args="t i D D", complex=True)
-def narrow(ctx: OpContext, z: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
+def narrow(ctx: OpContext, z: NTensor, dim: int, start: list[Size], length: list[Size]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)  (complex)"""
     return indexing.narrow(ctx, z, ctx.axis(dim, logical_rank(ctx)), start, length)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import unknown, volume
 from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
@@ -22,11 +23,11 @@ from fastnnef.op.registry import handler
 Number = int | float | bool
 
 
-def _fill(ctx: OpContext, value: Number | Sym, shape: Sequence[Dim], x: NTensor | None = None) -> NTensor:
+def _fill(ctx: OpContext, value: Number | DimExpr, shape: Sequence[Size], x: NTensor | None = None) -> NTensor:
     """``value`` broadcast to ``shape`` as the node output, in the traced dtype. With ``x``
     given and dims of unknown expression, the shape is taken from ``x`` at run time.
     Strict NNEF (no broadcast op): a one-element constant tiled to the static shape."""
-    if ctx.strict and not isinstance(value, Sym) and all(isinstance(d, int) for d in shape):
+    if ctx.strict and not isinstance(value, DimExpr) and all(isinstance(d, int) for d in shape):
         one = ctx.constant(torch.full((1,) * len(shape), value, dtype=ctx.out_torch_dtype()),
                            f"fill_{ctx.out_dtype()}_{value}_rank{len(shape)}")
         return ctx.emit("tile", [one], {"repeats": list(shape)}) if shape else ctx.emit("copy", [one])
@@ -42,32 +43,32 @@ def _fill(ctx: OpContext, value: Number | Sym, shape: Sequence[Dim], x: NTensor 
     return ctx.emit("tract_core_broadcast", [scalar], {"shape": list(shape)}, shape=shape)
 
 
-def _number(ctx: OpContext, value: object) -> Number | Sym:
+def _number(ctx: OpContext, value: object) -> Number | DimExpr:
     if isinstance(value, (int, float, bool)):
         return value
     raise ctx.unsupported(f"fill value {value!r}", "use a Python number")
 
 
 @handler("aten::zeros", "aten::ones", "aten::empty", args="D *")
-def zeros(ctx: OpContext, size: list[Dim]) -> NTensor:
+def zeros(ctx: OpContext, size: list[Size]) -> NTensor:
     """aten::zeros(SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (ones, empty)"""  # noqa: E501
     return _fill(ctx, 1 if ctx.kind == "aten::ones" else 0, size)
 
 
 @handler("aten::full", args="D n *")
-def full(ctx: OpContext, size: list[Dim], value: object) -> NTensor:
+def full(ctx: OpContext, size: list[Size], value: object) -> NTensor:
     """aten::full(SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, _number(ctx, value), size)
 
 
 @handler("aten::new_zeros", "aten::new_ones", "aten::new_empty", args="t D *")
-def new_zeros(ctx: OpContext, _x: NTensor, size: list[Dim]) -> NTensor:
+def new_zeros(ctx: OpContext, _x: NTensor, size: list[Size]) -> NTensor:
     """aten::new_zeros(Tensor self, SymInt[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, 1 if ctx.kind == "aten::new_ones" else 0, size)
 
 
 @handler("aten::new_full", args="t D n *")
-def new_full(ctx: OpContext, _x: NTensor, size: list[Dim], value: object) -> NTensor:
+def new_full(ctx: OpContext, _x: NTensor, size: list[Size], value: object) -> NTensor:
     """aten::new_full(Tensor self, SymInt[] size, Scalar fill_value, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     return _fill(ctx, _number(ctx, value), size)
 
@@ -88,32 +89,32 @@ def full_like(ctx: OpContext, x: NTensor, value: object) -> NTensor:
 def scalar_tensor(ctx: OpContext, value: Any) -> NTensor:
     """aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor"""  # noqa: E501
     # The IR builder also makes this op for a size of a dynamic axis read as a 0-d tensor.
-    return _fill(ctx, value if isinstance(value, Sym) else _number(ctx, value), ())
+    return _fill(ctx, value if isinstance(value, DimExpr) else _number(ctx, value), ())
 
 
 @handler("aten::tensor", args="v *")
 def tensor(ctx: OpContext, data: Any) -> NTensor:
     """aten::tensor(t[] data, *, ScalarType? dtype=None, Device? device=None, bool requires_grad=False) -> Tensor"""
-    if isinstance(data, (Sym, int, float, bool)):  # torch.tensor(x.size(1)): the size as a 0-d tensor
+    if isinstance(data, (DimExpr, int, float, bool)):  # torch.tensor(x.size(1)): the size as a 0-d tensor
         return _fill(ctx, data, ())
     raise ctx.unsupported("torch.tensor() of a list built in forward", "create the tensor in __init__ as a buffer")
 
 
 # --- arange -----------------------------------------------------------------------------
-Bound = Number | Sym | NTensor
+Bound = Number | DimExpr | NTensor
 
 
 def _arange_bound(ctx: OpContext, v: Any) -> Bound:
     """A bound of arange: a number, a size of a dynamic axis or a 0-d tensor."""
-    if isinstance(v, (Sym, int, float)) or (isinstance(v, NTensor) and v.rank == 0):
+    if isinstance(v, (DimExpr, int, float)) or (isinstance(v, NTensor) and v.rank == 0):
         return v
     raise ctx.unsupported(f"arange with a bound {v!r}", "use numbers, x.size(i) or 0-d tensors")
 
 
-def _arange_of_tensors(ctx: OpContext, bounds: list[Number | Sym | NTensor], dtype: str) -> NTensor:
+def _arange_of_tensors(ctx: OpContext, bounds: list[Number | DimExpr | NTensor], dtype: str) -> NTensor:
     """arange whose bounds are read from tensors: tract computes the length when it runs
     (its range op takes three scalars of one type), so nothing of the traced values stays."""
-    if any(isinstance(b, Sym) for b in bounds):
+    if any(isinstance(b, DimExpr) for b in bounds):
         raise ctx.unsupported("arange mixing tensor bounds and sizes of dynamic axes")
     kind = dtype if dtype in FLOAT_DTYPES else "i64"
     scalars = [
@@ -136,17 +137,17 @@ def arange(ctx: OpContext, start: Any, end: Any, step: Any) -> NTensor:
             raise ctx.unsupported("arange with tensor bounds in strict NNEF, which has no range op")
         return _arange_of_tensors(ctx, bounds, dtype)
     start, end, step = bounds
-    dynamic = any(isinstance(v, Sym) for v in (start, end, step))
+    dynamic = any(isinstance(v, DimExpr) for v in (start, end, step))
     if not dynamic and (ctx.strict or dtype in FLOAT_DTYPES or any(isinstance(v, float) for v in (start, end, step))):
         # Static float range (or any static range in strict NNEF, which has no range op):
         # torch's exact values, stored as a constant.
         return ctx.constant(torch.arange(start, end, step, dtype=ctx.out_torch_dtype()))
     if any(isinstance(v, float) for v in (start, end, step)):
         raise ctx.unsupported("arange with float bounds and a dynamic end", "use integer bounds and scale the result")
-    if isinstance(step, Sym) or step == 0:
+    if isinstance(step, DimExpr) or step == 0:
         raise ctx.unsupported("arange with a dynamic or zero step")
     # The IR simplified the length of dynamic ranges (arange(P, P+S) has S entries).
-    length: Dim = len(range(int(start), int(end), int(step))) if not dynamic else ctx.out_shape()[0]
+    length: Size = len(range(int(start), int(end), int(step))) if not dynamic else ctx.out_shape()[0]
     r = ctx.tmp("tract_core_range", [start, end, step], dtype="i64", shape=(length,), suffix="range")
     return ctx.emit("tract_core_cast" if dtype != "i64" else "copy", [r], {"to": dtype} if dtype != "i64" else None)
 
@@ -202,7 +203,7 @@ def eye(ctx: OpContext) -> NTensor:
     """aten::eye.m(SymInt n, SymInt m, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, bool? pin_memory=None) -> Tensor  (also eye(n))"""  # noqa: E501
     n = ctx.arg(0, "D")[0]
     m = ctx.arg(1, "D")[0] if ctx.n_inputs == 6 else n
-    if not isinstance(n, Sym) and not isinstance(m, Sym):
+    if not isinstance(n, DimExpr) and not isinstance(m, DimExpr):
         return ctx.constant(torch.eye(n, m, dtype=ctx.out_torch_dtype()))
     if unknown(n) or unknown(m):
         raise ctx.unsupported("eye of a size that depends on a dynamic axis in an unknown way")
@@ -236,7 +237,7 @@ def tril_indices(ctx: OpContext, row: int, col: int, offset: int) -> NTensor:
     return ctx.constant(fn(row, col, offset, dtype=ctx.out_torch_dtype()))
 
 
-def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[NTensor], list[Dim]]:
+def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[NTensor], list[Size]]:
     """Each 1-D (or 0-d) tensor laid along its own axis of the grid, and the grid's shape."""
     if indexing not in ("ij", "xy"):
         raise ctx.unsupported(f"meshgrid indexing {indexing!r}", "use 'ij' or 'xy'")
@@ -246,7 +247,7 @@ def _grid(ctx: OpContext, tensors: list[NTensor], indexing: str) -> tuple[list[N
     place = list(range(k))
     if indexing == "xy" and k > 1:  # the first two inputs swap axes
         place[0], place[1] = 1, 0
-    shape: list[Dim] = [1] * k
+    shape: list[Size] = [1] * k
     for t, p in zip(tensors, place):
         shape[p] = t.shape[0] if t.rank else 1
     if any(unknown(d) for d in shape):

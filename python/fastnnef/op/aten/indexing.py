@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import add_dims, is_static, plus, unknown
 from fastnnef.op.aten._common import Operand, operands, typed_scalar, wrap_negative
 from fastnnef.op.aten._slices import index_bounds, single, slice_bound
@@ -17,19 +18,19 @@ from fastnnef.op.context import FLOAT_DTYPES, OpContext
 from fastnnef.op.registry import handler
 
 
-def _span(b: Dim, e: Dim, step: int) -> Dim:
+def _span(b: Size, e: Size, step: int) -> Size:
     """Length of ``b:e:step`` (for the declared output shape)."""
-    if isinstance(b, int) and isinstance(e, int):  # a Sym is never an int
+    if isinstance(b, int) and isinstance(e, int):  # a DimExpr is never an int
         return max(0, -(-(e - b) // step))
     if step == 1 and b == 0:
         return e
     if step == 1 and isinstance(b, int):
         return plus(e, -b)
-    return Sym("?")
+    return DimExpr("?")
 
 
 def _slice(
-    ctx: OpContext, x: NTensor, axis: int, b: Dim, e: Dim, step: int, final: bool, traced_len: int,
+    ctx: OpContext, x: NTensor, axis: int, b: Size, e: Size, step: int, final: bool, traced_len: int,
 ) -> NTensor:
     if step != 1 and all(is_static(d) for d in (x.shape[axis], b, e)) and int(e) > int(b):
         piece = _strided(ctx, x, axis, int(b), int(e), step)
@@ -66,7 +67,8 @@ def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -
 
 
 @handler("aten::slice", args="t i D? D? i")
-def slice_(ctx: OpContext, x: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int) -> NTensor:
+def slice_(ctx: OpContext, x: NTensor, dim: int, start: list[Size] | None, end: list[Size] | None,
+           step: int) -> NTensor:
     """aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
@@ -83,7 +85,7 @@ def slice_(ctx: OpContext, x: NTensor, dim: int, start: list[Dim] | None, end: l
 
 
 @handler("aten::select", args="t i D")
-def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
+def select(ctx: OpContext, x: NTensor, dim: int, index: list[Size]) -> NTensor:
     """aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
     b, e = index_bounds(ctx, x, axis, index[0])
@@ -92,7 +94,7 @@ def select(ctx: OpContext, x: NTensor, dim: int, index: list[Dim]) -> NTensor:
 
 
 @handler("aten::narrow", args="t i D D")
-def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Dim], length: list[Dim]) -> NTensor:
+def narrow(ctx: OpContext, x: NTensor, dim: int, start: list[Size], length: list[Size]) -> NTensor:
     """aten::narrow(Tensor(a) self, int dim, SymInt start, SymInt length) -> Tensor(a)"""
     axis = ctx.axis(dim, x.rank)
     b, _ = index_bounds(ctx, x, axis, start[0])
@@ -145,10 +147,10 @@ def gather(ctx: OpContext, x: NTensor, dim: int, index: NTensor, _sparse: bool |
     return ctx.emit("tract_core_gather_elements", [x, _indices(ctx, index)], {"axis": axis})
 
 
-def _broadcast_shape(ctx: OpContext, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
+def _broadcast_shape(ctx: OpContext, shapes: list[tuple[Size, ...]]) -> tuple[Size, ...]:
     """torch's broadcast of index shapes (leading alignment); a dim of 1 yields to the other."""
     rank = max(len(s) for s in shapes)
-    out: list[Dim] = []
+    out: list[Size] = []
     for i in range(rank):
         dims = {s[i - rank + len(s)] for s in shapes if i - rank + len(s) >= 0} - {1}
         if len(dims) > 1:
@@ -426,14 +428,14 @@ def _volume(x: NTensor) -> int:
 
 
 @handler("aten::tril", "aten::triu", args="t D")
-def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
+def trilu(ctx: OpContext, x: NTensor, diagonals: list[Size]) -> NTensor:
     """aten::tril(Tensor self, int diagonal=0) -> Tensor  (and aten::triu; the diagonal may
     depend on dynamic axes, as a causal mask over a KV cache's does)"""
     (diagonal,) = diagonals
     if x.rank < 2:
         raise ctx.unsupported("tril/triu of a tensor with fewer than 2 dims")
     upper = ctx.kind.startswith("aten::triu")
-    if ctx.strict and isinstance(diagonal, Sym):
+    if ctx.strict and isinstance(diagonal, DimExpr):
         raise ctx.unsupported("tril/triu with a dynamic diagonal in strict NNEF")
     if ctx.strict:  # no trilu op: a constant mask of the (static) last two axes
         ctx.static(x, [x.rank - 2, x.rank - 1], "tril/triu in strict NNEF")
@@ -443,7 +445,7 @@ def trilu(ctx: OpContext, x: NTensor, diagonals: list[Dim]) -> NTensor:
                             f"{'triu' if upper else 'tril'}_mask_{rows}x{cols}_{diagonal}")
         zero = 0.0 if x.dtype in FLOAT_DTYPES else 0
         return ctx.emit("select", [ctx.to_rank(mask, x.rank), x, typed_scalar(ctx, zero, x.dtype)])
-    k = typed_scalar(ctx, diagonal, "i64") if isinstance(diagonal, Sym) else diagonal
+    k = typed_scalar(ctx, diagonal, "i64") if isinstance(diagonal, DimExpr) else diagonal
     return ctx.emit("tract_core_trilu", [x, k], {"upper": upper})
 
 

@@ -1,4 +1,4 @@
-"""Writes, for the IR's in-place ops (torch_graph/functionalize.py): ``copy_``/``fill_``/``zero_``
+"""Writes, for the IR's in-place ops (torch_graph/ir/functionalize.py): ``copy_``/``fill_``/``zero_``
 compute the value they leave in their tensor (the IR passes that tensor's current value
 and binds the result as its next one); ``fastnnef::slice_scatter`` and
 ``fastnnef::select_scatter`` put a written view back into the tensor it was taken from, at
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import unknown
 from fastnnef.op.aten._common import Operand, typed_scalar
 from fastnnef.op.aten._slices import index_bounds, single, slice_bound
@@ -52,7 +53,7 @@ def zero_(ctx: OpContext, dst: NTensor) -> NTensor:
     return _assign(ctx, dst, 0)
 
 
-def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim) -> NTensor:
+def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Size, e: Size) -> NTensor:
     """``x`` with ``[b, e)`` along ``axis`` replaced by ``src``: what is kept around it,
     concatenated (static or symbolic bounds)."""
     n = x.shape[axis]
@@ -69,7 +70,7 @@ def _splice(ctx: OpContext, x: NTensor, src: NTensor, axis: int, b: Dim, e: Dim)
 
 @handler("fastnnef::slice_scatter", args="t t i D? D? i")
 def slice_scatter(
-    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None, end: list[Dim] | None, step: int,
+    ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Size] | None, end: list[Size] | None, step: int,
 ) -> NTensor:
     """fastnnef::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
@@ -99,7 +100,7 @@ def slice_scatter(
 
 
 @handler("fastnnef::select_scatter", args="t t i D")
-def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: list[Dim]) -> NTensor:
+def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: list[Size]) -> NTensor:
     """fastnnef::select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     b, e = index_bounds(ctx, x, axis, index[0])

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import (
     broadcast_shapes,
     is_static,
@@ -303,7 +304,7 @@ def unfold(ctx: OpContext, x: NTensor, dim: int, size: int, step: int) -> NTenso
     n = x.shape[axis]
     # windows[w, k] = w * step + k, gathered along the axis: [..., W, size, ...].
     if is_static(n):
-        count: Dim = (int(n) - size) // step + 1
+        count: Size = (int(n) - size) // step + 1
         starts: NTensor = ctx.constant(torch.arange(int(count)).unsqueeze(1) * step)
     else:
         if unknown(n):

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import is_static, times
 from fastnnef.op.aten import _math as m
 from fastnnef.op.aten._common import accumulation_dtype, finish, literal, operands
@@ -260,7 +261,7 @@ def kron(ctx: OpContext, a: NTensor, b: NTensor) -> NTensor:
     # Interleave: a as [a0, 1, a1, 1, ...], b as [1, b0, 1, b1, ...]; the product's axis pairs merge.
     wide = c("mul", c("unsqueeze", a, axes=list(range(1, 2 * rank, 2))),
              c("unsqueeze", b, axes=list(range(0, 2 * rank, 2))))
-    sizes: list[Dim] = []
+    sizes: list[Size] = []
     for da, db in zip(a.shape, b.shape):
         if is_static(da) and is_static(db):
             sizes.append(int(da) * int(db))

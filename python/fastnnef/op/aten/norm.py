@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten._common import channel_param, finish
 from fastnnef.op.aten._moments import normalize, statistics
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
@@ -29,7 +30,7 @@ def _compute_dtype(ctx: OpContext) -> str:
     return out
 
 
-def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Dim, ...]:
+def _reduced(x: NTensor, axes: Sequence[int]) -> tuple[Size, ...]:
     return tuple(1 if i in axes else d for i, d in enumerate(x.shape))
 
 

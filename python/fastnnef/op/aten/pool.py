@@ -12,7 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym, Tuple
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import add_dims, unknown
 from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.aten.quantized import torch_quantized
@@ -23,17 +24,17 @@ from fastnnef.op.registry import handler
 # padding
 
 
-def _pairs(ctx: OpContext, pad: Sequence[Dim], rank: int) -> list[tuple[Dim, Dim]]:
+def _pairs(ctx: OpContext, pad: Sequence[Size], rank: int) -> list[tuple[Size, Size]]:
     """torch's flat ``pad`` (last axis first: l, r, l, r...) as per-axis (before, after)."""
     if len(pad) % 2 or len(pad) // 2 > rank:
         raise ctx.unsupported(f"padding {list(pad)} for a rank-{rank} tensor")
-    pairs: list[tuple[Dim, Dim]] = [(0, 0)] * rank
+    pairs: list[tuple[Size, Size]] = [(0, 0)] * rank
     for i in range(len(pad) // 2):
         pairs[rank - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     return pairs
 
 
-def _padded_shape(shape: Sequence[Dim], pairs: Sequence[tuple[Dim, Dim]]) -> tuple[Dim, ...]:
+def _padded_shape(shape: Sequence[Size], pairs: Sequence[tuple[Size, Size]]) -> tuple[Size, ...]:
     return tuple(d if a == b == 0 else d + a + b for d, (a, b) in zip(shape, pairs))
 
 
@@ -73,19 +74,19 @@ def _by_slices(ctx: OpContext, x: NTensor, pairs: list[tuple[int, int]], mode: s
     raise AssertionError("unreachable")
 
 
-def _static(amount: Dim) -> bool:
-    return isinstance(amount, int) and not isinstance(amount, Sym)
+def _static(amount: Size) -> bool:
+    return isinstance(amount, int) and not isinstance(amount, DimExpr)
 
 
-def _cropped(amount: Dim) -> int:
+def _cropped(amount: Size) -> int:
     return max(-int(amount), 0) if _static(amount) else 0
 
 
-def _grown(amount: Dim) -> Dim:
+def _grown(amount: Size) -> Size:
     return max(int(amount), 0) if _static(amount) else amount
 
 
-def _pad_by_concat(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], value: float) -> NTensor:
+def _pad_by_concat(ctx: OpContext, x: NTensor, pairs: list[tuple[Size, Size]], value: float) -> NTensor:
     """Constant padding by amounts that are sizes of dynamic axes: tract's ``pad`` takes
     integers only, so each side is a block of ``value`` broadcast to its symbolic shape,
     concatenated to ``x``."""
@@ -113,7 +114,7 @@ def _pad_by_concat(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], val
     return ctx.emit("copy", [x])
 
 
-def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], mode: str) -> NTensor:
+def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Size, Size]], mode: str) -> NTensor:
     """Reflect or replicate padding by amounts that are sizes of dynamic axes (a codec's
     extra padding): each padded axis is gathered from positions computed in the graph.
     With ``t = j - before`` over the padded range, reflect reads ``min(|t|, 2(n-1) - |t|)``
@@ -145,15 +146,15 @@ def _pad_by_gather(ctx: OpContext, x: NTensor, pairs: list[tuple[Dim, Dim]], mod
     return ctx.emit("copy", [x])
 
 
-def _dim_plus(d: Dim, k: int) -> Dim:
+def _dim_plus(d: Size, k: int) -> Size:
     return d + k
 
 
-def _dim_times(d: Dim, k: int) -> Dim:
+def _dim_times(d: Size, k: int) -> Size:
     return d * k
 
 
-def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value: float | None) -> NTensor:
+def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Size], mode: str, value: float | None) -> NTensor:
     pairs = _pairs(ctx, pad, x.rank)
     if mode == "circular" or (mode == "replicate" and ctx.strict):
         if not all(_static(a) and _static(b) for a, b in pairs):
@@ -193,14 +194,14 @@ def pad_tensor(ctx: OpContext, x: NTensor, pad: Sequence[Dim], mode: str, value:
 
 @handler("aten::pad", args="t D s f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def pad(ctx: OpContext, x: NTensor, padding: list[Dim], mode: str, value: float | None) -> NTensor:
+def pad(ctx: OpContext, x: NTensor, padding: list[Size], mode: str, value: float | None) -> NTensor:
     """aten::pad(Tensor self, SymInt[] pad, str mode="constant", float? value=None) -> Tensor"""
     return pad_tensor(ctx, x, padding, mode, value)
 
 
 @handler("aten::constant_pad_nd", args="t D f?")
 @torch_quantized("dequantize")  # a pad value is a real value, not a code
-def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Dim], value: float | None) -> NTensor:
+def constant_pad_nd(ctx: OpContext, x: NTensor, padding: list[Size], value: float | None) -> NTensor:
     """aten::constant_pad_nd(Tensor self, SymInt[] pad, Scalar value=0) -> Tensor"""
     return pad_tensor(ctx, x, padding, "constant", value)
 
@@ -259,7 +260,7 @@ class _Batched:
         self.added = x.rank == n + 1
         self.x = x if not self.added else ctx.tmp("unsqueeze", [x], {"axes": [0]}, suffix="batch")
 
-    def out_shape(self, index: int = 0) -> tuple[Dim, ...]:
+    def out_shape(self, index: int = 0) -> tuple[Size, ...]:
         shape = self.ctx.out_shape(index)
         return (1,) + shape if self.added else shape
 
@@ -271,7 +272,7 @@ class _Batched:
 
 
 def _window_padding(
-    ctx: OpContext, x: NTensor, out: Sequence[Dim], kernel: Sequence[int], stride: Sequence[int],
+    ctx: OpContext, x: NTensor, out: Sequence[Size], kernel: Sequence[int], stride: Sequence[int],
     padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool,
 ) -> list[tuple[int, int]]:
     """Per spatial axis (before, after); ceil_mode adds trailing cells so that the floor
@@ -406,7 +407,7 @@ def _adaptive(ctx: OpContext, x: NTensor, output_size: list[int], kind: str) -> 
     rank = src.rank
     # The traced output_size, not the output shape: the IR marks a pooled dynamic axis as
     # dynamic-unknown even when its size is the constant O.
-    out: dict[int, Dim] = dict(zip(range(rank - n, rank), _expand(ctx, output_size, n, "output_size", [])))
+    out: dict[int, Size] = dict(zip(range(rank - n, rank), _expand(ctx, output_size, n, "output_size", [])))
     reduce_kind = "mean_reduce" if kind == "avg" else "max_reduce"
     axes = list(range(rank - n, rank))
     todo = [a for a in axes if out[a] != src.shape[a]]

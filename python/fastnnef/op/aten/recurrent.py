@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
@@ -133,7 +134,7 @@ def _direction(
     chunk = -1 if reverse else 1  # negative: tract scans back to front, and writes back in place
     names = step.params()
     results = step.results()
-    specs: list[tuple[str, str, Sequence[Dim]]] = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
+    specs: list[tuple[str, str, Sequence[Size]]] = [(f"{tag}_y", dtype, (steps, batch, w_hh.shape[1]))]
     specs += [(f"{tag}_{r[0]}", dtype, s.shape) for r, s in zip(results[1:], states)]
     return list(ctx.tmp_multi("tract_core_scan", [], {
         "body": body,

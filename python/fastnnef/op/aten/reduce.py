@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fastnnef.nnef.graph import NTensor, Sym
+from fastnnef.dim import DimExpr
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten._common import elementwise
 from fastnnef.op.aten.arithmetic import bool_logic
 from fastnnef.op.aten.quantized import torch_quantized
@@ -134,7 +135,7 @@ def argmax(ctx: OpContext, x: NTensor, dim: int | None, keepdim: bool | None) ->
     if dim is not None and x.rank:
         return reduce_to_output(ctx, kind, x, [ctx.axis(dim, x.rank)], bool(keepdim), "i64")
     # Over the flattened tensor: reshape to 1-D, reduce, then reshape to the output rank.
-    flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(Sym("?"),), suffix="flat")
+    flat = ctx.tmp("reshape", [x], {"shape": [-1]}, dtype=x.dtype, shape=(DimExpr("?"),), suffix="flat")
     r = ctx.tmp(kind, [flat], {"axes": [0]}, suffix="red")
     rank = len(ctx.out_shape())
     if rank == 0:

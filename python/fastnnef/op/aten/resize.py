@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastnnef.dim import DimExpr
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.nnef.graph import NTensor, Sym, Tuple
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.op.aten.quantized import torch_quantized
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
@@ -57,7 +58,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
         if factors is not None:
             f = factors[i]
             ratios.append(int(f) if f == int(f) else None)
-        elif isinstance(x.shape[a], Sym) or isinstance(out[a], Sym) or int(out[a]) % int(x.shape[a]):
+        elif isinstance(x.shape[a], DimExpr) or isinstance(out[a], DimExpr) or int(out[a]) % int(x.shape[a]):
             ratios.append(None)
         else:
             ratios.append(int(out[a]) // int(x.shape[a]))
@@ -84,7 +85,7 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
             attrs["scales"] = [1.0, 1.0] + scales
         else:
             ctx.static(x, axes, "resizing by a non-integer ratio")
-            if any(isinstance(d, Sym) for d in out):
+            if any(isinstance(d, DimExpr) for d in out):
                 raise ctx.unsupported("resizing to sizes that depend on a dynamic axis")
             attrs["sizes"] = [int(d) for d in out]
         return ctx.emit("tract_core_resize", [ctx.cast(x, dtype)], attrs)

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import times
 from fastnnef.op.aten._common import torch_dtype
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
@@ -145,7 +146,7 @@ def im2col(ctx: OpContext, x: NTensor, kernel: list[int], dilation: list[int], p
     return ctx.emit("reshape", [patches], {"shape": shape, "axis_start": 0, "axis_count": 4})
 
 
-def _patch_count(ctx: OpContext, size: Dim, k: int, d: int, p: int, s: int) -> Dim:
+def _patch_count(ctx: OpContext, size: Size, k: int, d: int, p: int, s: int) -> Size:
     if not isinstance(size, int):
         raise ctx.unsupported("im2col along a dynamic axis", "keep the image size static")
     return (size + 2 * p - d * (k - 1) - 1) // s + 1

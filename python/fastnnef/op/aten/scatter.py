@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
+from fastnnef.dim import Size
 from fastnnef.inference_target.capabilities import VERSION_GATES
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import is_static, plus, unknown
 from fastnnef.op.aten._common import torch_dtype, typed_scalar
 from fastnnef.op.context import FLOAT_DTYPES, OpContext
@@ -276,7 +277,7 @@ def index_copy(ctx: OpContext, x: NTensor, dim: int, index: NTensor, source: NTe
 
 
 # --- writes of a slice ------------------------------------------------------------------
-def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: str) -> NTensor | None:
+def _part(ctx: OpContext, x: NTensor, axis: int, begin: Size, end: Size, suffix: str) -> NTensor | None:
     """``x[begin:end]`` along ``axis``, or None when empty."""
     if begin == end:
         return None
@@ -285,7 +286,7 @@ def _part(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, suffix: s
     return ctx.tmp("slice", [x], {"axes": [axis], "begin": [begin], "end": [end]}, suffix=suffix)
 
 
-def _splice(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, middle: NTensor) -> NTensor:
+def _splice(ctx: OpContext, x: NTensor, axis: int, begin: Size, end: Size, middle: NTensor) -> NTensor:
     """``x`` with ``[begin:end)`` along ``axis`` replaced by ``middle`` (one concat)."""
     parts = [p for p in (_part(ctx, x, axis, 0, begin, "head"), middle,
                          _part(ctx, x, axis, end, x.shape[axis], "tail")) if p is not None]
@@ -294,7 +295,7 @@ def _splice(ctx: OpContext, x: NTensor, axis: int, begin: Dim, end: Dim, middle:
     return ctx.emit("concat", [parts], {"axis": axis}, shape=x.shape)
 
 
-def _position(ctx: OpContext, v: Dim | None, n: Dim, default: Dim, what: str) -> Dim:
+def _position(ctx: OpContext, v: Size | None, n: Size, default: Size, what: str) -> Size:
     """A begin/end/index made non-negative and clamped as torch does."""
     if v is None or (is_static(v) and int(v) >= 2**62):
         return default
@@ -311,7 +312,7 @@ def _position(ctx: OpContext, v: Dim | None, n: Dim, default: Dim, what: str) ->
 
 
 @handler("aten::select_scatter", args="t t i D")
-def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: list[Dim]) -> NTensor:
+def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: list[Size]) -> NTensor:
     """aten::select_scatter(Tensor self, Tensor src, int dim, SymInt index) -> Tensor"""
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]
@@ -324,8 +325,8 @@ def select_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, index: li
 
 
 @handler("aten::slice_scatter", args="t t i D? D? i")
-def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Dim] | None,
-                  end: list[Dim] | None, step: int) -> NTensor:
+def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: list[Size] | None,
+                  end: list[Size] | None, step: int) -> NTensor:
     """aten::slice_scatter(Tensor self, Tensor src, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor"""  # noqa: E501
     axis = ctx.axis(dim, x.rank)
     n = x.shape[axis]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.nnef.shapes import same_size, unknown
 from fastnnef.op.aten._slices import split_pieces
 from fastnnef.op.aten.quantized import torch_quantized
@@ -37,7 +38,7 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
             suf -= 1
         else:
             pre -= 1
-    window: list[Dim] = list(out[pre : len(out) - suf])
+    window: list[Size] = list(out[pre : len(out) - suf])
     free = [i for i, d in enumerate(window) if unknown(d)]
     if len(free) > 1:
         raise ctx.unsupported(
@@ -49,19 +50,19 @@ def _reshape_to_output(ctx: OpContext, x: NTensor) -> NTensor:
         _check_rest(ctx, before, [d for d in window if not unknown(d)])
     else:
         _check_volume(ctx, before, window)
-    shape: list[int | Sym] = [-1 if i in free else d for i, d in enumerate(window)]
+    shape: list[int | DimExpr] = [-1 if i in free else d for i, d in enumerate(window)]
     count = x.rank - pre - suf
     return ctx.emit("reshape", [x], {"shape": shape, "axis_start": pre, "axis_count": count})
 
 
-def _check_rest(ctx: OpContext, before: Sequence[Dim], others: Sequence[Dim]) -> None:
+def _check_rest(ctx: OpContext, before: Sequence[Size], others: Sequence[Size]) -> None:
     """Refuse a reshape whose -1 tract cannot compute: the window's element count divided by
     the other sizes must be a size at every length of the dynamic axes (``[N, C] -> [-1, 4C]``
     is ``N/4``, whole only for some N, and tract refuses it). Unknown sizes are left to tract."""
     volume, divisor = _volume(before), _volume(others)
     if volume is None or not isinstance(divisor, int) or divisor <= 0:
         return
-    symbolic = volume - volume.constant if isinstance(volume, Sym) else 0
+    symbolic = volume - volume.constant if isinstance(volume, DimExpr) else 0
     if symbolic == 0 or (symbolic // divisor) * divisor == symbolic:
         return  # the dynamic part divides at every length (the constant is left to tract)
     raise ctx.unsupported(
@@ -71,11 +72,11 @@ def _check_rest(ctx: OpContext, before: Sequence[Dim], others: Sequence[Dim]) ->
     )
 
 
-def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -> None:
+def _check_volume(ctx: OpContext, before: Sequence[Size], after: Sequence[Size]) -> None:
     """Refuse a reshape whose sizes are right only at some lengths: ``x.view(b, s // 2, 2)``
     holds ``2 * (S/2)`` elements where the input holds ``S``, equal for an even S only,
     which tract cannot prove (it refuses the graph)."""
-    if not any(isinstance(d, Sym) and d.has_division() for d in after):
+    if not any(isinstance(d, DimExpr) and d.has_division() for d in after):
         return  # no size rounded by a division: nothing tract could not prove
     volumes = [_volume(dims) for dims in (before, after)]
     if None in volumes or volumes[0] == volumes[1]:
@@ -87,12 +88,12 @@ def _check_volume(ctx: OpContext, before: Sequence[Dim], after: Sequence[Dim]) -
     )
 
 
-def _volume(dims: Sequence[Dim]) -> Dim | None:
+def _volume(dims: Sequence[Size]) -> Size | None:
     """The product of ``dims`` as a normalized size; None when not linear."""
-    total: Dim = 1
+    total: Size = 1
     for d in dims:
         total = total * d
-        if isinstance(total, Sym) and not total.is_linear:
+        if isinstance(total, DimExpr) and not total.is_linear:
             return None
     return total
 
@@ -161,13 +162,13 @@ def unsqueeze(ctx: OpContext, x: NTensor, dim: int) -> NTensor:
     return ctx.emit("unsqueeze", [x], {"axes": [ctx.axis(dim, x.rank + 1)]})
 
 
-def _broadcast(ctx: OpContext, x: NTensor, sizes: list[Dim] | None = None) -> NTensor:
+def _broadcast(ctx: OpContext, x: NTensor, sizes: list[Size] | None = None) -> NTensor:
     out = ctx.out_shape()
     x = ctx.to_rank(x, len(out))
     kept: set[int] = set()  # dims that expand's -1 keeps: x's own, whatever their size
     if sizes is not None and len(sizes) == len(out):
         # The requested sizes keep the symbols the traced output shape may have lost.
-        kept = {i for i, s in enumerate(sizes) if isinstance(s, int) and not isinstance(s, Sym) and s == -1}
+        kept = {i for i, s in enumerate(sizes) if isinstance(s, int) and not isinstance(s, DimExpr) and s == -1}
         out = tuple(x.shape[i] if i in kept else s for i, s in enumerate(sizes))
     if all(i in kept or same_size(o, d) for i, (o, d) in enumerate(zip(out, x.shape))):
         return ctx.emit("copy", [x])
@@ -181,7 +182,7 @@ def _broadcast(ctx: OpContext, x: NTensor, sizes: list[Dim] | None = None) -> NT
 
 
 @handler("aten::expand", args="t D *")
-def expand(ctx: OpContext, x: NTensor, sizes: list[Dim]) -> NTensor:
+def expand(ctx: OpContext, x: NTensor, sizes: list[Size]) -> NTensor:
     """aten::expand(Tensor(a) self, SymInt[] size, *, bool implicit=False) -> Tensor(a)"""
     return _broadcast(ctx, x, sizes)
 
@@ -193,7 +194,7 @@ def expand_as(ctx: OpContext, x: NTensor) -> NTensor:
 
 
 @handler("aten::repeat", args="t D")
-def repeat(ctx: OpContext, x: NTensor, repeats: list[Dim]) -> NTensor:
+def repeat(ctx: OpContext, x: NTensor, repeats: list[Size]) -> NTensor:
     """aten::repeat(Tensor self, SymInt[] repeats) -> Tensor"""
     x = ctx.to_rank(x, len(repeats))
     return ctx.emit("tile", [x], {"repeats": repeats})

@@ -13,12 +13,13 @@ sort does, so ``sort``/``argsort`` match torch's ``stable=True``; torch's defaul
 
 from __future__ import annotations
 
-from fastnnef.nnef.graph import Dim, NTensor, Sym
+from fastnnef.dim import DimExpr, Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.context import OpContext
 from fastnnef.op.registry import handler
 
 
-def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
+def _topk(ctx: OpContext, x: NTensor, k: Size, dim: int, largest: bool, outputs: tuple[int, ...]) -> list[NTensor]:
     """``tract_core_topk`` on ``x``; returns the node outputs listed in ``outputs`` (0:
     values, 1: indices)."""
     if x.rank == 0:
@@ -26,7 +27,7 @@ def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: 
     axis = ctx.axis(dim, x.rank)
     shape = list(x.shape)
     shape[axis] = k
-    if isinstance(k, Sym):
+    if isinstance(k, DimExpr):
         return _topk_of_size(ctx, x, k, axis, largest, outputs, shape)
     attrs = {"k": k, "axis": axis, "largest": largest}
     if outputs == (0, 1):
@@ -35,8 +36,8 @@ def _topk(ctx: OpContext, x: NTensor, k: Dim, dim: int, largest: bool, outputs: 
     return [ctx.emit("copy", [pair[o]], out=i, shape=shape) for i, o in enumerate(outputs)]
 
 
-def _topk_of_size(ctx: OpContext, x: NTensor, k: Sym, axis: int, largest: bool, outputs: tuple[int, ...],
-                  shape: list[Dim]) -> list[NTensor]:
+def _topk_of_size(ctx: OpContext, x: NTensor, k: DimExpr, axis: int, largest: bool, outputs: tuple[int, ...],
+                  shape: list[Size]) -> list[NTensor]:
     """A top-k whose k is a size of a dynamic axis (``S``, ``2*S``). tract 0.23.9's TopK
     reads a constant k without the run's symbol values ("undetermined symbol in
     expression"), so k is cast to an integer at run time (``tract_core_cast`` evaluates a
@@ -59,7 +60,7 @@ def topk(ctx: OpContext, x: NTensor, k: list, dim: int, largest: bool, sorted_: 
     return _topk(ctx, x, k[0], dim, largest, (0, 1))
 
 
-def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Dim:
+def _full_length(ctx: OpContext, x: NTensor, dim: int) -> Size:
     return x.shape[ctx.axis(dim, x.rank)] if x.rank else 1
 
 

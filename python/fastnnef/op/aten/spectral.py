@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from fastnnef.nnef.graph import Dim, NTensor, Tuple
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor, Tuple
 from fastnnef.nnef.shapes import is_static, plus, times
 from fastnnef.op.aten import indexing
 from fastnnef.op.aten._common import torch_dtype
@@ -282,7 +283,7 @@ def window(ctx: OpContext, n: int) -> NTensor:
 
 
 # --- stft / istft -----------------------------------------------------------------------------
-def _frames(n: Dim, frame: int, hop: int) -> Dim:
+def _frames(n: Size, frame: int, hop: int) -> Size:
     """Frames of ``frame`` samples every ``hop`` in ``n`` samples (tract's formula)."""
     return (n - frame) // hop + 1
 
@@ -359,7 +360,7 @@ def _stft(
 
 
 def _computed_window_stft(
-    ctx: OpContext, z: NTensor, attrs: dict[str, object], window: NTensor, framed: Sequence[Dim],
+    ctx: OpContext, z: NTensor, attrs: dict[str, object], window: NTensor, framed: Sequence[Size],
 ) -> NTensor:
     """STFT with a window the graph computes (tract_core_stft only takes a constant one):
     the unwindowed spectra, back to frames by an inverse FFT, windowed, transformed again."""
@@ -463,7 +464,7 @@ def istft(
     expected = plus(times(plus(n_frames, -1), hop), n_fft)
     start = n_fft // 2 if center else 0
     if length is not None:
-        end: Dim = start + length
+        end: Size = start + length
     else:
         end = plus(expected, -(n_fft // 2)) if center else expected
     static_end = is_static(end) and is_static(expected)

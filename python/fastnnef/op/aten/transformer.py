@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from fastnnef.nnef.graph import Dim, NTensor
+from fastnnef.dim import Size
+from fastnnef.nnef.graph import NTensor
 from fastnnef.op.aten._common import typed_scalar
 from fastnnef.op.aten._masks import bool_to_bias, mask_for_sdpa
 from fastnnef.op.aten._moments import normalize
@@ -217,7 +218,7 @@ def nested_tensor_from_mask(ctx: OpContext, t: NTensor, mask: NTensor, _check: b
 
 
 @handler("aten::to_padded_tensor", args="_ f D?")
-def to_padded_tensor(ctx: OpContext, padding: float, size: list[Dim] | None) -> NTensor:
+def to_padded_tensor(ctx: OpContext, padding: float, size: list[Size] | None) -> NTensor:
     """aten::to_padded_tensor(Tensor self, float padding, SymInt[]? output_size=None) -> Tensor"""
     nested = _nested(ctx, 0)
     if nested is None:

@@ -108,7 +108,7 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         """The dynamic dims of the module's outputs, from those of its tensor inputs (in
         call order): per dim ``None`` where static, else its size's expression. The default
         (``None``) leaves every dim of the outputs unknown, as for any op without a rule
-        (torch_graph/ir_dynamic.py): override it when later ops need the outputs' sizes."""
+        (torch_graph/ir/dynamic.py): override it when later ops need the outputs' sizes."""
         return None
 
     def convert_to_nnef(

@@ -4,7 +4,7 @@ Shapes and dtypes are read from the trace. Parameters are referenced, never copi
 Scalar arithmetic on constants (``x.size(0) * 2``) is folded here; for dynamic axes the
 same arithmetic builds symbolic expressions (``SymInt``). Ops whose inputs are all
 constants are folded (``fold.py``), in-place writes and views go through the storages of
-``functionalize.py``, and every recorded op gets its dynamic dims from ``ir_dynamic.py``.
+``functionalize.py``, and every recorded op gets its dynamic dims from ``dynamic.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from fastnnef.dim import DimExpr, Size
 from fastnnef.exceptions import T2NErrorIR, T2NErrorNotImplemented
 from fastnnef.log import get_logger
 from fastnnef.tensor.named import export_labels, storage_labels
-from fastnnef.torch_graph import fold as folding
-from fastnnef.torch_graph import functionalize
-from fastnnef.torch_graph import ir_sizes as sizes
-from fastnnef.torch_graph.ir_data import (
+from fastnnef.torch_graph.ir import fold as folding
+from fastnnef.torch_graph.ir import functionalize, sizes
+from fastnnef.torch_graph.ir.data import (
     CUSTOMOP_KIND,
     Const,
     ConstTensor,
@@ -37,7 +36,7 @@ from fastnnef.torch_graph.ir_data import (
     SymRatio,
     TensorValue,
 )
-from fastnnef.torch_graph.ir_dynamic import const_ints, propagate_dyn
+from fastnnef.torch_graph.ir.dynamic import const_ints, propagate_dyn
 from fastnnef.torch_graph.module_calls import OP_KIND as MODULE_CALL
 from fastnnef.torch_graph.trace import WRAPPED, TracedModel
 
@@ -93,7 +92,7 @@ class _Builder:
         self.weights = frozenset(self.by_storage.values())  # constants that are weights: never folded
         self.dynamic_axes = dynamic_axes
         self.pending_lists: dict[int, ListValue] = {}
-        # Storage of tensors seen through views and in-place writes (torch_graph/functionalize.py).
+        # Storage of tensors seen through views and in-place writes (torch_graph/ir/functionalize.py).
         self.store = functionalize.Storages(self.emit)
         self.param_refs: dict[int, functionalize.Ref] = {}  # id(parameter tensor) -> its storage
         self.list_sources: dict[int, list[torch._C.Value]] = {}  # id(constructed list) -> items
@@ -496,7 +495,7 @@ class _Builder:
         site: functionalize.Site, thunk: folding.Thunk,
     ) -> None:
         """``x.op_(...)``: ``op(x, ...)`` becomes the value of ``x``, written back into the
-        tensors ``x`` views (torch_graph/functionalize.py)."""
+        tensors ``x`` views (torch_graph/ir/functionalize.py)."""
         ref = self.ref_of(ins[0])
         source = self.store.refs.get(ins[1].unique()) if kind == "aten::copy_" else None
         if source is not None and self.store.is_current_view(source, ref):

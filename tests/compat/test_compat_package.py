@@ -33,7 +33,7 @@ from fastnnef.tensor.offload import OffloadedTensor, ctx_maybe_load_from_disk_as
 from fastnnef.utils import init_empty_weights
 from tests.helpers import export_and_check
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "fastnnef"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "fastnnef"
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -120,7 +120,7 @@ def test_the_core_and_an_export_run_without_the_wing():
                          check=True).stdout
     before, after, served_from = json.loads(out.splitlines()[-1])
     assert len(core) > 100 and before == []
-    assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir_data"
+    assert "fastnnef.compat" in after and served_from == "fastnnef.torch_graph.ir.data"
 
 
 # --- ProcessWidePatch ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fastnnef.torch_graph import ir_data
+from fastnnef.torch_graph.ir import data as ir_data
 
 # A computation on the inputs' Python values (tensors, numbers, lists...).
 Thunk = Callable[[list[Any]], Any]

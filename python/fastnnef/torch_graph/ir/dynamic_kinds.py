@@ -1,22 +1,12 @@
-"""Dynamic dimensions of the IR: which output dims of an op vary with a dynamic axis.
-
-The builder (``ir_builder.py``) calls ``propagate_dyn`` on every op it records. Every op
-kind that may take a dynamic dim has a rule, in one of two tables: ``SHAPE_RULES``
-(``ir_dynamic_shape.py``) for the shape ops over their first input (views, reshapes,
-slices, pads, fills, reductions, matmul, conv...), ``_KIND_RULES`` here for the others,
-over the whole op (elementwise ops by broadcasting, ops keeping their input's dims,
-linear, chunks, recurrent layers, pools, module calls by their extractor...). The marks
-are sizes over the axes' symbols (``fastnnef.dim``) where they can be written. An op whose
-kind has no rule (or whose rule cannot tell) gets every output dim marked ``UNKNOWN``: a
-handler that needs a concrete size then refuses it clearly instead of trusting a guess.
+"""Dynamic-dim rules over a whole op (every tensor output, list items included): elementwise
+ops by broadcasting, ops keeping their input's dims, linear, chunks, recurrent layers,
+reductions, pools, linear algebra, module calls by their extractor... Each rule is found by
+its op's kind in ``dynamic.py``'s one table (``RULES``); the shape ops' rules, over their
+first input, are in ``dynamic_shape.py``.
 
 Rules place dims by the op's arguments (positions, size lists), never by matching traced
-sizes where a dynamic dim is concerned: an axis traced at 1 matches every unit dim, and any
-traced size may equal a merged dim by chance. Broadcasting is ``dim.broadcast_all``, the
-rule nnef/shapes.py applies to the NNEF ops.
-
-Over ~800 lines: one rule per op family, each short, found by its kind in ``_KIND_RULES``;
-splitting the table would scatter the one list of kinds that have a rule.
+sizes where a dynamic dim is concerned. Broadcasting is ``dim.broadcast_all``, the rule
+nnef/shapes.py applies to the NNEF ops.
 """
 
 from __future__ import annotations
@@ -26,13 +16,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast, broadcast_all, windows
-from fastnnef.log import get_logger
-from fastnnef.torch_graph.ir_data import CUSTOMOP_KIND, Const, IROp, ListValue, SymInt, TensorValue
-from fastnnef.torch_graph.ir_dynamic_shape import (
-    SHAPE_RULES,
-    DynRule,
+from fastnnef.torch_graph.ir.data import Const, IROp, ListValue, TensorValue
+from fastnnef.torch_graph.ir.dynamic_shape import (
     const_ints,
-    flat_items,
     int_expr,
     mark,
     per_axis,
@@ -42,129 +28,6 @@ from fastnnef.torch_graph.ir_dynamic_shape import (
     volume_mark,
 )
 
-__all__ = ["DynRule", "const_ints", "propagate_dyn"]
-
-log = get_logger(__name__)
-
-
-def propagate_dyn(op: IROp) -> None:
-    """Mark the dynamic dims of ``op``'s tensor outputs from its inputs' and its size
-    arguments, by the rule of its kind (unknown where there is none)."""
-    if op.kind == "aten::arange" and _arange_dyn(op):
-        return
-    if op.kind in ("aten::cat", "aten::concat", "aten::concatenate") and _cat_dyn(op):
-        return
-    if op.kind in _FILLS and _fill_dyn(op):
-        return
-    rule = SHAPE_RULES.get(op.kind)
-    if rule is not None and op.inputs and isinstance(op.inputs[0], TensorValue):
-        out = op.outputs[0]
-        sym_args = any(isinstance(v, SymInt) for v in flat_items(op.inputs))
-        if isinstance(out, TensorValue) and (
-            any(t.is_dynamic() for t in tensor_inputs(op)) or out.is_dynamic() or sym_args
-        ):
-            marks = rule(op.inputs[0], out, op.inputs[1:])
-            if marks is not None:
-                out.dyn = marks
-                return
-        elif isinstance(out, TensorValue):
-            return
-    tensors = tensor_inputs(op)
-    for v in op.inputs:
-        if isinstance(v, ListValue):
-            tensors += [x for x in v.items if isinstance(x, TensorValue)]
-    sym_args = any(isinstance(v, SymInt) for v in flat_items(op.inputs))
-    if not any(t.is_dynamic() for t in tensors) and not sym_args:
-        return
-    outs = _tensor_outputs(op)
-    kind_rule = _module_call if op.kind.startswith(CUSTOMOP_KIND) else _KIND_RULES.get(op.kind)
-    told = kind_rule(op, outs) if kind_rule is not None else None
-    if told is None or len(told) != len(outs) or any(len(m) != o.rank for m, o in zip(told, outs)):
-        # No rule tells: every dim may vary. Handlers that need a size refuse such a dim
-        # clearly; a kind that must do better gets a rule in _KIND_RULES.
-        log.debug("%s: no dynamic-dim rule for %s, its output dims are marked unknown", op.where(), op.kind)
-        told = [(UNKNOWN,) * o.rank for o in outs]
-    for tensor, dyn in zip(outs, told):
-        tensor.dyn = tuple(dyn)
-
-
-def _tensor_outputs(op: IROp) -> list[TensorValue]:
-    """``op``'s tensor outputs, the items of a list output included, in order."""
-    outs: list[TensorValue] = []
-    for o in op.outputs:
-        if isinstance(o, TensorValue):
-            outs.append(o)
-        elif isinstance(o, ListValue):
-            outs += [x for x in o.items if isinstance(x, TensorValue)]
-    return outs
-
-
-def _arange_dyn(op: IROp) -> bool:
-    """arange(end), arange(start, end) and arange(start, end, 1) with start and end static
-    or dynamic sizes have length end - start: mark it (torch.arange over dynamic sizes builds
-    position ids and masks in transformers; arange(P, P+S) has length S). A bound read from
-    a tensor makes the length unknown until run time."""
-    bounds = {5: 1, 6: 2, 7: 3}.get(len(op.inputs))
-    out = op.outputs[0]
-    if bounds is None or not isinstance(out, TensorValue) or out.rank != 1:
-        return False
-    if any(isinstance(v, TensorValue) for v in op.inputs[:bounds]):
-        # Bounds read from tensors (model inputs): the length is known only when tract runs.
-        out.dyn = (UNKNOWN,)
-        return True
-    start, end = (Const("", 0), op.inputs[0]) if bounds == 1 else (op.inputs[0], op.inputs[1])
-    if bounds == 3 and not (isinstance(op.inputs[2], Const) and op.inputs[2].value == 1):
-        return False
-    exprs = [int_expr(v) for v in (start, end)]
-    if not any(isinstance(v, SymInt) for v in (start, end)) or None in exprs:
-        return False
-    out.dyn = (mark(exprs[1] - exprs[0]),)  # type: ignore[operator]
-    return True
-
-
-def _cat_dyn(op: IROp) -> bool:
-    """cat(tensors, dim): the concatenated dim is the sum of the inputs' (a KV cache of P
-    entries grown by S new ones has P+S); every other dim follows the first input that is
-    dynamic there. Inputs of size 0 along ``dim`` (torch's legacy empty tensors) are skipped."""
-    out = op.outputs[0]
-    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)
-            and len(op.inputs) > 1 and isinstance(op.inputs[1], Const) and out.rank):
-        return False
-    parts = [t for t in op.inputs[0].items if isinstance(t, TensorValue) and t.rank == out.rank]
-    if len(parts) != len(op.inputs[0].items) or not any(t.is_dynamic() for t in parts):
-        return False
-    axis = op.inputs[1].value % out.rank
-    total: Size = 0
-    for t in parts:
-        total = total + size_of(t, axis)
-    dyn: list[DimExpr | None] = []
-    for d in range(out.rank):
-        if d == axis:
-            dyn.append(mark(total))
-        else:
-            dyn.append(next((t.dyn[d] for t in parts if t.dyn[d] is not None), None))
-    out.dyn = tuple(dyn)
-    return True
-
-
-# Ops whose input 0 is the output's size list (zeros(size), full(size, value)...).
-_FILLS = frozenset({"aten::zeros", "aten::ones", "aten::empty", "aten::full"})
-
-
-def _fill_dyn(op: IROp) -> bool:
-    """zeros/ones/empty/full(size, ...): each output dim is static or carries its size's
-    expression (``torch.zeros(x.size(1), 4)``)."""
-    out = op.outputs[0]
-    if not (isinstance(out, TensorValue) and op.inputs and isinstance(op.inputs[0], ListValue)):
-        return False
-    dyn = size_list_marks(op.inputs[0], out.rank)
-    if dyn is None:
-        return False
-    out.dyn = dyn
-    return True
-
-
-# --- rules over a whole op: every tensor output, list items included ------------------------
 Marks = tuple[DimExpr | None, ...]
 KindRule = Callable[[IROp, list[TensorValue]], list[Marks] | None]
 # A kind rule returns the marks of each of the op's tensor outputs, or None where it cannot
@@ -196,13 +59,13 @@ def _input(op: IROp, i: int) -> TensorValue | None:
     return v if isinstance(v, TensorValue) else None
 
 
-def _same_as_input(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def same_as_input_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """Every output has input 0's dims (unary elementwise ops, casts, norms, softmax, scans)."""
     x = _input(op, 0)
     return None if x is None else [x.dyn for _ in outs]
 
 
-def _broadcasting(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def broadcasting_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """Elementwise ops over several tensors: their broadcast (``dim.broadcast_all``, the
     rule nnef/shapes.py applies to the NNEF ops)."""
     tensors = tensor_inputs(op)
@@ -214,7 +77,7 @@ def _broadcasting(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
         return None
 
 
-def _linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def linear_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """linear(x, weight, bias): x's dims with the last one replaced by the weight's rows."""
     x, w = _input(op, 0), _input(op, 1)
     if x is None or w is None or x.rank == 0:
@@ -222,7 +85,7 @@ def _linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:-1] + (w.dyn[:1] if w.rank == 2 else ())]
 
 
-def _addmm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def addmm_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """addmm(bias, m1, m2): m1's rows by m2's columns (the bias broadcasts to them)."""
     m1, m2 = _input(op, 1), _input(op, 2)
     if m1 is None or m2 is None or m1.rank != 2 or m2.rank != 2:
@@ -230,7 +93,7 @@ def _addmm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(m1.dyn[0], m2.dyn[1])]
 
 
-def _like_input(i: int) -> KindRule:
+def like_input_dyn(i: int) -> KindRule:
     """The output has tensor input ``i``'s dims (view_as: other; gather: the index)."""
 
     def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
@@ -240,7 +103,7 @@ def _like_input(i: int) -> KindRule:
     return rule
 
 
-def _one_hot(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def one_hot_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """one_hot(x, num_classes): x's dims, then the classes (a constant)."""
     x, classes = _input(op, 0), _size_arg(op, 1)
     if x is None or classes is None:
@@ -248,14 +111,14 @@ def _one_hot(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn + (mark(classes),)]
 
 
-def _eye(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def eye_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """eye(n[, m], ...): sizes that may be dynamic (``torch.eye(x.size(0))``)."""
     n = _size_arg(op, 0)
     m = _size_arg(op, 1) if len(op.inputs) == 6 else n  # eye.m has one argument more
     return None if n is None or m is None else [(mark(n), mark(m))]
 
 
-def _without_dim(dim_arg: int, shrink: int | None) -> KindRule:
+def without_dim_dyn(dim_arg: int, shrink: int | None) -> KindRule:
     """Input 0's dims with the dim at argument ``dim_arg`` shortened by ``shrink``
     (cumulative_trapezoid: by one), or removed when ``shrink`` is None (trapezoid)."""
 
@@ -269,7 +132,7 @@ def _without_dim(dim_arg: int, shrink: int | None) -> KindRule:
     return rule
 
 
-def _pair_distance(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def pair_distance_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """pairwise_distance(x1, x2, p, eps, keepdim), cosine_similarity(x1, x2, dim, eps): the
     operands' broadcast without the reduced dim (pairwise_distance: the last, kept as 1
     with keepdim)."""
@@ -292,7 +155,7 @@ def _pair_distance(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [_marks(dims[:-1] + ((1,) if keep else ()))]
 
 
-def _cdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def cdist_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """cdist(x1, x2, ...): the batch dims' broadcast, x1's rows, x2's rows."""
     x1, x2 = _input(op, 0), _input(op, 1)
     if x1 is None or x2 is None or min(x1.rank, x2.rank) < 2:
@@ -310,7 +173,7 @@ def _batched(a: TensorValue, b: TensorValue, rows: DimExpr | None, cols: DimExpr
     return [_marks(batch) + (rows, cols)]
 
 
-def _pdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def pdist_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """pdist(x, p): the n(n-1)/2 pairs of x's n rows."""
     x = _input(op, 0)
     if x is None or x.rank != 2:
@@ -319,7 +182,7 @@ def _pdist(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(mark(n * (n - 1) // 2),)]
 
 
-def _diag_embed(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def diag_embed_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """diag_embed(x, offset, dim1, dim2): x's last dim n becomes an (n+|offset|)-square
     plane at dim1 and dim2, x's other dims fill the remaining places in order."""
     x, offset, d1, d2 = _input(op, 0), _int_arg(op, 1), _int_arg(op, 2), _int_arg(op, 3)
@@ -331,17 +194,17 @@ def _diag_embed(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [tuple(side if p in (d1 % rank, d2 % rank) else next(rest) for p in range(rank))]
 
 
-def _view_as_real(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def view_as_real_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x = _input(op, 0)
     return None if x is None else [x.dyn + (None,)]
 
 
-def _view_as_complex(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def view_as_complex_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x = _input(op, 0)
     return None if x is None or x.rank == 0 else [x.dyn[:-1]]
 
 
-def _glu(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def glu_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """glu(x, dim): the dim halved."""
     x, d = _input(op, 0), _int_arg(op, 1)
     if x is None or d is None or x.rank == 0:
@@ -350,7 +213,7 @@ def _glu(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + (mark(size_of(x, a) // 2),) + x.dyn[a + 1 :]]
 
 
-def _conv_tbc(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def conv_tbc_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """conv_tbc(x [T, B, C], weight [k, C, C_out], bias, pad): T + 2 pad - k + 1 frames."""
     x, w, pad = _input(op, 0), _input(op, 1), _int_arg(op, 3)
     if x is None or w is None or pad is None or x.rank != 3:
@@ -358,7 +221,7 @@ def _conv_tbc(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(mark(size_of(x, 0) + 2 * pad - w.shape[0] + 1), x.dyn[1], None)]
 
 
-def _pieces(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def pieces_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """chunk / split / split_with_sizes (x, how, dim): x's dims in every piece, the split
     dim static where x's is, a constant piece of split_with_sizes static, else unknown."""
     x, d = _input(op, 0), _int_arg(op, 2)
@@ -376,7 +239,7 @@ def _pieces(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return marks
 
 
-def _unbind(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def unbind_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x, d = _input(op, 0), _int_arg(op, 1)
     if x is None or d is None or x.rank == 0:
         return None
@@ -384,7 +247,7 @@ def _unbind(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + x.dyn[a + 1 :]] * len(outs)
 
 
-def _meshgrid(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def meshgrid_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """meshgrid(tensors[, indexing]): every grid has the vectors' lengths ('xy' swaps the
     first two)."""
     items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
@@ -397,7 +260,7 @@ def _meshgrid(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [tuple(lengths)] * len(outs)
 
 
-def _recurrent(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def recurrent_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """lstm / gru / rnn_tanh / rnn_relu (input, hx, params, has_biases, layers, dropout,
     train, bidirectional, batch_first): the output has the input's time and batch dims,
     the final states [layers * directions, batch, hidden] the input's batch."""
@@ -408,7 +271,7 @@ def _recurrent(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:-1] + (None,)] + [(None,) + batch + (None,)] * (len(outs) - 1)
 
 
-def _repeat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def repeat_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """repeat(x, repeats): each dim times its repeat, new leading dims their repeats."""
     x = _input(op, 0)
     repeats = op.inputs[1] if len(op.inputs) > 1 else None
@@ -419,7 +282,7 @@ def _repeat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [tuple(mark((1 if i < lead else size_of(x, i - lead)) * r) for i, r in enumerate(reps))]  # type: ignore[operator]
 
 
-def _upsample(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def upsample_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """upsample_* / _upsample_*(x, output_size, ...): batch and channels kept, the spatial
     dims the output size's where it is given, else (scale factors) unknown where x's vary."""
     x = _input(op, 0)
@@ -430,70 +293,6 @@ def _upsample(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:2] + spatial]
 
 
-# Output dims equal to input 0's: unary elementwise ops, casts, normalizations, softmax,
-# scans, masks of a matrix, *_like creations.
-_SAME_AS_INPUT = (
-    "abs", "neg", "sign", "sgn", "ceil", "floor", "round", "trunc", "frac", "exp", "exp2", "expm1", "log", "log2",
-    "log10", "log1p", "sqrt", "rsqrt", "reciprocal", "square", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
-    "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "sigmoid", "relu", "relu6", "gelu", "silu",
-    "mish", "elu", "selu", "celu", "leaky_relu", "hardtanh", "hardsigmoid", "hardswish", "softplus", "softsign",
-    "threshold", "logit", "nan_to_num", "bitwise_not", "logical_not", "isnan", "isinf", "isfinite", "clamp_min",
-    "clamp_max", "to", "type_as", "clone", "contiguous", "detach", "dropout", "alpha_dropout", "feature_dropout",
-    "zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like", "tril", "triu", "softmax",
-    "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm", "instance_norm", "cumsum", "cumprod",
-    "logcumsumexp", "cummax", "cummin", "prelu", "diagonal_scatter", "slice_scatter", "select_scatter",
-    "scatter", "scatter_add", "scatter_reduce", "index_put", "index_fill", "masked_scatter", "flip", "roll",
-    "fill", "local_response_norm", "angle", "conj", "real", "imag", "deg2rad", "digamma", "lgamma", "mvlgamma",
-    "hardshrink", "softshrink", "log_sigmoid", "positive", "signbit", "sinc", "special_entr", "special_erfcx",
-    "special_log_ndtr", "special_ndtr", "special_ndtri", "renorm", "zero", "zero_", "copy_", "alias_copy",
-    "_weight_norm", "fft_fftshift", "fft_ifftshift",
-)
-# Elementwise ops over several tensors: the broadcast of their shapes.
-_BROADCASTING = (
-    "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "remainder", "fmod", "pow", "minimum",
-    "maximum", "fmin", "fmax", "atan2", "hypot", "copysign", "xlogy", "lerp", "addcmul", "addcdiv", "where",
-    "masked_fill", "clamp", "clip", "eq", "ne", "lt", "le", "gt", "ge", "__and__", "__or__", "__xor__",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
-    "__lshift__", "__rshift__", "logical_and", "logical_or", "logical_xor", "polar", "complex", "heaviside",
-    "ldexp", "logaddexp", "float_power", "isclose", "special_xlog1py",
-)
-_KIND_RULES: dict[str, KindRule] = {
-    **{f"aten::{k}": _same_as_input for k in _SAME_AS_INPUT},
-    **{f"aten::{k}": _broadcasting for k in _BROADCASTING},
-    "aten::linear": _linear,
-    "aten::addmm": _addmm,
-    "aten::view_as": _like_input(1),
-    "aten::gather": _like_input(2),
-    "aten::one_hot": _one_hot,
-    "aten::eye": _eye,
-    "aten::cumulative_trapezoid": _without_dim(2, 1),
-    "aten::trapezoid": _without_dim(2, None),
-    "aten::pairwise_distance": _pair_distance,
-    "aten::cosine_similarity": _pair_distance,
-    "aten::cdist": _cdist,
-    "aten::pdist": _pdist,
-    "aten::diag_embed": _diag_embed,
-    "aten::view_as_real": _view_as_real,
-    "aten::view_as_complex": _view_as_complex,
-    "aten::glu": _glu,
-    "aten::conv_tbc": _conv_tbc,
-    "aten::chunk": _pieces,
-    "aten::unsafe_chunk": _pieces,
-    "aten::split": _pieces,
-    "aten::split_with_sizes": _pieces,
-    "aten::unbind": _unbind,
-    "aten::meshgrid": _meshgrid,
-    "aten::lstm": _recurrent,
-    "aten::gru": _recurrent,
-    "aten::rnn_tanh": _recurrent,
-    "aten::rnn_relu": _recurrent,
-    "aten::repeat": _repeat,
-    **{f"aten::{k}": _upsample for k in (
-        "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "upsample_linear1d",
-        "upsample_bilinear2d", "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_nearest_exact1d",
-        "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "_upsample_bilinear2d_aa",
-        "_upsample_bicubic2d_aa")},
-}
 
 
 def _bool_arg(op: IROp, i: int) -> bool | None:
@@ -519,14 +318,14 @@ def _reduced(x: TensorValue, dims: set[int], keep: bool) -> Marks:
     return tuple(None if d in dims else m for d, m in enumerate(x.dyn) if keep or d not in dims)
 
 
-def _max_like(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def max_like_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """max / min (x, other): broadcast; (x, dim, keepdim): values and indices reduced;
     (x): a 0-d result. aminmax(x, dim=None, keepdim)."""
     x = _input(op, 0)
     if x is None:
         return None
     if _input(op, 1) is not None:
-        return _broadcasting(op, outs)
+        return broadcasting_dyn(op, outs)
     if len(op.inputs) == 1:
         return [()] * len(outs)
     dims = _dim_list(op, 1, x.rank) if x.rank else set()
@@ -536,7 +335,7 @@ def _max_like(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [_reduced(x, dims, keep)] * len(outs)
 
 
-def _reduction_of(dim_arg: int, keep_arg: int) -> KindRule:
+def reduction_of_dyn(dim_arg: int, keep_arg: int) -> KindRule:
     """A reduction over the dims at argument ``dim_arg`` with keepdim at ``keep_arg``."""
 
     def rule(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
@@ -549,7 +348,7 @@ def _reduction_of(dim_arg: int, keep_arg: int) -> KindRule:
     return rule
 
 
-def _topk(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def topk_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """topk(x, k, dim, ...): values and indices with k along dim."""
     x, k, d = _input(op, 0), _size_arg(op, 1), _int_arg(op, 2)
     if x is None or k is None or d is None or x.rank == 0:
@@ -558,7 +357,7 @@ def _topk(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + (mark(k),) + x.dyn[a + 1 :]] * len(outs)
 
 
-def _native_layer_norm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def native_layer_norm_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """native_layer_norm(x, normalized_shape, ...): x's dims, then mean and rstd with the
     normalized dims 1."""
     x = _input(op, 0)
@@ -569,29 +368,29 @@ def _native_layer_norm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn] + [stats] * (len(outs) - 1)
 
 
-def _native_group_norm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def native_group_norm_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """native_group_norm(x, weight, bias, N, C, HxW, group, eps): x's dims, mean and rstd
     [N, group]."""
     x = _input(op, 0)
     return None if x is None or x.rank == 0 else [x.dyn] + [(x.dyn[0], None)] * (len(outs) - 1)
 
 
-def _mv(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def mv_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     a = _input(op, 0)
     return None if a is None or a.rank != 2 else [a.dyn[:1]]
 
 
-def _outer(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def outer_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     a, b = _input(op, 0), _input(op, 1)
     return None if a is None or b is None or a.rank != 1 or b.rank != 1 else [a.dyn + b.dyn]
 
 
-def _scalar_out(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def scalar_out_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """dot, vdot: a 0-d result."""
     return [()] * len(outs)
 
 
-def _kron(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def kron_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """kron(a, b): dim by dim products (ranks aligned on the right)."""
     a, b = _input(op, 0), _input(op, 1)
     if a is None or b is None:
@@ -601,13 +400,13 @@ def _kron(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [_marks([x * y for x, y in zip(da, db)])]
 
 
-def _bilinear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def bilinear_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """bilinear(x1, x2, weight, bias): x1's dims with the last one the weight's rows."""
     x = _input(op, 0)
     return None if x is None or x.rank == 0 else [x.dyn[:-1] + (None,)]
 
 
-def _einsum(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def einsum_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """einsum(equation, tensors): each output letter's size (broadcast over the operands
     that have it), '...' the operands' broadcast batch dims. Explicit outputs only."""
     eq = op.inputs[0].value if op.inputs and isinstance(op.inputs[0], Const) else None
@@ -639,20 +438,20 @@ def _einsum(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [_marks([letters[c] for c in head] + middle + [letters[c] for c in tail])]
 
 
-def _atleast_2d(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def atleast_2d_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x = _input(op, 0)
     if x is None:
         return None
     return [(None,) * (2 - x.rank) + x.dyn if x.rank < 2 else x.dyn]
 
 
-def _grid_sampler(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def grid_sampler_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """grid_sampler(x [N, C, *in], grid [N, *out, k], ...): [N, C, *out]."""
     x, grid = _input(op, 0), _input(op, 1)
     return None if x is None or grid is None or x.rank < 3 else [x.dyn[:2] + grid.dyn[1:-1]]
 
 
-def _pool(kernel_arg: int, stride_arg: int, pad_arg: int, dil_arg: int | None, ceil_arg: int) -> KindRule:
+def pool_dyn(kernel_arg: int, stride_arg: int, pad_arg: int, dil_arg: int | None, ceil_arg: int) -> KindRule:
     """max/avg pooling: each dynamic spatial size through the window arithmetic of
     convolutions (unknown with ceil_mode)."""
 
@@ -680,7 +479,7 @@ def _pool(kernel_arg: int, stride_arg: int, pad_arg: int, dil_arg: int | None, c
     return rule
 
 
-def _adaptive_pool(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def adaptive_pool_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """adaptive_*_pool(x, output_size): the leading dims kept, the output size's after."""
     x = _input(op, 0)
     sizes = op.inputs[1] if len(op.inputs) > 1 else None
@@ -689,7 +488,7 @@ def _adaptive_pool(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return None if x is None or marks is None or x.rank < n else [x.dyn[: x.rank - n] + marks] * len(outs)
 
 
-def _istft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def istft_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """istft(z [B?, F, T], n_fft, hop, win_length, window, center, normalized, onesided,
     length, ...): the batch, then the samples, ``length`` or n_fft + hop (T - 1) less
     n_fft // 2 each side when centred."""
@@ -705,7 +504,7 @@ def _istft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return None if length is None else [z.dyn[: z.rank - 2] + (mark(length),)]
 
 
-def _im2col(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def im2col_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """im2col(x [N, C, H, W], kernel, ...): [N, C*kh*kw, L], the number of patches L
     unknown where H or W varies."""
     x, kernel = _input(op, 0), const_ints(op.inputs[1]) if len(op.inputs) > 1 else []
@@ -716,14 +515,14 @@ def _im2col(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[: x.rank - 3] + (channels, patches)]
 
 
-def _col2im(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def col2im_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """col2im(x [N, C*k, L], output_size, ...): [N, C, *output_size]."""
     x = _input(op, 0)
     sizes = size_list_marks(op.inputs[1], 2) if x is not None and len(op.inputs) > 1 else None
     return None if x is None or sizes is None or x.rank != 3 else [(x.dyn[0], None) + sizes]
 
 
-def _index(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def index_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """index(x, indices): integer index tensors at adjacent dims replace them by their
     broadcast dims (a boolean mask: a count known only at run time)."""
     x = _input(op, 0)
@@ -743,7 +542,7 @@ def _index(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[: positions[0]] + idx + x.dyn[positions[-1] + 1 :]]
 
 
-def _repeat_interleave(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def repeat_interleave_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """repeat_interleave(x, repeats int, dim): the dim times the repeats (flattened
     without dim); tensor repeats: unknown."""
     x, reps = _input(op, 0), _size_arg(op, 1)
@@ -764,12 +563,12 @@ def _volume(x: TensorValue) -> Size:
     return total
 
 
-def _ravel(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def ravel_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x = _input(op, 0)
     return None if x is None else [(volume_mark(x, range(x.rank)),)]
 
 
-def _fft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def fft_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """fft_fft / fft_ifft / fft_rfft(x, n, dim, norm): the dim n long (rfft: n//2+1)."""
     x, d = _input(op, 0), _int_arg(op, 2)
     if x is None or d is None or x.rank == 0:
@@ -782,7 +581,7 @@ def _fft(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + (mark(n // 2 + 1 if op.kind == "aten::fft_rfft" else n),) + x.dyn[a + 1 :]]
 
 
-def _loss(reduction_arg: int) -> KindRule:
+def loss_dyn(reduction_arg: int) -> KindRule:
     """Losses: 0-d when reduced (mean, sum), the operands' broadcast otherwise
     (cross_entropy: the target's dims)."""
 
@@ -793,13 +592,13 @@ def _loss(reduction_arg: int) -> KindRule:
         if reduction:
             return [()]
         if op.kind == "aten::cross_entropy_loss":
-            return _like_input(1)(op, outs)
-        return _broadcasting(op, outs)
+            return like_input_dyn(1)(op, outs)
+        return broadcasting_dyn(op, outs)
 
     return rule
 
 
-def _diff(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def diff_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """diff(x, n, dim, prepend, append): the dim n shorter, longer by what is added."""
     x, n, d = _input(op, 0), _int_arg(op, 1), _int_arg(op, 2)
     if x is None or n is None or d is None or x.rank == 0:
@@ -812,7 +611,7 @@ def _diff(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + (mark(size),) + x.dyn[a + 1 :]]
 
 
-def _stack(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def stack_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """stack(tensors, dim): the tensors' (equal) dims with their count at dim; hstack:
     concatenated along dim 1 (0 for vectors)."""
     items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
@@ -834,7 +633,7 @@ def _stack(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [common[:a] + (None,) + common[a:]]
 
 
-def _broadcast_tensors(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def broadcast_tensors_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
     if not all(isinstance(t, TensorValue) for t in items):
         return None
@@ -844,7 +643,7 @@ def _broadcast_tensors(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
         return None
 
 
-def _take_along_dim(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def take_along_dim_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """take_along_dim(x, indices, dim): the broadcast of both, the indices' size at dim."""
     x, idx, d = _input(op, 0), _input(op, 1), _int_arg(op, 2)
     if x is None or idx is None or d is None or x.rank != idx.rank:
@@ -857,7 +656,7 @@ def _take_along_dim(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [_marks(dims)]
 
 
-def _hsplit(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def hsplit_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """hsplit(x, sections): pieces along dim 1 (0 for vectors), unknown where it varies."""
     x = _input(op, 0)
     if x is None or x.rank == 0:
@@ -866,12 +665,12 @@ def _hsplit(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [x.dyn[:a] + (None if x.dyn[a] is None else UNKNOWN,) + x.dyn[a + 1 :]] * len(outs)
 
 
-def _static_out(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def static_out_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """histc: as many bins as asked, whatever the input."""
     return [(None,) * o.rank for o in outs]
 
 
-def _embedding_bag(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def embedding_bag_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """embedding_bag(weight, indices, offsets, scale_grad, mode, sparse, per_sample_weights,
     include_last_offset, ...): the output [bags, D] (bags: the offsets, one fewer with
     include_last_offset; or the rows of 2-D indices); the auxiliary outputs unknown."""
@@ -887,7 +686,7 @@ def _embedding_bag(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(bags, weight.dyn[1])] + [(UNKNOWN,) * o.rank for o in outs[1:]]
 
 
-def _grouped_mm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def grouped_mm_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """_grouped_mm(a, b, offs, ...): a's rows by b's columns, one matrix per group ([M, N]
     for 2-D a and 3-D b, [G, M, N] with the groups' broadcast or offsets)."""
     a, b = _input(op, 0), _input(op, 1)
@@ -904,7 +703,7 @@ def _grouped_mm(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(None,) + matrix] if outs[0].rank == 3 else None
 
 
-def _multi_head_attention(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def multi_head_attention_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """_native_multi_head_attention(q [B, L, E], k [B, S, E], ...): the output [B, L, E],
     the weights [B, L, S] (or [B, heads, L, S] not averaged)."""
     q, k = _input(op, 0), _input(op, 1)
@@ -916,7 +715,7 @@ def _multi_head_attention(op: IROp, outs: list[TensorValue]) -> list[Marks] | No
     return marks
 
 
-def _quantized_conv(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def quantized_conv_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """quantized::conv* (x, packed params, scale, zero point): batch kept, channels static,
     spatial dims unknown where they vary (the kernel sits in the packed parameters)."""
     x = _input(op, 0)
@@ -925,19 +724,19 @@ def _quantized_conv(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(x.dyn[0], None) + tuple(None if m is None else UNKNOWN for m in x.dyn[2:])]
 
 
-def _quantized_linear(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def quantized_linear_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     x = _input(op, 0)
     return None if x is None or x.rank == 0 else [x.dyn[:-1] + (None,)]
 
 
-def _quantized_matmul(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def quantized_matmul_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     a, b = _input(op, 0), _input(op, 1)
     if a is None or b is None or min(a.rank, b.rank) < 2 or outs[0].rank != max(a.rank, b.rank):
         return None
     return _batched(a, b, a.dyn[-2], b.dyn[-1])
 
 
-def _quantized_cat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def quantized_cat_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """quantized::cat(tensors, dim, scale, zero point): as aten::cat."""
     items = op.inputs[0].items if op.inputs and isinstance(op.inputs[0], ListValue) else []
     parts = [t for t in items if isinstance(t, TensorValue)]
@@ -952,14 +751,14 @@ def _quantized_cat(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [dims[:a] + (mark(total),) + dims[a + 1 :]]
 
 
-def _to_padded_tensor(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def to_padded_tensor_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """to_padded_tensor(nested, padding, output_size): the output size's dims (a nested
     tensor has no dims in the IR; nn.TransformerEncoder passes its input's sizes)."""
     sizes = size_list_marks(op.inputs[2], outs[0].rank) if len(op.inputs) > 2 and len(outs) == 1 else None
     return None if sizes is None else [sizes]
 
 
-def _module_call(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def module_call_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """A module kept whole (``wired_custom::``): its extractor tells its outputs' dims
     (``ModuleInfoExtractor.output_dims``), from its tensor inputs' marks."""
     if op.extractor is None:
@@ -968,78 +767,6 @@ def _module_call(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return None if marks is None else [tuple(m) for m in marks]
 
 
-_KIND_RULES.update({f"aten::{k}": _same_as_input for k in (
-    "rsqrt", "sigmoid", "hardsigmoid", "floor", "special_i0e", "special_gammaln", "empty_like", "flipud",
-    "fliplr", "index_copy", "index_add", "frexp", "channel_shuffle", "native_channel_shuffle",
-    "quantize_per_tensor", "quantize_per_channel", "dequantize", "bucketize", "argsort", "sort",
-    "_transformer_encoder_layer_fwd", "_nested_tensor_from_mask")})
-_KIND_RULES.update({
-    "aten::max": _max_like,
-    "aten::min": _max_like,
-    "aten::aminmax": _reduction_of(1, 2),
-    "aten::linalg_matrix_norm": _reduction_of(2, 3),
-    "aten::topk": _topk,
-    "aten::native_layer_norm": _native_layer_norm,
-    "aten::native_group_norm": _native_group_norm,
-    "aten::mv": _mv,
-    "aten::outer": _outer,
-    "aten::ger": _outer,
-    "aten::dot": _scalar_out,
-    "aten::vdot": _scalar_out,
-    "aten::kron": _kron,
-    "aten::bilinear": _bilinear,
-    "aten::einsum": _einsum,
-    "aten::atleast_2d": _atleast_2d,
-    "aten::grid_sampler": _grid_sampler,
-    "aten::max_pool1d": _pool(1, 2, 3, 4, 5),
-    "aten::max_pool2d": _pool(1, 2, 3, 4, 5),
-    "aten::max_pool3d": _pool(1, 2, 3, 4, 5),
-    "aten::max_pool1d_with_indices": _pool(1, 2, 3, 4, 5),
-    "aten::max_pool2d_with_indices": _pool(1, 2, 3, 4, 5),
-    "aten::avg_pool1d": _pool(1, 2, 3, None, 4),
-    "aten::avg_pool2d": _pool(1, 2, 3, None, 4),
-    "aten::avg_pool3d": _pool(1, 2, 3, None, 4),
-    "aten::adaptive_avg_pool1d": _adaptive_pool,
-    "aten::adaptive_avg_pool2d": _adaptive_pool,
-    "aten::adaptive_avg_pool3d": _adaptive_pool,
-    "aten::adaptive_max_pool1d": _adaptive_pool,
-    "aten::adaptive_max_pool2d": _adaptive_pool,
-    "aten::im2col": _im2col,
-    "aten::istft": _istft,
-    "aten::col2im": _col2im,
-    "aten::index": _index,
-    "aten::repeat_interleave": _repeat_interleave,
-    "aten::ravel": _ravel,
-    "aten::fft_fft": _fft,
-    "aten::fft_ifft": _fft,
-    "aten::fft_rfft": _fft,
-    "aten::mse_loss": _loss(2),
-    "aten::cross_entropy_loss": _loss(3),
-    "aten::binary_cross_entropy_with_logits": _loss(4),
-    "aten::diff": _diff,
-    "aten::stack": _stack,
-    "aten::hstack": _stack,
-    "aten::broadcast_tensors": _broadcast_tensors,
-    "aten::take_along_dim": _take_along_dim,
-    "aten::hsplit": _hsplit,
-    "aten::histc": _static_out,
-    "aten::linalg_cross": _broadcasting,
-    "aten::_native_multi_head_attention": _multi_head_attention,
-    "aten::embedding_bag": _embedding_bag,
-    "aten::_embedding_bag": _embedding_bag,
-    "aten::_grouped_mm": _grouped_mm,
-    "aten::to_padded_tensor": _to_padded_tensor,
-    "quantized::conv1d": _quantized_conv,
-    "quantized::conv2d": _quantized_conv,
-    "quantized::conv2d_relu": _quantized_conv,
-    "quantized::linear": _quantized_linear,
-    "quantized::linear_relu": _quantized_linear,
-    "quantized::matmul": _quantized_matmul,
-    "quantized::cat": _quantized_cat,
-    **{f"quantized::{k}": _same_as_input for k in (
-        "batch_norm2d", "hardswish", "relu6", "leaky_relu", "mul_scalar", "add_scalar", "sigmoid", "hardsigmoid")},
-    **{f"quantized::{k}": _broadcasting for k in ("mul", "add", "add_relu")},
-})
 
 def _scaled(dim: DimExpr | None, factor: int, divide: bool = False) -> DimExpr | None:
     if dim is None:
@@ -1047,7 +774,7 @@ def _scaled(dim: DimExpr | None, factor: int, divide: bool = False) -> DimExpr |
     return mark(dim // factor if divide else dim * factor)
 
 
-def _pixel_shuffle(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def pixel_shuffle_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """pixel_shuffle(x, r) / pixel_unshuffle(x, r): the last two dims times (divided by) r,
     the channels divided by (times) r*r, the leading ones kept."""
     x, r = _input(op, 0), _int_arg(op, 1)
@@ -1058,7 +785,7 @@ def _pixel_shuffle(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     return [(*lead, _scaled(c, r * r, divide=not unshuffle), _scaled(h, r, unshuffle), _scaled(w, r, unshuffle))]
 
 
-def _tile(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
+def tile_dyn(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     """tile(x, reps): reps aligned to x's last dims (missing ones are 1, extra ones new
     leading dims of their static size); each dim times its repeat."""
     x = _input(op, 0)
@@ -1068,30 +795,3 @@ def _tile(op: IROp, outs: list[TensorValue]) -> list[Marks] | None:
     reps = [1] * (x.rank - len(reps)) + reps
     new = len(reps) - x.rank
     return [tuple([None] * new + [_scaled(m, k) for m, k in zip(x.dyn, reps[new:])])]
-
-
-_KIND_RULES.update({"aten::pixel_shuffle": _pixel_shuffle, "aten::pixel_unshuffle": _pixel_shuffle,
-                    "aten::tile": _tile, "aten::cross": _broadcasting})
-
-# Aliases and private/copy forms of kinds that have a rule: the same rule.
-_KIND_ALIASES = {
-    "aten::divide": "aten::div", "aten::multiply": "aten::mul", "aten::greater": "aten::gt",
-    "aten::greater_equal": "aten::ge", "aten::less": "aten::lt", "aten::less_equal": "aten::le",
-    "aten::not_equal": "aten::ne", "aten::arctan2": "aten::atan2", "aten::negative": "aten::neg",
-    "aten::fix": "aten::trunc", "aten::rad2deg": "aten::deg2rad", "aten::_softmax": "aten::softmax",
-    "aten::_log_softmax": "aten::log_softmax", "aten::special_softmax": "aten::softmax",
-    "aten::special_log_softmax": "aten::log_softmax", "aten::_to_copy": "aten::to", "aten::to_dtype": "aten::to",
-    "aten::detach_copy": "aten::detach", "aten::_conj": "aten::conj", "aten::_conj_physical": "aten::conj",
-    "aten::conj_physical": "aten::conj", "aten::_prelu_kernel": "aten::prelu", "aten::special_erf": "aten::erf",
-    "aten::special_erfc": "aten::erfc", "aten::special_erfinv": "aten::erfinv", "aten::special_exp2": "aten::exp2",
-    "aten::special_expm1": "aten::expm1", "aten::special_log1p": "aten::log1p", "aten::special_logit": "aten::logit",
-    "aten::special_psi": "aten::digamma", "aten::special_digamma": "aten::digamma", "aten::special_sinc": "aten::sinc",
-    "aten::special_xlogy": "aten::xlogy", "aten::logaddexp2": "aten::logaddexp", "aten::i0": "aten::abs",
-    "aten::special_i0": "aten::abs", "aten::special_i1": "aten::abs", "aten::special_i1e": "aten::abs",
-    "aten::isneginf": "aten::isinf", "aten::isposinf": "aten::isinf", "aten::unsafe_split": "aten::split",
-    "aten::split_copy": "aten::split", "aten::unbind_copy": "aten::unbind", "aten::reshape_as": "aten::view_as",
-    "aten::_adaptive_avg_pool2d": "aten::adaptive_avg_pool2d",
-    "aten::_adaptive_avg_pool3d": "aten::adaptive_avg_pool3d",
-    "aten::adaptive_max_pool3d": "aten::adaptive_max_pool2d", "aten::max_pool3d_with_indices": "aten::max_pool3d",
-}
-_KIND_RULES.update({alias: _KIND_RULES[kind] for alias, kind in _KIND_ALIASES.items()})

@@ -21,7 +21,7 @@ from fastnnef import _native  # noqa: E402
 from fastnnef.check import TractArtefact  # noqa: E402
 from fastnnef.peft import export_peft, lora_merged_artefact, read_peft_archive  # noqa: E402
 from fastnnef.peft.cli import main  # noqa: E402
-from tests.lora.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp, scaling
+from tests.peft.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp, scaling
 
 REPO = Path(__file__).resolve().parents[2]
 

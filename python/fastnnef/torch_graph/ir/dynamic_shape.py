@@ -1,8 +1,8 @@
 """Dynamic-dim rules of the IR's shape ops: views, reshapes, flattening, squeezes,
-permutations, slices, pads, fills, reductions, matmul, convolutions, expansions
-(``SHAPE_RULES``, each over the op's first input, its output and its other arguments), and
-the helpers every dynamic-dim rule uses (a dim's size and mark, size arguments as
-expressions). ``ir_dynamic.py`` holds the rules of the other ops and applies both tables.
+permutations, slices, pads, fills, reductions, matmul, convolutions, expansions (each over
+the op's first input, its output and its other arguments; ``dynamic.py``'s one table,
+``RULES``, finds them by kind), and the helpers every dynamic-dim rule uses (a dim's size
+and mark, size arguments as expressions). The other ops' rules are in ``dynamic_kinds.py``.
 
 Rules place dims by the op's arguments (positions, size lists), never by matching traced
 sizes where a dynamic dim is concerned: an axis traced at 1 matches every unit dim, and any
@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from fastnnef.dim import UNKNOWN, DimExpr, Size, broadcast_all, ceil_div, dmin, is_negative, windows
-from fastnnef.torch_graph.ir_data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
+from fastnnef.torch_graph.ir.data import Const, IROp, IRValue, ListValue, SymInt, TensorValue
 
 
 def mark(size: Size) -> DimExpr | None:
@@ -94,7 +94,7 @@ def _window_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> t
     return tuple(dyn)
 
 
-def _sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def sizes_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """view/reshape with an explicit size list: each output dim is static or carries its
     size's expression, and a -1 what is left of x's volume where that is known; else the
     window rule."""
@@ -149,7 +149,7 @@ def volume_mark(x: TensorValue, dims: Sequence[int]) -> DimExpr | None:
     return mark(total)
 
 
-def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """flatten(x, start, end): the merged dims' product, the others unchanged (by their
     positions, never by their traced sizes: a dynamic axis traced at 1 stays dynamic)."""
     bounds = [const_ints(a) for a in args[:2]]
@@ -161,7 +161,7 @@ def _flatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> t
     return x.dyn[:start] + (volume_mark(x, range(start, end + 1)),) + x.dyn[end + 1 :]
 
 
-def _unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def unflatten_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """unflatten(x, dim, sizes): the sizes' marks in place of ``dim``, a -1 taking the
     rest of the dim where the other sizes divide it exactly (else unknown)."""
     dims = const_ints(args[0]) if args else []
@@ -190,7 +190,7 @@ def _exact_quotient(size: Size, k: int) -> Size | None:
     return quotient if quotient * k == size else None
 
 
-def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """squeeze(x[, dims]): x's marks without the dims the trace removed (the named ones, or
     all, of traced size 1), chosen by position, not by matching sizes."""
     chosen = range(x.rank) if not args or (isinstance(args[0], Const) and args[0].value is None) else [
@@ -203,7 +203,7 @@ def _squeeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> t
     return tuple(m for d, m in enumerate(x.dyn) if d not in gone)
 
 
-def _reduction(dim_arg: int) -> DynRule:
+def reduction_dyn(dim_arg: int) -> DynRule:
     """The rule of a reduction whose dims are argument ``dim_arg`` after self: the reduced
     dims become static (1, or gone without keepdim), the others keep their marks. By the
     dims named, not by sizes: a dynamic axis traced at 1 is then reduced or kept as asked."""
@@ -229,12 +229,12 @@ def _reduction(dim_arg: int) -> DynRule:
     return rule
 
 
-def _new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def new_fill_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """new_zeros/new_full(self, size, ...): the size list's dims (self only gives the dtype)."""
     return size_list_marks(args[0], out.rank) if args else None
 
 
-def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """expand(self, sizes): -1 keeps self's dim (aligned on the right), a dynamic size its
     expression, a constant is static."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
@@ -254,22 +254,22 @@ def _expand_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn)
 
 
-def _expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def expand_as_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """expand_as(self, other): other's dims (broadcast_to(self, size) goes by its size list)."""
     other = args[0] if args else None
     if isinstance(other, TensorValue) and other.rank == out.rank:
         return other.dyn
     if isinstance(other, ListValue):
-        return _expand_dyn(x, out, args)
+        return expand_dyn(x, out, args)
     return None
 
 
-def _permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def permute_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     perm = [p % x.rank for p in const_ints(args[0])]
     return tuple(x.dyn[p] for p in perm)
 
 
-def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     if x.rank < 2:
         return x.dyn
     a, b = (const_ints(args[0]) + const_ints(args[1])) if len(args) >= 2 else (0, 1)
@@ -279,13 +279,13 @@ def _transpose_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) ->
     return tuple(dyn)
 
 
-def _select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """select(x, dim, index): x's dims without the selected one."""
     a = const_ints(args[0])[0] % x.rank
     return x.dyn[:a] + x.dyn[a + 1 :]
 
 
-def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """movedim(x, source, destination): the moved dims land at their destinations, the
     others fill the remaining places in order (torch's definition)."""
     src = [s % x.rank for s in const_ints(args[0])]
@@ -296,17 +296,17 @@ def _movedim_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> t
     return tuple(x.dyn[a if a is not None else next(rest)] for a in order)
 
 
-def _matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def matrix_transpose_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """mT, mH, adjoint: the last two dims swapped."""
     return x.dyn[:-2] + (x.dyn[-1], x.dyn[-2]) if x.rank >= 2 else x.dyn
 
 
-def _reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def reverse_dyn(x: TensorValue, out: TensorValue, _args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """numpy_T (x.T): every dim reversed."""
     return x.dyn[::-1]
 
 
-def _rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def rot90_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """rot90(x, k, dims): an odd number of quarter turns swaps the two dims."""
     k, dims = const_ints(args[0])[0], [d % x.rank for d in const_ints(args[1])]
     dyn = list(x.dyn)
@@ -323,7 +323,7 @@ def window_count(size: DimExpr | None, frame: int, step: int) -> DimExpr | None:
     return mark(windows(size, frame, step))
 
 
-def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """unfold(x, dim, size, step): the windows replace the dim, the window axis comes last."""
     if x.rank == 0:
         return (None,)
@@ -334,7 +334,7 @@ def _unfold_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(dyn) + (None,)
 
 
-def _diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def diagonal_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """diagonal(x, offset, dim1, dim2): the other dims in order, then the diagonal, whose
     length follows a dynamic plane only when both its dims are the same expression."""
     offset, d1, d2 = (const_ints(a)[0] for a in args[:3])
@@ -367,7 +367,7 @@ def _position(v: IRValue, size: Size, default: Size) -> Size | None:
     return size + k if k < 0 else k
 
 
-def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """slice(x, dim, start, end, step): the sliced dim is ``end - start`` (over ``step``)
     with bounds that may be dynamic sizes (``x[:, n - 4:]``), the others follow x."""
     a = const_ints(args[0])[0] % x.rank
@@ -384,7 +384,7 @@ def _slice_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tup
     return x.dyn[:a] + (mark(ceil_div(end - begin, step)),) + x.dyn[a + 1 :]
 
 
-def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """narrow(x, dim, start, length): the length, constant or a dynamic size."""
     a = const_ints(args[0])[0] % x.rank
     length = args[2]
@@ -392,7 +392,7 @@ def _narrow_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return x.dyn[:a] + (mark,) + x.dyn[a + 1 :]
 
 
-def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """constant_pad_nd / pad(x, pad, ...): pairs from the last dim backwards, each adding
     ``before + after`` to its dim; amounts may be sizes of dynamic axes (window padding)."""
     items = args[0].items if args and isinstance(args[0], ListValue) else []
@@ -410,7 +410,7 @@ def _pad_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple
     return tuple(dyn)
 
 
-def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """stft(x, n_fft, hop, ...): [*batch, L] -> [*batch, bins, frames], the frames of a
     dynamic L (padded by n_fft//2 each side when centred)."""
     if out.rank != x.rank + 1 or x.dyn[-1] is None:
@@ -425,19 +425,19 @@ def _stft_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return x.dyn[:-1] + (None, window_count(length, n_fft, hop))
 
 
-def _unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def unsqueeze_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     d = const_ints(args[0])[0] % out.rank
     return x.dyn[:d] + (None,) + x.dyn[d:]
 
 
-def _embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def embedding_dyn(weight: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """embedding(weight, indices): the indices' dims, then the embedding's."""
     idx = args[0]
     assert isinstance(idx, TensorValue) and idx.rank + weight.rank - 1 == out.rank
     return idx.dyn + weight.dyn[1:]
 
 
-def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """index_select(x, dim, index): x's dims with the indexed one replaced by the index's."""
     idx = args[1]
     assert isinstance(idx, TensorValue) and idx.rank <= 1 and x.rank == out.rank
@@ -445,7 +445,7 @@ def _index_select_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue])
     return x.dyn[:a] + (idx.dyn[0] if idx.rank else None,) + x.dyn[a + 1 :]
 
 
-def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """matmul: the batch dims' broadcast (``dim.broadcast_all``), then a's rows and b's
     columns (the contracted dim, dynamic or not, never reaches the output)."""
     b = args[0]
@@ -461,7 +461,7 @@ def _matmul_dyn(a: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tu
     return tuple(mark(s) for s in batch) + (a.dyn[-2], b.dyn[-1])
 
 
-def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
+def sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...]:
     """scaled_dot_product_attention: the query's dims, with the values' last one (the
     mask's key axis never reaches the output)."""
     v = args[1]
@@ -469,7 +469,7 @@ def _sdpa_dyn(q: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tupl
     return q.dyn[:-1] + v.dyn[-1:]
 
 
-def _conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
+def conv_dyn(x: TensorValue, out: TensorValue, args: Sequence[IRValue]) -> tuple[DimExpr | None, ...] | None:
     """Convolutions (``_convolution``, ``convNd``, ``conv_transposeNd``): batch and channels
     as in torch, each dynamic spatial size through its window arithmetic, (in + 2p -
     d(k-1) - 1) / s + 1, or (in - 1) s - 2p + d(k-1) + op + 1 transposed (a size: floor
@@ -523,65 +523,5 @@ def per_axis(value: IRValue | None, n: int, default: int) -> list[int] | None:
 
 
 DynRule = Callable[[TensorValue, TensorValue, Sequence[IRValue]], tuple[DimExpr | None, ...] | None]
-# A rule returns the output's marks, or None where it cannot tell (a kind rule, or unknown marks).
-SHAPE_RULES: dict[str, DynRule] = {
-    "aten::view": _sizes_dyn,
-    "aten::reshape": _sizes_dyn,
-    "aten::flatten": _flatten_dyn,
-    "aten::unflatten": _unflatten_dyn,
-    "aten::squeeze": _squeeze_dyn,
-    "aten::permute": _permute_dyn,
-    "aten::transpose": _transpose_dyn,
-    "aten::t": _transpose_dyn,
-    "aten::unsqueeze": _unsqueeze_dyn,
-    "aten::embedding": _embedding_dyn,
-    "aten::scaled_dot_product_attention": _sdpa_dyn,
-    "aten::matmul": _matmul_dyn,
-    "aten::mm": _matmul_dyn,
-    "aten::bmm": _matmul_dyn,
-    "aten::index_select": _index_select_dyn,
-    "aten::select": _select_dyn,
-    "aten::movedim": _movedim_dyn,
-    "aten::moveaxis": _movedim_dyn,
-    "aten::mT": _matrix_transpose_dyn,
-    "aten::mH": _matrix_transpose_dyn,
-    "aten::adjoint": _matrix_transpose_dyn,
-    "aten::matrix_H": _matrix_transpose_dyn,
-    "aten::numpy_T": _reverse_dyn,
-    "aten::rot90": _rot90_dyn,
-    "aten::unfold": _unfold_dyn,
-    "aten::diagonal": _diagonal_dyn,
-    "aten::slice": _slice_dyn,
-    "aten::narrow": _narrow_dyn,
-    "aten::constant_pad_nd": _pad_dyn,
-    "aten::pad": _pad_dyn,
-    "aten::stft": _stft_dyn,
-    "aten::_convolution": _conv_dyn,
-    "aten::conv1d": _conv_dyn,
-    "aten::conv2d": _conv_dyn,
-    "aten::conv3d": _conv_dyn,
-    "aten::_convolution_mode": _conv_dyn,
-    "aten::expand": _expand_dyn,
-    "aten::expand_as": _expand_as_dyn,
-    "aten::broadcast_to": _expand_as_dyn,
-    "aten::new_zeros": _new_fill_dyn,
-    "aten::new_ones": _new_fill_dyn,
-    "aten::new_empty": _new_fill_dyn,
-    "aten::new_full": _new_fill_dyn,
-}
-# Reductions (single output) by the position of their dim argument after self.
-SHAPE_RULES.update({kind: _reduction(0) for kind in (
-    "aten::sum", "aten::mean", "aten::prod", "aten::amax", "aten::amin", "aten::argmax", "aten::argmin",
-    "aten::all", "aten::any", "aten::logsumexp", "aten::nansum", "aten::nanmean", "aten::count_nonzero",
-    "aten::var", "aten::std")})
-SHAPE_RULES.update({kind: _reduction(1) for kind in ("aten::norm", "aten::linalg_vector_norm")})
-# Aliases and private forms of shape ops: the same rule.
-SHAPE_RULES.update({alias: SHAPE_RULES[kind] for alias, kind in {
-    "aten::_reshape_alias": "aten::view", "aten::_reshape_copy": "aten::reshape", "aten::swapaxes": "aten::transpose",
-    "aten::swapdims": "aten::transpose", "aten::squeeze_copy": "aten::squeeze", "aten::_pad_circular": "aten::pad",
-    **{f"aten::{mode}_pad{n}d": "aten::pad" for mode in ("reflection", "replication") for n in (1, 2, 3)},
-}.items()})
-# torch.*_copy forms of views: the same dims as the view.
-SHAPE_RULES.update({f"{kind}_copy": SHAPE_RULES[kind] for kind in (
-    "aten::view", "aten::permute", "aten::transpose", "aten::t", "aten::unsqueeze", "aten::expand",
-    "aten::slice", "aten::select", "aten::narrow", "aten::unfold", "aten::diagonal")})
+# A shape rule returns the output's marks, or None where it cannot tell (the op then falls
+# to the marks of no rule: unknown).

@@ -3,7 +3,7 @@
 The IR holds values, not storage. Every traced tensor reaches its storage through a
 ``Ref``: the root of a storage (its current value, and a version that every write bumps)
 or a view of a parent ``Ref`` by one view op (a ``ViewStep``), with the value it had at
-some version. The IR builder (ir_builder.py) reads tensors through ``Storages.resolve`` and hands
+some version. The IR builder (ir/builder.py) reads tensors through ``Storages.resolve`` and hands
 in-place ops to ``Storages.write``:
 
 - ``x.add_(1)`` where ``x`` views nothing: ``add(x, 1)`` becomes the root's value;
@@ -26,8 +26,8 @@ import torch
 
 from fastnnef.dim import DimExpr
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.torch_graph import ir_data
-from fastnnef.torch_graph.fold import Thunk, aten_thunk
+from fastnnef.torch_graph.ir import data as ir_data
+from fastnnef.torch_graph.ir.fold import Thunk, aten_thunk
 
 # Where an op comes from: (module path, user source line), as IROp.scope and IROp.source.
 Site = tuple[str, str]

@@ -211,7 +211,7 @@ GATE_CASES = [  # (feature, last version without it, first version with it) per 
     ("gated_delta_net", "0.23.4", "0.23.5"),
     ("moe_ffn", "0.23.8", "0.23.9"),
     ("native_cumsum", "0.23.8", "0.23.9"),
-    ("cli_input_from_bundle", "0.17.9", "0.18.0"),  # TractCli's command line (tests/test_tract_cli.py)
+    ("cli_input_from_bundle", "0.17.9", "0.18.0"),  # TractCli's command line (tests/inference_target/test_tract_cli.py)
 ]
 
 

@@ -189,7 +189,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path: Path, out_dir: Path, mon
 
 
 def test_merge_refuses_weights_the_base_lacks(tmp_path: Path) -> None:
-    from tests.lora.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp  # skips without peft
+    from tests.peft.lora_models import SAVED_PATTERNS, export_base, lora_model, make_mlp  # skips without peft
 
     base = make_mlp()
     base_path = export_base(base, torch.randn(2, 8), tmp_path / "base.nnef.tgz")

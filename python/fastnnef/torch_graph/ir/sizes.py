@@ -2,7 +2,7 @@
 of dynamic axes.
 
 Tracing records arithmetic on sizes as ops on 0-d tensors (``x.size(1) * 2`` is
-``mul(NumToTensor(size), 2)``). The builder (``ir_builder.py``) hands such ops here when
+``mul(NumToTensor(size), 2)``). The builder (``builder.py``) hands such ops here when
 their inputs are numbers (``Const``), sizes (``SymInt``) or exact ratios of sizes
 (``SymRatio``, a true division ``(L - 3) / 3`` not yet rounded). The result is a number,
 or an expression tract's sizes accept: ``+ - *``, integer division by a constant (``//``,
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastnnef.dim import UNKNOWN, Size, ceil_div
-from fastnnef.torch_graph.ir_data import Const, IRValue, SymInt, SymRatio
+from fastnnef.torch_graph.ir.data import Const, IRValue, SymInt, SymRatio
 
 ARITHMETIC: dict[str, Callable[..., Any]] = {
     "aten::add": operator.add,
