@@ -45,7 +45,6 @@ JIT_ONLY: dict[str, str] = {
         "transformers' grouped_mm_fallback is a custom op under torch.export; the tracer sees its aten ops",
     "tests/op/test_norm.py::test_weight_norm": "the legacy weight_norm assigns a tensor attribute in a forward "
         "pre-hook, which torch.export refuses",
-    "tests/op/test_loss.py::test_loss[multilabel_margin_single_none]": "not investigated yet",
     "tests/op/test_pool.py::test_global_pools_dynamic_time": _SPECIALIZED,
     "tests/op/test_shape_dyn.py::test_vision_towers[siglip-tiles-traced-at-one]":
         "repeat(batch_size, 1, 1) reads a size of a dynamic axis where the handler needs a constant",
