@@ -14,8 +14,6 @@ _DATA_DEPENDENT = "a size computed from a tensor's values is an unbacked symbol 
     "computes it in the graph"
 _REFUSED_OTHERWISE = "refused under torch.export too, with torch's error instead of the message the test matches"
 _SPECIALIZED = "torch.export fixes the dynamic axis to its traced size (a guard of torch's kernels)"
-_NESTED = "the encoder's nested-tensor fast path (padding mask) is captured otherwise than it runs eagerly: " \
-    "check_io catches the difference"
 
 JIT_ONLY: dict[str, str] = {
     "tests/op/test_creation.py::test_arange_of_tensor_bounds_follows_the_values": _DATA_DEPENDENT,
@@ -47,13 +45,7 @@ JIT_ONLY: dict[str, str] = {
         "transformers' grouped_mm_fallback is a custom op under torch.export; the tracer sees its aten ops",
     "tests/op/test_norm.py::test_weight_norm": "the legacy weight_norm assigns a tensor attribute in a forward "
         "pre-hook, which torch.export refuses",
-    "tests/op/test_loss.py::test_loss[multilabel_margin_single_none]": "not investigated yet",
     "tests/op/test_pool.py::test_global_pools_dynamic_time": _SPECIALIZED,
-    "tests/op/test_transformer.py::test_dynamic_sequence_length[encoder-padding-mask]": _NESTED,
-    "tests/op/test_transformer.py::test_encoder[norm-nested]": _NESTED,
-    "tests/op/test_transformer.py::test_encoder[no-norm-nested]": _NESTED,
-    "tests/op/test_transformer.py::test_padding_mask_follows_the_input[encoder]": _NESTED,
-    "tests/op/test_transformer.py::test_encoder_nested_pads_with_zeros": _NESTED,
     "tests/op/test_shape_dyn.py::test_vision_towers[siglip-tiles-traced-at-one]":
         "repeat(batch_size, 1, 1) reads a size of a dynamic axis where the handler needs a constant",
 }

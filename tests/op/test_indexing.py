@@ -196,3 +196,14 @@ def test_strided_slices_after_reshape(fn, shape, tmp_path):
     """tract 0.23.9 fails to optimise a strided slice that follows a reshape; fastnnef
     writes static strided slices without tract's stride."""
     check(fn, (torch.randn(*shape),), tmp_path)
+
+
+@pytest.mark.parametrize("fn, shape", [
+    pytest.param(lambda x: x.reshape(3, -1)[:, ::2], (3, 4, 5), id="merged-dynamic-axis"),
+    pytest.param(lambda x: x.reshape(3, -1)[:, 1::3], (3, 4, 5), id="merged-dynamic-axis-offset"),
+    pytest.param(lambda x: x[:, 1::2] * 2, (3, 7, 5), id="dynamic-axis"),
+])
+def test_strided_slices_of_a_dynamic_axis(fn, shape, tmp_path):
+    """A stepped slice of a dynamic axis, also right after a reshape that merges it (tract
+    0.23.9 fails to load that strided slice: "Pulling Downsample over Reshape")."""
+    check(fn, (torch.randn(*shape),), tmp_path, dyn={0: {1: "S"}})

@@ -27,6 +27,7 @@ from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
+from fastnnef.fx_graph.fast_path import nested_encoders_seen, zero_padding_like_eager
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
 
 # torch names a size of an input after FlatIO.forward's argument: ``L['flat'][0].size()[1]``.
@@ -76,7 +77,8 @@ def capture_program(
     dynamic_axes = dynamic_axes_of(flat.names, flat.tensors)
     with torch.no_grad(), eval_mode(model), state_kept(model):
         try:  # the model may write into its inputs: run it on copies, keep the user's tensors
-            wrapper(*(t.clone() for t in flat.tensors))
+            with nested_encoders_seen(model) as nested_encoders:
+                wrapper(*(t.clone() for t in flat.tensors))
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - the user's forward raises what it raises
@@ -88,9 +90,11 @@ def capture_program(
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
             with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
-                program = torch.export.export(
-                    wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
-                )
+                with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
+                    program = torch.export.export(
+                        wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
+                        strict=False,
+                    )
             if _writes_in_place(program):
                 program = program.run_decompositions({})
         except T2NError:

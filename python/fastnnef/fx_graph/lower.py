@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,22 @@ _ITEM = frozenset({"aten::item", "aten::_local_scalar_dense"})
 _SAME_AS = {
     "aten::_unsafe_view": "aten::view",  # a reshape of a tensor nothing else reads
     "aten::copy": "aten::copy_",  # copy_'s result: src cast and broadcast to self's dtype and shape
+}
+
+
+
+def _one_sample_loss(node: fx.Node, val: torch.Tensor) -> torch.Tensor:
+    """torch's meta kernel gives multilabel_margin_loss of one sample ([C]) with reduction
+    'none' the shape [1]; its eager kernel returns a 0-d loss, what the artefact must match."""
+    x = node.args[0]
+    reduction = node.args[2] if len(node.args) > 2 else node.kwargs.get("reduction", 1)  # torch's default: mean
+    one_sample = isinstance(x, fx.Node) and x.meta["val"].dim() == 1
+    return val.squeeze(0) if one_sample and reduction == 0 and val.dim() == 1 else val
+
+
+# Results whose fake tensor's shape torch's meta kernel gets otherwise than its eager kernel.
+_EAGER_SHAPE: dict[str, Callable[[fx.Node, torch.Tensor], torch.Tensor]] = {
+    "aten::multilabel_margin_loss": _one_sample_loss,
 }
 
 
@@ -235,6 +251,8 @@ class _Lowering:
             self.values[node] = inputs[0]
             return
         val: Any = node.meta.get("val")
+        if kind in _EAGER_SHAPE:
+            val = _EAGER_SHAPE[kind](node, val)
         returns = schema.returns
         if len(returns) == 1 and not isinstance(val, torch.Tensor) and not isinstance(val, (list, tuple)):
             self.values[node] = self.scalar(node.name, val, where)  # sym_size, sym_numel...

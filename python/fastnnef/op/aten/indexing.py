@@ -35,6 +35,8 @@ def _slice(
     if step != 1 and all(is_static(d) for d in (x.shape[axis], b, e)) and int(e) > int(b):
         piece = _strided(ctx, x, axis, int(b), int(e), step)
         return ctx.emit("copy", [piece]) if final else piece
+    if step != 1 and not is_static(x.shape[axis]) and not ctx.strict:
+        return _strided_gather(ctx, x, axis, b, e, step, final)
     attrs: dict[str, object] = {"axes": [axis], "begin": [b], "end": [e]}
     if step != 1:
         attrs["stride"] = [step]
@@ -64,6 +66,19 @@ def _strided(ctx: OpContext, x: NTensor, axis: int, b: int, e: int, step: int) -
                     dtype=x.dtype, shape=split, suffix="steps")
     first = ctx.tmp("slice", [steps], {"axes": [axis + 1], "begin": [0], "end": [1]}, suffix="first")
     return ctx.tmp("squeeze", [first], {"axes": [axis + 1]}, suffix="strided")
+
+
+def _strided_gather(ctx: OpContext, x: NTensor, axis: int, b: Size, e: Size, step: int, final: bool) -> NTensor:
+    """``x[b:e:step]`` along a dynamic axis as a gather of ``range(b, e, step)``: tract
+    0.23.9 fails to load a strided slice that follows a reshape merging a dynamic axis
+    ("Pulling Downsample over Reshape: Invalid axis"), and a dynamic axis cannot be padded
+    to whole steps as ``_strided`` does."""
+    length = _span(b, e, step)
+    positions = ctx.tmp("tract_core_range", [b, e, step], dtype="i64", shape=(length,), suffix="steps")
+    if final:
+        return ctx.emit("tract_core_gather", [x, positions], {"axis": axis})
+    shape = x.shape[:axis] + (length,) + x.shape[axis + 1:]
+    return ctx.tmp("tract_core_gather", [x, positions], {"axis": axis}, shape=shape, suffix="strided")
 
 
 @handler("aten::slice", args="t i D? D? i")
