@@ -16,12 +16,14 @@ is functionalized (``run_decompositions`` with an empty table).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.fx import config as fx_trace_config
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
@@ -83,12 +85,12 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
+            with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
                 program = torch.export.export(
                     wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
                 )
-            if _writes_in_place(program):
-                program = program.run_decompositions({})
+                if _writes_in_place(program):
+                    program = program.run_decompositions({})
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
@@ -101,6 +103,21 @@ def capture_program(
     top_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = expand_io_names(output_names, top_items, len(flat_outputs), "output", "output")
     return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes)
+
+
+@contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """Capture without a Python stack trace per FX node: torch formats the whole stack of
+    every op it records (a quarter of ``torch.export``'s own time on 64 attention blocks,
+    benches/README.md), and the lowering needs only the op's module, which
+    ``nn_module_stack`` gives. torch's own errors (a data-dependent guard) still name the
+    user's line: it takes that stack itself when it raises."""
+    old = fx_trace_config.do_not_emit_stack_traces
+    fx_trace_config.do_not_emit_stack_traces = True  # a plain module flag: no patch() to scope it
+    try:
+        yield
+    finally:
+        fx_trace_config.do_not_emit_stack_traces = old
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:
