@@ -25,13 +25,15 @@ the IR build), and the ratios export / jit of the medians. ``--profile MODEL`` p
 cProfile of one ``"export"`` call instead.
 ``--smoke`` exports ``attn2`` (2 blocks) once per front end (CI, tests/test_benches.py).
 
-    PYTHONPATH=python python benches/bench_front_ends.py [--rounds 5] [--models attn64 mobilenet_v2] [--cold]
+    PYTHONPATH=python python benches/bench_front_ends.py [--rounds 5] [--models attn64 mobilenet_v2]
+        [--cold [--baseline-python /path/to/before/python]]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
 import subprocess
@@ -128,24 +130,29 @@ def bench(name: str, rounds: int, out: Path) -> None:
           f"{med_cpu['export'] / med_cpu['jit']:.2f} (target <= 1.30)")
 
 
-def cold(name: str, rounds: int) -> None:
-    """Each front end's first export call in fresh processes, interleaved."""
-    walls: dict[str, list[float]] = {f: [] for f in FRONT_ENDS}
-    cpus: dict[str, list[float]] = {f: [] for f in FRONT_ENDS}
+def cold(name: str, rounds: int, baseline: Path | None) -> None:
+    """Each front end's first export call in fresh processes, interleaved; with ``baseline``
+    (another checkout's ``python/``), its ``"export"`` too, as ``export@baseline``."""
+    runs = [(f, None) for f in FRONT_ENDS] + ([("export", baseline)] if baseline else [])
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     for _ in range(rounds):
-        for front_end in FRONT_ENDS:
+        for front_end, python_path in runs:
+            label = f"{front_end}@baseline" if python_path else front_end
+            env = {**os.environ, "PYTHONPATH": str(python_path)} if python_path else None
             run = subprocess.run([sys.executable, __file__, "--first-call", front_end, name],
-                                 capture_output=True, text=True, check=True)
+                                 capture_output=True, text=True, check=True, env=env)
             wall, cpu = (float(v) for v in run.stdout.split()[-2:])
-            walls[front_end].append(wall)
-            cpus[front_end].append(cpu)
-    med = {f: statistics.median(walls[f]) for f in FRONT_ENDS}
-    med_cpu = {f: statistics.median(cpus[f]) for f in FRONT_ENDS}
-    for front_end in FRONT_ENDS:
-        print(f"{name:<11} {front_end:<7} first call: wall median {med[front_end]:7.3f} s "
-              f"best {min(walls[front_end]):7.3f} s  CPU median {med_cpu[front_end]:7.3f} s")
-    print(f"{name:<11} first-call ratio export/jit: wall {med['export'] / med['jit']:.2f}, CPU "
-          f"{med_cpu['export'] / med_cpu['jit']:.2f} (target <= 1.30)")
+            walls.setdefault(label, []).append(wall)
+            cpus.setdefault(label, []).append(cpu)
+    med = {f: statistics.median(w) for f, w in walls.items()}
+    med_cpu = {f: statistics.median(c) for f, c in cpus.items()}
+    for label in walls:
+        print(f"{name:<11} {label:<15} first call: wall median {med[label]:7.3f} s "
+              f"best {min(walls[label]):7.3f} s  CPU median {med_cpu[label]:7.3f} s")
+    for label in [label for label in walls if label != "jit"]:
+        print(f"{name:<11} first-call ratio {label}/jit: wall {med[label] / med['jit']:.2f}, CPU "
+              f"{med_cpu[label] / med_cpu['jit']:.2f} (target <= 1.30)")
 
 
 def first_call(front_end: str, name: str, out: Path) -> None:
@@ -172,6 +179,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", choices=sorted(MODELS), help="cProfile one front_end='export' call")
     parser.add_argument("--cold", action="store_true", help="time the first export of fresh processes")
+    parser.add_argument("--baseline-python", type=Path,
+                        help="with --cold: also time front_end='export' from this python/ (before a change)")
     parser.add_argument("--first-call", nargs=2, metavar=("FRONT_END", "MODEL"), help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="attn2, one round, to check the bench works")
     args = parser.parse_args()
@@ -188,7 +197,7 @@ def main() -> None:
             print(f"torch {torch.__version__}, {args.rounds} interleaved rounds, {mode}")
             for name in args.models:
                 if args.cold:
-                    cold(name, args.rounds)
+                    cold(name, args.rounds, args.baseline_python)
                 else:
                     bench(name, args.rounds, Path(tmp))
 
