@@ -36,6 +36,7 @@ RESULT_LINES = {
     "bench_moe_ffn.py": r"^tract_moe_ffn\s+\d+\.\d+\s+\d+\s+\d+\.\d+$",
     "bench_moe_ffn_layout.py": r"^q4_0\s+4\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+canonical \S+, linear\+0 \S+$",
     "bench_peft.py": r"^\| fastnnef-peft \| \d+\.\d+ \|",
+    "bench_front_ends.py": r"^attn2\s+ratio export/jit: wall \d+\.\d+, CPU \d+\.\d+ \(target <= 1\.30\)$",
     "bench_graph_build.py": r"^\s+2\s+\d+\s+\d+\.\d+\s+\d+\.\d+",
     "bench_tensors.py": r"^artefact tgz level 1\s+\d+\.\d+ s\s+\d+ MB/s",
     "check_io.py": r"^check_io median/min s: \d+\.\d+ \d+\.\d+$",

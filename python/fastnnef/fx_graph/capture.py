@@ -17,12 +17,14 @@ is functionalized (``run_decompositions`` with an empty table).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.fx import config as fx_trace_config
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
@@ -89,14 +91,14 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
+            with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
                 with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
                     program = torch.export.export(
                         wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
                         strict=False,
                     )
-            if _writes_in_place(program):
-                program = program.run_decompositions({})
+                if _writes_in_place(program):
+                    program = program.run_decompositions({})
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
@@ -124,6 +126,21 @@ def _capture_error(
     if "specialized it to be a constant" in message:
         message += "\nThe model's code needs that axis at its traced size: export it static (not in dynamic_axes)"
     return T2NErrorTorchExportFailed(f"torch.export could not capture {type(model).__name__}: {message}")
+
+
+@contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """Capture without a Python stack trace per FX node: torch formats the whole stack of
+    every op it records (a quarter of ``torch.export``'s own time on 64 attention blocks,
+    benches/README.md), and the lowering needs only the op's module, which
+    ``nn_module_stack`` gives. torch's own errors (a data-dependent guard) still name the
+    user's line: it takes that stack itself when it raises."""
+    old = fx_trace_config.do_not_emit_stack_traces
+    fx_trace_config.do_not_emit_stack_traces = True  # a plain module flag: no patch() to scope it
+    try:
+        yield
+    finally:
+        fx_trace_config.do_not_emit_stack_traces = old
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:

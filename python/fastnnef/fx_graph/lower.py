@@ -301,9 +301,11 @@ def _thunk(target: torch._ops.OpOverload) -> folding.Thunk:
 
 
 def _site(node: fx.Node) -> tuple[str, str]:
-    """The node's module path (as the jit front end writes it) and the user's source line."""
+    """The node's module path (as the jit front end writes it) and where it was called: the
+    user's source line where torch recorded a stack trace, else the module's class
+    (``capture.py`` records none: formatting them is a quarter of torch.export's time)."""
     stack = node.meta.get("nn_module_stack") or {}
-    path = list(stack.values())[-1][0] if stack else ""
+    path, module_type = list(stack.values())[-1] if stack else ("", "")
     if path == WRAPPED:
         path = ""
     elif path.startswith(WRAPPED + "."):
@@ -311,7 +313,14 @@ def _site(node: fx.Node) -> tuple[str, str]:
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     user = [f for f in frames if "/torch/" not in f[0] and "/fastnnef/" not in f[0]]
     file, line, code = (user or frames or [("", "", "")])[-1]
-    return path, f"{file}({line}): {code.strip()}" if file else ""
+    if not file:
+        return path, _type_name(module_type) if module_type else ""
+    return path, f"{file}({line}): {code.strip()}"
+
+
+def _type_name(module_type: type | str) -> str:
+    """A module's class as ``nn_module_stack`` records it (a class or its qualified name)."""
+    return module_type if isinstance(module_type, str) else f"{module_type.__module__}.{module_type.__qualname__}"
 
 
 def lower_program(captured: CapturedProgram) -> IRGraph:
