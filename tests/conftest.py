@@ -1,8 +1,13 @@
-"""The front end every ``export_and_check`` uses (tests/helpers.py): ``--front-end=jit``
-(the default, torch.jit.trace) or ``--front-end=export`` (torch.export, issue 25), so that
-the same op tests run under both. The tests that only the jit front end passes are
+"""The front end every ``export_and_check`` uses (tests/helpers.py): ``--front-end=auto``
+(the default, what users get: torch.export, the tracer where it cannot serve the model),
+``--front-end=export`` (torch.export only) or ``--front-end=jit`` (torch.jit.trace only),
+so that the same tests run under each. The tests that only the jit front end passes are
 ``JIT_ONLY``, with why: under ``--front-end=export`` each is a strict xfail (README.md,
-"Front ends", lists them too)."""
+"Front ends", lists them too); under ``"auto"`` they pass through its fallback.
+
+torch warns of ``torch.jit.trace``'s deprecation on every trace and pyproject.toml turns
+warnings into errors: under ``--front-end=jit`` that one warning is ignored (the run asks
+for the tracer); elsewhere a test that traces on purpose says so itself."""
 
 from __future__ import annotations
 
@@ -58,12 +63,14 @@ JIT_ONLY: dict[str, str] = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--front-end", choices=("jit", "export", "auto"), default="jit",
-                     help="front_end of export_model_to_nnef in export_and_check (default: jit)")
+    parser.addoption("--front-end", choices=("jit", "export", "auto"), default="auto",
+                     help="front_end of export_model_to_nnef in export_and_check (default: auto)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     helpers.FRONT_END = config.getoption("--front-end")
+    if helpers.FRONT_END == "jit":
+        config.addinivalue_line("filterwarnings", helpers.JIT_DEPRECATION_FILTER)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -45,15 +45,6 @@ class CapturedProgram:
     dynamic_axes: dict[int, dict[int, str]]
 
 
-def declined_by_extractor(model: nn.Module, extractor_of: Callable[[nn.Module], Any | None]) -> str | None:
-    """Why ``model`` stays on the jit front end: the path of a submodule that a module
-    extractor exports whole (those are kept whole by the tracer, not yet by this front end)."""
-    for path, module in model.named_modules():
-        if extractor_of(module) is not None:
-            return f"{path or '<root module>'} ({type(module).__name__}) is exported whole by its extractor"
-    return None
-
-
 def capture_program(
     model: nn.Module,
     args: Any,
