@@ -316,11 +316,12 @@ def _front_end(
     ``"export"`` (``fx_graph/``), ``"jit"`` (``torch_graph/``), or ``"auto"``: torch.export
     unless ``fx_graph/fallback.py``'s rules send the model to the tracer, the reason logged
     once. Nothing is written yet: a fallback never follows a written artefact."""
-    declined = declined_before_capture(model, find_extractor) if front_end == "auto" else None
+    declined = declined_before_capture(model) if front_end == "auto" else None
     if front_end != "jit" and declined is None:
         try:
             captured = capture_program(model, args, input_names, output_names,
-                                       lambda names, inputs: dynamic_axes_by_index(target, names, inputs))
+                                       lambda names, inputs: dynamic_axes_by_index(target, names, inputs),
+                                       extractor_of=find_extractor)
             stage_done("trace")
             ir = lower_program(captured)
             stage_done("build_ir")

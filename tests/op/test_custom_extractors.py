@@ -15,6 +15,7 @@ from fastnnef.exceptions import T2NErrorNotFoundModuleExtractor, T2NErrorNotImpl
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.op.custom_extractors import CUSTOMOP_KIND, ModuleInfoExtractor
+from tests import helpers
 
 
 class Block(nn.Module):
@@ -135,7 +136,7 @@ def test_extractor_takes_over_its_module(tmp_path: Path):
     x = torch.randn(2, 5, 8)
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = export_model_to_nnef(model, x, tmp_path / "gates.nnef", target, input_names=["x"],
-                                output_names=["y"], compression_level=None)
+                                output_names=["y"], compression_level=None, front_end=helpers.FRONT_END)
     text = (path / "graph.nnef").read_text()
     # The modules' weights are declared under their parameter names; their internals
     # (the data-dependent gather) were never traced.
@@ -175,7 +176,8 @@ def test_extractor_errors_name_the_fix(tmp_path: Path):
     with pytest.raises(T2NErrorNotImplemented, match=re.escape(
         "Partial emitted no op for output 1 of Twice: emit it with g.emit(kind, args, attrs, out=1)"
     )):
-        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "p.nnef", TractNNEF.latest())
+        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "p.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
     assert not list(tmp_path.iterdir())
 
     class Undeclared(ModuleInfoExtractor):
@@ -190,7 +192,8 @@ def test_extractor_errors_name_the_fix(tmp_path: Path):
     with pytest.raises(T2NErrorNotImplemented, match=re.escape(
         "Undeclared uses fragments ['my_fragment'] it did not declare: declare each with g.fragment(name, text)"
     )):
-        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "u.nnef", TractNNEF.latest())
+        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "u.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
 
 
 def test_compatibility_names_are_not_registered():

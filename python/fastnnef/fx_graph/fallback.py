@@ -3,8 +3,7 @@
 ``"auto"`` exports with ``torch.export`` and uses the tracer (deprecated upstream) only
 where this front end cannot serve the model, decided before anything is written:
 
-- before capture: a TorchScript module (only the tracer runs it), or a submodule that a
-  module extractor exports whole (the tracer keeps those whole; this front end does not yet);
+- before capture: a TorchScript module (only the tracer runs it);
 - after: ``torch.export`` cannot capture the model, or lowering it or converting its IR
   refuses it (an FX node this front end does not read, a size torch cannot express...).
 
@@ -14,9 +13,6 @@ mismatch comes after the artefact is written: neither is a reason to trace again
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
@@ -40,13 +36,10 @@ REFUSALS: tuple[type[Exception], ...] = (
 )
 
 
-def declined_before_capture(model: nn.Module, extractor_of: Callable[[nn.Module], Any | None]) -> str | None:
+def declined_before_capture(model: nn.Module) -> str | None:
     """Why ``"auto"`` does not try ``torch.export`` on ``model`` at all (``None``: it does)."""
     if isinstance(model, torch.jit.ScriptModule):
         return f"{type(model).__name__} is a TorchScript module, which only the tracer runs"
-    for path, module in model.named_modules():
-        if extractor_of(module) is not None:
-            return f"{path or '<root module>'} ({type(module).__name__}) is exported whole by its extractor"
     return None
 
 
