@@ -151,6 +151,48 @@ def test_extractor_takes_over_its_module(tmp_path: Path):
         torch.testing.assert_close(torch.from_numpy(got), model(xs).detach(), atol=1e-5, rtol=1e-5)
 
 
+class SoftGate(nn.Module):
+    """Gate without its data-dependent gather: x * sigmoid(x @ w.T + b), y + 1."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * torch.sigmoid(self.proj(x)), y + 1
+
+
+class SoftGateExtractor(GateExtractor):
+    MODULE_CLASS = SoftGate
+
+
+class WithSoftGate(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.gate = SoftGate(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, extra = self.gate(self.inp(x), x)
+        return (h + extra).flatten(1)  # the call's output sizes (S) read after it
+
+
+def test_extractor_takes_over_its_module_under_torch_export(tmp_path: Path):
+    """torch.export records the module's call as one op (its fake kernel gives the outputs'
+    symbolic sizes), which the extractor converts; the user's model is left as it was."""
+    model = WithSoftGate().eval()
+    target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
+    path = helpers.export_and_check(model, torch.randn(2, 5, 8), tmp_path, target=target, input_names=["x"],
+                                    compression_level=None, front_end="export",
+                                    run_inputs=[torch.randn(2, 9, 8)])
+    text = (path / "graph.nnef").read_text()
+    assert "label = 'gate.proj.weight'" in text and "label = 'inp.weight'" in text
+    assert "gate_SoftGate_gate = sigmoid(" in text  # the extractor's ops, named after the call
+    assert "reshape(add, shape = [8*S]" in text  # the call's output sizes, torch's
+    assert "forward" not in model.gate.__dict__
+    assert not model.gate._forward_hooks and not model.gate._forward_pre_hooks
+
+
 def test_extractor_errors_name_the_fix(tmp_path: Path):
     class Twice(nn.Module):
         def forward(self, x):
