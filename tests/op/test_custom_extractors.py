@@ -181,6 +181,7 @@ def test_extractor_takes_over_its_module_under_torch_export(tmp_path: Path):
     """torch.export records the module's call as one op (its fake kernel gives the outputs'
     symbolic sizes), which the extractor converts; the user's model is left as it was."""
     model = WithSoftGate().eval()
+    assert type(ModuleInfoExtractor.get_by_module(model.gate)) is SoftGateExtractor
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = helpers.export_and_check(model, torch.randn(2, 5, 8), tmp_path, target=target, input_names=["x"],
                                     compression_level=None, front_end="export",
