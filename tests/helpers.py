@@ -18,7 +18,12 @@ from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 
 # The front end of every export here: pytest's --front-end option (tests/conftest.py).
-FRONT_END = "jit"
+FRONT_END = "auto"
+# torch's deprecation notice on every torch.jit.trace / torch.jit.script, as a pytest
+# filterwarnings entry: pyproject.toml makes warnings errors, and a test that traces or
+# scripts on purpose ignores this one notice (``TRACES_ON_PURPOSE``), nothing else.
+JIT_DEPRECATION_FILTER = r"ignore:`torch\.jit\.\w+` is deprecated:FutureWarning"
+TRACES_ON_PURPOSE = pytest.mark.filterwarnings(JIT_DEPRECATION_FILTER)
 
 
 class Fn(torch.nn.Module):

@@ -14,10 +14,17 @@ from torch import nn
 from fastnnef.exceptions import (
     T2NErrorInvalidArgument,
     T2NErrorIoQuantity,
-    T2NErrorTorchExportFailed,
 )
 from fastnnef.export_options import ExportOptions
-from fastnnef.fx_graph import CapturedProgram, capture_program, declined_by_extractor, lower_program
+from fastnnef.fx_graph import (
+    REFUSALS,
+    CapturedProgram,
+    capture_program,
+    declined_before_capture,
+    lower_program,
+    range_assertions,
+    refusal_reason,
+)
 from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.log import export_log_level, get_logger
 from fastnnef.nnef.graph import NNEFGraph
@@ -207,16 +214,17 @@ def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, op
         clock = now
 
     inference_target.pre_trace(model, input_names, output_names)
-    traced, ir = _front_end(options.front_end, model, args, input_names, output_names, names_from, inference_target,
-                            stage_done)
+
+    def convert(captured: TracedModel | CapturedProgram, ir: IRGraph) -> NNEFGraph:
+        if options.check_io_names_qte_match:
+            check_io_quantity(len(ir.inputs), len(captured.flat_inputs))
+        return convert_to_nnef(captured, ir, inference_target, options.naming, list(options.custom_extensions), model)
+
+    traced, ir, graph = _front_end(options.front_end, model, args, input_names, output_names, names_from,
+                                   inference_target, convert, stage_done)
     if options.check_io_names_qte_match:
         checks.append("io_quantity")
-        check_io_quantity(len(ir.inputs), len(traced.flat_inputs))
     in_names = traced.input_names[: len(ir.inputs)]
-    stage_done("build_ir")
-
-    graph = convert_to_nnef(traced, ir, inference_target, options.naming, list(options.custom_extensions), model)
-    stage_done("convert")
 
     written = write_artefact(options.path, options.artefact_format, options.compression_level or 0, graph)
     stage_done("write")
@@ -242,32 +250,42 @@ def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, op
 
 def _front_end(
     front_end: str, model: nn.Module, args: T.Any, input_names: list[str] | None, output_names: list[str] | None,
-    names_from: nn.Module, target: InferenceTarget, stage_done: T.Callable[[str], None],
-) -> tuple[TracedModel | CapturedProgram, IRGraph]:
-    """The model captured and its IR, by ``front_end``: ``"export"`` (``fx_graph/``),
-    ``"jit"`` (``torch_graph/``), or ``"auto"``: ``torch.export`` unless the model is
-    TorchScript, holds a module exported whole by its extractor, or cannot be captured
-    (the reason logged), then the tracer."""
-    declined = None
-    if front_end == "auto":
-        declined = "a TorchScript module" if isinstance(model, torch.jit.ScriptModule) else \
-            declined_by_extractor(model, find_extractor)
+    names_from: nn.Module, target: InferenceTarget,
+    convert: T.Callable[[TracedModel | CapturedProgram, IRGraph], NNEFGraph], stage_done: T.Callable[[str], None],
+) -> tuple[TracedModel | CapturedProgram, IRGraph, NNEFGraph]:
+    """The model captured, its IR and its NNEF graph (``convert``), by ``front_end``:
+    ``"export"`` (``fx_graph/``), ``"jit"`` (``torch_graph/``), or ``"auto"``: torch.export
+    unless ``fx_graph/fallback.py``'s rules send the model to the tracer, the reason logged
+    once. Nothing is written yet: a fallback never follows a written artefact."""
+    declined = declined_before_capture(model) if front_end == "auto" else None
     if front_end != "jit" and declined is None:
         try:
             captured = capture_program(model, args, input_names, output_names,
-                                       lambda names, inputs: dynamic_axes_by_index(target, names, inputs))
+                                       lambda names, inputs: dynamic_axes_by_index(target, names, inputs),
+                                       extractor_of=find_extractor)
             stage_done("trace")
-            return captured, lower_program(captured)
-        except T2NErrorTorchExportFailed as err:
+            ir = lower_program(captured)
+            stage_done("build_ir")
+            graph = convert(captured, ir)
+            graph.extensions += [a for a in range_assertions(captured.program, captured.dynamic_axes)
+                                 if a not in graph.extensions]
+            stage_done("convert")
+            return captured, ir, graph
+        except REFUSALS as err:
             if front_end == "export":
                 raise
-            declined = str(err)
+            declined = refusal_reason(err)
     if declined is not None:
-        log.info("front_end='auto': the torch.jit.trace front end exports this model: %s", declined)
+        log.warning("front_end='auto': exported with the torch.jit.trace front end (deprecated upstream), "
+                    "torch.export could not serve this model: %s", declined)
     traced = trace_model(model, args, input_names, output_names, names_from=names_from, extractor_of=find_extractor,
                          watch_sizes=target.has_dynamic_axes)
     stage_done("trace")
-    return traced, build_ir(traced, dynamic_axes_by_index(target, traced.input_names, traced.flat_inputs))
+    ir = build_ir(traced, dynamic_axes_by_index(target, traced.input_names, traced.flat_inputs))
+    stage_done("build_ir")
+    graph = convert(traced, ir)
+    stage_done("convert")
+    return traced, ir, graph
 
 
 def convert_to_nnef(

@@ -15,6 +15,7 @@ from fastnnef.exceptions import T2NErrorNotFoundModuleExtractor, T2NErrorNotImpl
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.op.custom_extractors import CUSTOMOP_KIND, ModuleInfoExtractor
+from tests import helpers
 
 
 class Block(nn.Module):
@@ -135,7 +136,7 @@ def test_extractor_takes_over_its_module(tmp_path: Path):
     x = torch.randn(2, 5, 8)
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = export_model_to_nnef(model, x, tmp_path / "gates.nnef", target, input_names=["x"],
-                                output_names=["y"], compression_level=None)
+                                output_names=["y"], compression_level=None, front_end=helpers.FRONT_END)
     text = (path / "graph.nnef").read_text()
     # The modules' weights are declared under their parameter names; their internals
     # (the data-dependent gather) were never traced.
@@ -148,6 +149,49 @@ def test_extractor_takes_over_its_module(tmp_path: Path):
         xs = torch.randn(2, length, 8)
         (got,) = artefact.run([xs])
         torch.testing.assert_close(torch.from_numpy(got), model(xs).detach(), atol=1e-5, rtol=1e-5)
+
+
+class SoftGate(nn.Module):
+    """Gate without its data-dependent gather: x * sigmoid(x @ w.T + b), y + 1."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * torch.sigmoid(self.proj(x)), y + 1
+
+
+class SoftGateExtractor(GateExtractor):
+    MODULE_CLASS = SoftGate
+
+
+class WithSoftGate(nn.Module):
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.inp = nn.Linear(dim, dim)
+        self.gate = SoftGate(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, extra = self.gate(self.inp(x), x)
+        return (h + extra).flatten(1)  # the call's output sizes (S) read after it
+
+
+def test_extractor_takes_over_its_module_under_torch_export(tmp_path: Path):
+    """torch.export records the module's call as one op (its fake kernel gives the outputs'
+    symbolic sizes), which the extractor converts; the user's model is left as it was."""
+    model = WithSoftGate().eval()
+    assert type(ModuleInfoExtractor.get_by_module(model.gate)) is SoftGateExtractor
+    target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
+    path = helpers.export_and_check(model, torch.randn(2, 5, 8), tmp_path, target=target, input_names=["x"],
+                                    compression_level=None, front_end="export",
+                                    run_inputs=[torch.randn(2, 9, 8)])
+    text = (path / "graph.nnef").read_text()
+    assert "label = 'gate.proj.weight'" in text and "label = 'inp.weight'" in text
+    assert "gate_SoftGate_gate = sigmoid(" in text  # the extractor's ops, named after the call
+    assert "reshape(add, shape = [8*S]" in text  # the call's output sizes, torch's
+    assert "forward" not in model.gate.__dict__
+    assert not model.gate._forward_hooks and not model.gate._forward_pre_hooks
 
 
 def test_extractor_errors_name_the_fix(tmp_path: Path):
@@ -175,7 +219,8 @@ def test_extractor_errors_name_the_fix(tmp_path: Path):
     with pytest.raises(T2NErrorNotImplemented, match=re.escape(
         "Partial emitted no op for output 1 of Twice: emit it with g.emit(kind, args, attrs, out=1)"
     )):
-        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "p.nnef", TractNNEF.latest())
+        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "p.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
     assert not list(tmp_path.iterdir())
 
     class Undeclared(ModuleInfoExtractor):
@@ -190,7 +235,8 @@ def test_extractor_errors_name_the_fix(tmp_path: Path):
     with pytest.raises(T2NErrorNotImplemented, match=re.escape(
         "Undeclared uses fragments ['my_fragment'] it did not declare: declare each with g.fragment(name, text)"
     )):
-        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "u.nnef", TractNNEF.latest())
+        export_model_to_nnef(Outer(), torch.rand(3), tmp_path / "u.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
 
 
 def test_compatibility_names_are_not_registered():

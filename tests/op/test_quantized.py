@@ -22,6 +22,7 @@ from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
+from tests import helpers
 from tests.helpers import redrawn
 from tests.op.conftest import PER_TENSOR  # the `engine` fixture is in conftest.py
 
@@ -29,6 +30,7 @@ from tests.op.conftest import PER_TENSOR  # the `engine` fixture is in conftest.
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    helpers.TRACES_ON_PURPOSE,  # some tests check what torch.jit.trace records
 ]
 
 
@@ -73,7 +75,7 @@ def export_and_compare(model: nn.Module, inputs: tuple, tmp_path: Path, dynamic:
     target = TractNNEF(TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY,
                        dynamic_axes={n: {0: "B"} for n in names} if dynamic else None)
     path = export_model_to_nnef(model, inputs, tmp_path / "model.nnef", target, input_names=names,
-                                compression_level=None)
+                                compression_level=None, front_end=helpers.FRONT_END)
     artefact = TractArtefact.load(path)
     step = output_step(model)
     fresh = tuple(redrawn(t) for t in inputs)
@@ -233,7 +235,8 @@ def test_quantize_and_dequantize_roundtrip(tmp_path: Path) -> None:
                          for zp, dtype in ((128, torch.quint8), (-3, torch.qint8), (0, torch.qint32)))
 
     x = torch.randn(4, 7) * 4
-    path = export_model_to_nnef(RoundTrip(), (x,), tmp_path / "m.nnef", TractNNEF.latest())
+    path = export_model_to_nnef(RoundTrip(), (x,), tmp_path / "m.nnef", TractNNEF.latest(),
+                                front_end=helpers.FRONT_END)
     for got, expected in zip(TractArtefact.load(path).run([x]), RoundTrip()(x)):
         np.testing.assert_array_equal(got, expected.numpy())
 
@@ -255,7 +258,8 @@ class PerChannelBuffer(nn.Module):
 def test_per_channel_tensor_refused_before_writing(tmp_path: Path) -> None:
     with pytest.raises(T2NErrorNotImplemented, match=r"^aten::dequantize in <root module> .*: tensor 'qw' is quantized "
                        r"per channel \(torch.per_channel_affine\); tract's graph.quant accepts only a scalar scale"):
-        export_model_to_nnef(PerChannelBuffer(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest())
+        export_model_to_nnef(PerChannelBuffer(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -268,7 +272,8 @@ def test_quantized_tensor_into_float_op_refused(tmp_path: Path) -> None:
 
     with pytest.raises(T2NErrorNotImplemented, match=r"a torch-quantized tensor \(torch.quint8\) reaches aten::topk in "
                        r"<root module> .*dequantize\(\) before it"):
-        export_model_to_nnef(TopK(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest())
+        export_model_to_nnef(TopK(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest(),
+                             front_end=helpers.FRONT_END)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -293,7 +298,8 @@ def test_quantized_outputs_are_codes_with_their_graph_quant(tmp_path: Path) -> N
     model = Quantize()
     target = TractNNEF(TractNNEF.latest_version(), dynamic_axes={"x": {0: "B"}})
     path = export_model_to_nnef(model, (torch.randn(4, 7),), tmp_path / "m.nnef", target, input_names=["x"],
-                                output_names=["a", "b", "c", "d"], compression_level=None)
+                                output_names=["a", "b", "c", "d"], compression_level=None,
+                                front_end=helpers.FRONT_END)
     entries = _quant_entries(path)
     assert entries["a"] == ("zero_point_linear_quantize(scale = 0.05, zero_point = 128, bits = 8, signed = false, "
                             "symmetric = false);")
@@ -319,7 +325,8 @@ def test_quantized_model_without_dequant_stub(engine: str, tmp_path: Path) -> No
     model.dequant = nn.Identity()
     x = make()[0]
     path = export_model_to_nnef(model, (x,), tmp_path / "m.nnef", TractNNEF(
-        TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY), compression_level=None)
+        TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY), compression_level=None,
+        front_end=helpers.FRONT_END)
     with torch.no_grad():
         expected = model(x)
     assert expected.is_quantized

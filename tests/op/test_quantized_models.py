@@ -20,12 +20,14 @@ from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.tract import TractCheckTolerance
+from tests import helpers
 from tests.op.conftest import PER_CHANNEL, PER_TENSOR
 from tests.op.test_quantized import export_and_compare, quantize
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    helpers.TRACES_ON_PURPOSE,  # some tests check what torch.jit.trace records
 ]
 
 
@@ -167,7 +169,7 @@ def test_cat_of_two_grids(tmp_path: Path) -> None:
 
 def _check_within_step(model: nn.Module, inputs: tuple, other: tuple, step: float, tmp_path: Path) -> None:
     target = TractNNEF(TractNNEF.latest_version(), check_io_tolerance=TractCheckTolerance.VERY)
-    path = export_model_to_nnef(model, inputs, tmp_path / "m.nnef", target)
+    path = export_model_to_nnef(model, inputs, tmp_path / "m.nnef", target, front_end=helpers.FRONT_END)
     artefact = TractArtefact.load(path)
     for args in (inputs, other):
         (got,) = artefact.run(list(args))

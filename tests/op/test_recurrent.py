@@ -15,6 +15,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorNotImplemented, T2NErrorStrictNNEFSpec
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import KhronosNNEF, TractNNEF
+from tests import helpers
 from tests.helpers import export_and_check
 
 T, B, I, H = 5, 2, 3, 4
@@ -106,7 +107,7 @@ def test_recurrent_dynamic_time(factory: Callable[[], nn.RNNBase], tmp_path):
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "T"}})
     path = export_model_to_nnef(
         model, torch.randn(B, 7, I), tmp_path / "dyn.nnef", target,
-        input_names=["x"], compression_level=0,
+        input_names=["x"], compression_level=0, front_end=helpers.FRONT_END,
     )
     artefact = TractArtefact.load(path)
     assert artefact.input_facts[0][1] == [B, "T", I]
@@ -235,7 +236,8 @@ def test_equal_layers_share_one_step_fragment(tmp_path):
 
 def test_khronos_refuses_scan(tmp_path):
     with pytest.raises(T2NErrorStrictNNEFSpec, match="tract_core"):
-        export_model_to_nnef(Seq(nn.GRU(I, H)).eval(), torch.randn(T, B, I), tmp_path / "k.nnef", KhronosNNEF("1.0.5"))
+        export_model_to_nnef(Seq(nn.GRU(I, H)).eval(), torch.randn(T, B, I), tmp_path / "k.nnef", KhronosNNEF("1.0.5"),
+                             front_end=helpers.FRONT_END)
 
 
 # --- what tracing records for cells; packed sequences ----------------------------------------
@@ -247,6 +249,7 @@ def test_khronos_refuses_scan(tmp_path):
     pytest.param(lambda: RawCell(torch._VF.rnn_relu_cell, 1), lambda: (torch.randn(B, I), *_cell_state(1)),
                  id="rnn_relu_cell"),
 ])
+@helpers.TRACES_ON_PURPOSE
 def test_cells_trace_as_their_math(make: Callable[[], nn.Module], args: Callable[[], tuple]) -> None:
     """torch's tracer records aten::lstm_cell & co (composite ops) as the linear and gate
     ops above, which is why this family has no cell handler: should a torch version record
@@ -271,5 +274,5 @@ def test_packed_sequence_is_refused_with_the_workaround(tmp_path):
                        r"sequences \(nn.utils.rnn.pack_padded_sequence\).*"
                        r"pass the padded tensor to the recurrent layer"):
         export_model_to_nnef(Packed().eval(), (torch.randn(B, T, I), torch.tensor([T, 3])), tmp_path / "p.nnef",
-                             TractNNEF.latest())
+                             TractNNEF.latest(), front_end=helpers.FRONT_END)
     assert list(tmp_path.iterdir()) == []

@@ -127,3 +127,30 @@ def test_bicubic_dynamic_height(tmp_path):
     target = TractNNEF.latest().with_dynamic_axes({"x": {2: "H"}})
     export_and_check(Interp(scale_factor=2, mode="bicubic"), x2(5, 6), tmp_path, target=target, input_names=["x"],
                      run_inputs=[x2(8, 6)])
+
+
+class ToSizeOf(nn.Module):
+    """Resize to sizes computed from the input's (a feature pyramid's top-down path)."""
+
+    def __init__(self, mode: str):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(x.shape[2] * 3 // 2, 9), mode=self.mode)
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(Interp(scale_factor=1.5), id="scale_factor"),
+    pytest.param(Interp(scale_factor=1.5, mode="bilinear"), id="scale_factor_bilinear"),
+    pytest.param(ToSizeOf("nearest"), id="sizes"),
+    pytest.param(ToSizeOf("bilinear"), id="sizes_bilinear"),
+])
+def test_non_integer_ratio_on_a_dynamic_axis_is_refused(model: nn.Module, tmp_path):
+    """A non-integer ratio on a dynamic axis (H -> floor(1.5 H)): tract's resize takes its
+    output size from a constant (scales of a known length, or sizes), which a dynamic axis
+    is not, so the export refuses it before writing anything, naming the axis."""
+    target = TractNNEF.latest().with_dynamic_axes({"x": {2: "H"}})
+    with pytest.raises(T2NErrorNotImplemented, match=r"resizing by a non-integer (scale factor|ratio) needs axis 2"):
+        export_and_check(model, x2(5, 6), tmp_path, target=target, input_names=["x"])
+    assert list(tmp_path.iterdir()) == []

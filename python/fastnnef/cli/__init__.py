@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import warnings
 from collections.abc import Sequence
 
 from fastnnef.cli_exit import run_command
@@ -33,9 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # torch announces jit.trace's deprecation on every trace; fastnnef relies on tracing
-    # knowingly, so the command line (which owns its process) keeps its output clean.
-    warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     return run_command("fastnnef", lambda: args.run(args))

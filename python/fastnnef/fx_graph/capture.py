@@ -12,14 +12,19 @@ after the NNEF ones). Nothing is decomposed: every op stays as the user called i
 (``linear``, ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``gelu``...),
 the kinds the handlers read and what tract runs natively. A graph that writes in place
 is functionalized (``run_decompositions`` with an empty table).
+
+A submodule that a module extractor exports whole (op/custom_extractors) is one
+``fastnnef::module_call`` op in the program, as on the jit front end
+(torch_graph/module_calls.py): torch records the call, not the module's internals, and
+the op's fake kernel gives its outputs' sizes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -27,9 +32,11 @@ from torch import nn
 from torch.fx import config as fx_trace_config
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
+from torch.utils.hooks import RemovableHandle
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.fx_graph.fast_path import nested_encoders_seen, zero_padding_like_eager
+from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
 
 # torch names a size of an input after FlatIO.forward's argument: ``L['flat'][0].size()[1]``.
@@ -50,15 +57,8 @@ class CapturedProgram:
     input_names: list[str]
     output_names: list[str]
     dynamic_axes: dict[int, dict[int, str]]
-
-
-def declined_by_extractor(model: nn.Module, extractor_of: Callable[[nn.Module], Any | None]) -> str | None:
-    """Why ``model`` stays on the jit front end: the path of a submodule that a module
-    extractor exports whole (those are kept whole by the tracer, not yet by this front end)."""
-    for path, module in model.named_modules():
-        if extractor_of(module) is not None:
-            return f"{path or '<root module>'} ({type(module).__name__}) is exported whole by its extractor"
-    return None
+    # fastnnef::module_call's key -> the submodule kept whole for its extractor
+    module_calls: dict[int, ModuleCall] = field(default_factory=dict)
 
 
 def capture_program(
@@ -67,8 +67,11 @@ def capture_program(
     input_names: Sequence[str] | None,
     output_names: Sequence[str] | None,
     dynamic_axes_of: DynamicAxesOf,
+    extractor_of: Callable[[nn.Module], Any | None] = lambda _module: None,
 ) -> CapturedProgram:
-    """Run ``model(*args)`` once for its outputs and export it once with ``torch.export``."""
+    """Run ``model(*args)`` once for its outputs and export it once with ``torch.export``;
+    ``extractor_of``: the module extractor of a submodule, or None (those that have one are
+    kept whole)."""
     if isinstance(model, torch.jit.ScriptModule):
         raise T2NErrorTorchExportFailed(
             f"{type(model).__name__} is a TorchScript module, which torch.export cannot capture: "
@@ -91,14 +94,15 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
-                with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
-                    program = torch.export.export(
-                        wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
-                        strict=False,
-                    )
-                if _writes_in_place(program):
-                    program = program.run_decompositions({})
+            with kept_whole(model, extractor_of) as module_calls, _rnn_weights_kept(model):
+                with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
+                    with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
+                        program = torch.export.export(
+                            wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
+                            strict=False,
+                        )
+                    if _writes_in_place(program):  # module calls run again (fake): still kept whole
+                        program = program.run_decompositions({})
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
@@ -108,7 +112,36 @@ def capture_program(
     top_out = pytree.tree_unflatten(list(flat_outputs), out_spec)
     top_items = top_out if isinstance(top_out, (tuple, list)) else (top_out,)
     out_names = expand_io_names(output_names, top_items, len(flat_outputs), "output", "output")
-    return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes)
+    return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes,
+                           module_calls)
+
+
+@contextlib.contextmanager
+def _rnn_weights_kept(model: nn.Module) -> Iterator[None]:
+    """While ``torch.export`` runs, each ``nn.LSTM``/``GRU``/``RNN`` of ``model`` gets its
+    list of weights back after each call. Their forward rebuilds that list from the weights,
+    which torch.export has swapped for fake ones, and torch.export then warns that a tensor
+    attribute was assigned during export (an error under warnings-as-errors) although its
+    own module did it and it gives the list back itself after."""
+    kept = ("_flat_weights", "_flat_weight_refs")
+    saved: dict[int, dict[str, Any]] = {}
+
+    def save(module: nn.Module, _args: Any) -> None:
+        saved[id(module)] = {k: module.__dict__[k] for k in kept if k in module.__dict__}
+
+    def give_back(module: nn.Module, _args: Any, _out: Any) -> None:
+        module.__dict__.update(saved.pop(id(module), {}))
+
+    handles: list[RemovableHandle] = []
+    for module in model.modules():
+        if isinstance(module, nn.RNNBase):
+            handles.append(module.register_forward_pre_hook(save))
+            handles.append(module.register_forward_hook(give_back, always_call=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _capture_error(
@@ -128,7 +161,7 @@ def _capture_error(
     return T2NErrorTorchExportFailed(f"torch.export could not capture {type(model).__name__}: {message}")
 
 
-@contextmanager
+@contextlib.contextmanager
 def _no_stack_traces() -> Iterator[None]:
     """Capture without a Python stack trace per FX node: torch formats the whole stack of
     every op it records (a quarter of ``torch.export``'s own time on 64 attention blocks,

@@ -13,6 +13,8 @@ has to work out, torch gave already:
   value is that ``SymInt``: it becomes an IR ``SymInt`` (or a ``Const``) directly;
 - the program is functional (functionalized by ``capture.py`` where it writes in place):
   no in-place write, no view to track;
+- a submodule kept whole for its module extractor is one ``fastnnef::module_call`` node
+  (capture.py): it becomes the one IR op the jit builder makes for it, read by the extractor;
 - parameters and buffers are placeholders, bound by name to the user's own tensors (no
   copy), labelled as the jit front end labels them (``tensor/named.py``).
 
@@ -41,6 +43,7 @@ from fastnnef.tensor.named import export_labels, storage_labels
 from fastnnef.torch_graph.ir import fold as folding
 from fastnnef.torch_graph.ir.builder import NOOP_KINDS
 from fastnnef.torch_graph.ir.data import (
+    CUSTOMOP_KIND,
     Const,
     ConstTensor,
     IRGraph,
@@ -51,6 +54,7 @@ from fastnnef.torch_graph.ir.data import (
     SymInt,
     TensorValue,
 )
+from fastnnef.torch_graph.module_calls import OP_KIND as MODULE_CALL
 from fastnnef.torch_graph.trace import WRAPPED
 
 # Checks torch records for its own guards (sizes in range, metadata as traced): tract
@@ -250,6 +254,9 @@ class _Lowering:
         if kind in NOOP_KINDS:
             self.values[node] = inputs[0]
             return
+        if kind == MODULE_CALL:
+            self.module_call(node, inputs, where)
+            return
         val: Any = node.meta.get("val")
         if kind in _EAGER_SHAPE:
             val = _EAGER_SHAPE[kind](node, val)
@@ -271,6 +278,17 @@ class _Lowering:
             self.ops.append(op)
         results = folded if folded is not None else outputs
         self.values[node] = results[0] if len(results) == 1 else ListValue(node.name, list(results))
+
+    def module_call(self, node: fx.Node, inputs: list[IRValue], where: str) -> None:
+        """A submodule kept whole (torch_graph/module_calls.py): one op for its extractor,
+        whose inputs are the call's tensor arguments, as the jit builder makes it."""
+        args, key = inputs
+        assert isinstance(args, ListValue) and isinstance(key, Const)
+        call = self.captured.module_calls[key.value]
+        outputs = [self.result(f"{node.name}.{k}", v, where) for k, v in enumerate(node.meta["val"])]
+        self.ops.append(IROp(CUSTOMOP_KIND + type(call.module).__name__, list(args.items), outputs, call.path,
+                             _site(node)[1], extractor=call.extractor, module=call.module))
+        self.values[node] = ListValue(node.name, outputs)
 
 
 def _schema_args(schema: torch.FunctionSchema, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:

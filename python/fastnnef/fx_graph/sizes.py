@@ -7,6 +7,10 @@ boundary, so that the IR carries the same sizes as the jit front end's: the hand
 see sympy. Symbols of the export's dynamic axes become the NNEF symbols the user named;
 what ``DimExpr`` cannot write (a symbol of a data-dependent value, a size divided by a size,
 a float) is ``UNKNOWN``, which handlers that need the size refuse clearly.
+
+The program's range constraints (what a guard of the model or of torch's kernels assumes
+of a dynamic axis: ``torch._check(S >= 4)``, ``S <= 64``) become ``tract_assert`` lines
+(``range_assertions``), so that tract knows the sizes the artefact was exported for.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from functools import reduce
 from typing import Any
 
 import torch
+from torch.export.graph_signature import InputKind
 from torch.utils._sympy import functions as sym_fns
+from torch.utils._sympy.numbers import IntInfinity
 
 from fastnnef.dim import UNKNOWN, Size, ceil_div, dmax, dmin
 
@@ -71,3 +77,28 @@ def traced_int(value: torch.SymInt) -> int | None:
     one, which has none until run)."""
     hint = value.node.hint
     return hint if isinstance(hint, int) else None
+
+
+def range_assertions(program: torch.export.ExportedProgram, dynamic_axes: Mapping[int, Mapping[int, str]]) -> list[str]:
+    """``tract_assert`` lines for the ranges of the dynamic axes' symbols that are not
+    torch's default ``[0, oo]``, in input order (``dynamic_axes``: {flat input index:
+    {axis: NNEF symbol}}); a symbol shared by several axes is asserted once."""
+    user_inputs = [
+        node for node, spec in zip(program.graph.find_nodes(op="placeholder"), program.graph_signature.input_specs)
+        if spec.kind == InputKind.USER_INPUT
+    ]
+    lines: list[str] = []
+    seen: set[str] = set()
+    for index, axes in sorted(dynamic_axes.items()):
+        shape = user_inputs[index].meta["val"].shape
+        for axis, name in sorted(axes.items()):
+            size = shape[axis]
+            bounds = program.range_constraints.get(size.node.expr) if isinstance(size, torch.SymInt) else None
+            if bounds is None or name in seen:
+                continue
+            seen.add(name)
+            if bounds.lower > 0:
+                lines.append(f"tract_assert {name} >= {int(bounds.lower)}")
+            if not isinstance(bounds.upper, IntInfinity):
+                lines.append(f"tract_assert {name} <= {int(bounds.upper)}")
+    return lines

@@ -196,9 +196,8 @@ def _run(args: argparse.Namespace) -> LLMExportReport:
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     with warnings.catch_warnings():
         if not args.verbose:
-            # Tracing is used knowingly: no notice of torch.jit.trace's deprecation, nor of
-            # transformers' own deprecations on the traced path; fastnnef shows progress.
-            warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
+            # No notice of transformers' own deprecations on the exported path (torch's are
+            # shown: the default front end meets none); fastnnef shows progress.
             warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
             hf_logging.set_verbosity_error()
             hf_logging.disable_progress_bar()

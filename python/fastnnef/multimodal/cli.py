@@ -70,7 +70,6 @@ def _run(args: argparse.Namespace) -> MultimodalExportReport:
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     with warnings.catch_warnings():
         if not args.verbose:
-            warnings.filterwarnings("ignore", message=r".*torch\.jit\.trace.* is deprecated", category=FutureWarning)
             warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
             hf_logging.set_verbosity_error()
             hf_logging.disable_progress_bar()

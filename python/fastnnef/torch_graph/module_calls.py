@@ -6,6 +6,10 @@ While a model is traced, each submodule that has an extractor runs through one c
 internals, which run unrecorded inside the op. The IR turns the op back into one IR op
 that the module's extractor converts.
 
+Both front ends use it: the jit tracer runs the op's kernel on real tensors, ``torch.export``
+(fx_graph/capture.py) its fake kernel, the same module forward on torch's fake tensors,
+whose outputs' symbolic sizes are the call's.
+
 The redirection sets an instance ``forward`` on those submodules for the duration of the
 trace (under the trace lock, removed in ``finally``): calls from any other thread in that
 window still compute the module's own result, through the op.
@@ -78,6 +82,8 @@ def _kernel(inputs: list[torch.Tensor], key: int) -> list[torch.Tensor]:
 
 
 _LIB.impl("module_call", _kernel, "CompositeExplicitAutograd")
+# torch.export computes no value: the same forward on fake tensors gives the outputs' sizes.
+torch.library.register_fake(OP_KIND, _kernel, lib=_LIB)
 
 
 @contextlib.contextmanager

@@ -81,6 +81,8 @@ def _resize(ctx: OpContext, x: NTensor, mode: str, align_corners: bool, scales_f
             "nearest_mode": "floor",
         }
         if all(r is not None for r in ratios) or (factors is not None and not align_corners):
+            # tract computes a resized size from a scale only for a known length.
+            ctx.static(x, [a for a, r in zip(axes, ratios) if r is None], "resizing by a non-integer scale factor")
             scales = [float(r) if r is not None else f for r, f in zip(ratios, factors or [0.0] * n)]
             attrs["scales"] = [1.0, 1.0] + scales
         else:
