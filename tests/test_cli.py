@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fastnnef.cli import main
+from tests.helpers import TRACER_ALLOWED
 
 
 def test_demo_exports_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,6 +52,7 @@ def test_export_from_factory_then_inspect(tmp_path: Path, capsys: pytest.Capture
     assert "hostname" not in text
 
 
+@TRACER_ALLOWED  # a TorchScript file: only the tracer runs it
 def test_export_torchscript_file(tmp_path: Path) -> None:
     model = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Sigmoid()).eval())
     src = tmp_path / "m.jit.pt"

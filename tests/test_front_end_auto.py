@@ -18,7 +18,7 @@ from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractN
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.op.custom_extractors import ModuleInfoExtractor
-from tests.helpers import TRACES_ON_PURPOSE, assert_outputs_match, export_and_check
+from tests.helpers import TRACER_ALLOWED, assert_outputs_match, export_and_check
 
 FELL_BACK = "exported with the torch.jit.trace front end"
 
@@ -52,7 +52,7 @@ def test_the_default_is_torch_export(tmp_path: Path, caplog: pytest.LogCaptureFi
     assert _fallbacks(caplog) == []
 
 
-@TRACES_ON_PURPOSE
+@TRACER_ALLOWED
 def test_a_script_module_is_traced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     script = torch.jit.script(nn.Sequential(nn.Linear(3, 2), nn.ReLU()))
     export_and_check(script, (torch.randn(1, 3),), tmp_path, front_end="auto")
@@ -76,7 +76,7 @@ class DoubledExtractor(ModuleInfoExtractor):
         return []
 
 
-@TRACES_ON_PURPOSE
+@TRACER_ALLOWED
 def test_a_module_exported_whole_by_its_extractor_is_traced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     model = nn.Sequential(nn.Linear(3, 3), Doubled())
     export_and_check(model, (torch.randn(2, 3),), tmp_path)
@@ -93,7 +93,7 @@ class Branch(nn.Module):
         return x - 1
 
 
-@TRACES_ON_PURPOSE
+@TRACER_ALLOWED
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 def test_a_model_torch_export_cannot_capture_is_traced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     export_and_check(Branch(), (torch.rand(2, 3),), tmp_path,
@@ -110,7 +110,7 @@ class RangeOf(nn.Module):
         return torch.arange(start, end, step) * 2
 
 
-@TRACES_ON_PURPOSE
+@TRACER_ALLOWED
 def test_a_program_the_lowering_refuses_is_traced(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     bounds = tuple(torch.tensor(v) for v in (1, 6, 3))
     path = export_and_check(RangeOf(), bounds, tmp_path, no_redraw="random bounds make invalid ranges")
@@ -127,7 +127,7 @@ class OnesOfRatio(nn.Module):
         return torch.ones(x.shape[0] // y.shape[0]) + x.sum()
 
 
-@TRACES_ON_PURPOSE
+@TRACER_ALLOWED
 def test_a_conversion_refusal_is_retried_with_the_tracer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The handler refuses the program's IR: "auto" tries the tracer (the reason logged),
     which refuses it too; the tracer's error is raised and nothing is written."""

@@ -16,6 +16,7 @@ is functionalized (``run_decompositions`` with an empty table).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
+
+_EXPORT_LOCK = threading.Lock()
 
 # {flat input index: {axis: NNEF symbol}} for the flat inputs with these names.
 DynamicAxesOf = Callable[[list[str], list[torch.Tensor]], dict[int, dict[int, str]]]
@@ -74,12 +77,13 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]  # set at import
+            # torch.export's mode stacks and config patches are process-wide: one capture at a time.
+            with _EXPORT_LOCK, fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
                 program = torch.export.export(
                     wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors), strict=False,
                 )
-            if _writes_in_place(program):
-                program = program.run_decompositions({})
+                if _writes_in_place(program):
+                    program = program.run_decompositions({})
         except T2NError:
             raise
         except Exception as err:  # noqa: BLE001 - torch.export raises many kinds; keep its message
