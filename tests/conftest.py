@@ -62,6 +62,14 @@ JIT_ONLY: dict[str, str] = {
 }
 
 
+# Tests that fail under torch.export where its artefact is already written (so "auto" has no
+# reason to fall back): strict xfails under --front-end=export and auto, with why.
+EXPORT_WRITES_WRONG: dict[str, str] = {
+    "tests/test_real_models.py::test_wav2vec2[dynamic-length]":
+        "the artefact passes check_io, then tract's optimized model refuses it in FlashSDPA (incompatible shapes)",
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--front-end", choices=("jit", "export", "auto"), default="auto",
                      help="front_end of export_model_to_nnef in export_and_check (default: auto)")
@@ -74,9 +82,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--front-end") != "export":
+    front_end = config.getoption("--front-end")
+    if front_end == "jit":
         return
     for item in items:
-        reason = JIT_ONLY.get(item.nodeid) or JIT_ONLY.get(item.nodeid.split("[")[0])
+        reason = EXPORT_WRITES_WRONG.get(item.nodeid)
+        if reason is None and front_end == "export":
+            reason = JIT_ONLY.get(item.nodeid) or JIT_ONLY.get(item.nodeid.split("[")[0])
         if reason is not None:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"front_end='export': {reason}"))
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"front_end={front_end!r}: {reason}"))
