@@ -59,10 +59,10 @@ def test_export_front_end_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str
     monkeypatch.setitem(sys.modules, "cli_factory_mod", sys.modules[__name__])
     written = {}
     for front_end in ("auto", "jit"):
-        out = tmp_path / f"{front_end}.nnef.tar"
+        out = tmp_path / f"{front_end}.nnef"
         assert main(["export", "cli_factory_mod:_factory", "-o", str(out), "--front-end", front_end,
                      "--no-identity-properties"]) == 0
-        written[front_end] = out.read_bytes()
+        written[front_end] = (tmp_path / f"{front_end}.nnef.tar").read_bytes()
     assert written["auto"] == written["jit"]
     assert main(["export", "cli_factory_mod:_factory", "-o", str(tmp_path / "fx.nnef"), "--front-end", "fx"]) == 2
     assert "front_end must be one of ('auto', 'export', 'jit'), got 'fx'" in capsys.readouterr().err
