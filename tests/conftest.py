@@ -3,7 +3,7 @@
 ``--front-end=export`` (torch.export only) or ``--front-end=jit`` (torch.jit.trace only),
 so that the same tests run under each. The tests that only the jit front end passes are
 ``JIT_ONLY``, with why: under ``--front-end=export`` each is a strict xfail (README.md,
-"Front ends", lists them too); under ``"auto"`` they pass through its fallback.
+"Front ends", lists them too); under ``"auto"`` they pass through its fallback to the tracer.
 
 torch warns of ``torch.jit.trace``'s deprecation on every trace and pyproject.toml turns
 warnings into errors: under ``--front-end=jit`` that one warning is ignored (the run asks
@@ -80,6 +80,21 @@ JIT_ONLY: dict[str, str] = {
 }
 
 
+# Tests that fail under torch.export where its artefact is already written (so "auto" has no
+# reason to fall back): strict xfails under --front-end=export and auto, with why.
+EXPORT_WRITES_WRONG: dict[str, str] = {
+    "tests/test_real_models.py::test_wav2vec2[dynamic-length]":
+        "the artefact passes check_io, then tract's optimized model refuses it in FlashSDPA (incompatible shapes)",
+}
+
+
+# Folders whose tests under "auto" were not yet audited for fallbacks to the tracer (others'
+# work in progress: the op tables, the LLM, multimodal and PEFT exporters, some of which
+# also trace or script on purpose): there the tracer's deprecation notice is allowed, as it
+# is for JIT_ONLY under "auto".
+FALLBACKS_NOT_AUDITED = ("tests/op/", "tests/llm/", "tests/multimodal/", "tests/lora/")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--front-end", choices=("jit", "export", "auto"), default="auto",
                      help="front_end of export_model_to_nnef in export_and_check (default: auto)")
@@ -92,10 +107,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--front-end") != "export":
+    front_end = config.getoption("--front-end")
+    if front_end == "jit":
         return
     for item in items:
-        reason = JIT_ONLY.get(item.nodeid) or JIT_ONLY.get(item.nodeid.split("[")[0]) \
+        jit_only = JIT_ONLY.get(item.nodeid) or JIT_ONLY.get(item.nodeid.split("[")[0]) \
             or JIT_ONLY.get(item.nodeid.split("::")[0])
+        if (front_end == "auto" and jit_only) or item.nodeid.startswith(FALLBACKS_NOT_AUDITED):
+            item.add_marker(helpers.TRACER_ALLOWED)
+        reason = EXPORT_WRITES_WRONG.get(item.nodeid)
+        if reason is None and front_end == "export":
+            reason = jit_only
         if reason is not None:
-            item.add_marker(pytest.mark.xfail(strict=True, reason=f"front_end='export': {reason}"))
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"front_end={front_end!r}: {reason}"))

@@ -21,9 +21,9 @@ from fastnnef.inference_target import TractNNEF
 FRONT_END = "auto"
 # torch's deprecation notice on every torch.jit.trace / torch.jit.script, as a pytest
 # filterwarnings entry: pyproject.toml makes warnings errors, and a test that traces or
-# scripts on purpose ignores this one notice (``TRACES_ON_PURPOSE``), nothing else.
+# scripts on purpose ignores this one notice (``TRACER_ALLOWED``), nothing else.
 JIT_DEPRECATION_FILTER = r"ignore:`torch\.jit\.\w+` is deprecated:FutureWarning"
-TRACES_ON_PURPOSE = pytest.mark.filterwarnings(JIT_DEPRECATION_FILTER)
+TRACER_ALLOWED = pytest.mark.filterwarnings(JIT_DEPRECATION_FILTER)
 
 
 class Fn(torch.nn.Module):

@@ -26,7 +26,7 @@ NATURAL_VERBOSE = "natural_verbose"
 APPROXIMATE = "approximate"
 
 SIGNATURES = [
-    # §2; front_end (keyword-only, fastnnef's addition): torch.export or the jit tracer (issue 25)
+    # §2; front_end (keyword-only, fastnnef's addition): "auto" (torch.export, the tracer as fallback), issue 25
     ("fastnnef.export", "export_model_to_nnef", [
         ("model", REQ, P), ("args", REQ, P), ("file_path_export", REQ, P),
         ("inference_target", REQ, P), ("input_names", None, P), ("output_names", None, P),
@@ -36,7 +36,7 @@ SIGNATURES = [
         ("custom_extensions", None, P), ("allow_same_io_names", False, P),
         ("auto_harden_jit", True, P), ("load_extra_op_modules", None, P),
         ("discover_extra_entrypoints", False, P), ("strict_extra_imports", False, P),
-        ("skip_eager_forward", False, P), ("front_end", "jit", K),
+        ("skip_eager_forward", False, P), ("front_end", "auto", K),
     ], True),
     # §4
     ("fastnnef.export", "export_tensors_to_nnef", [

@@ -20,7 +20,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorIoQuantity, T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
 from fastnnef.nnef_io.tensor import DatBinHeader
-from tests.helpers import export_and_check
+from tests.helpers import TRACER_ALLOWED, export_and_check
 
 
 # --- dtypes ---------------------------------------------------------------------------------------
@@ -123,6 +123,7 @@ def test_names_of_flattened_elements() -> None:
 
 
 # --- nnef_graph -----------------------------------------------------------------------------------
+@TRACER_ALLOWED  # nnef_graph's TorchToNGraphExtractor builds on the tracer
 def test_extractor_builds_a_graph_tract_runs(tmp_path: Path) -> None:
     from fastnnef.nnef.serialize import write_artefact
     from fastnnef.nnef_graph import TorchToNGraphExtractor

@@ -23,7 +23,11 @@ from fastnnef.exceptions import (
 from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.op.extras import EXTRA_MODULES_ENV, extra_module_names, register
-from tests.helpers import export_and_check
+from tests.helpers import TRACER_ALLOWED, export_and_check
+
+# The custom ops here have no fake kernel (torch.library.register_fake), which torch.export
+# needs: "auto" traces them, the tracer's notice allowed.
+pytestmark = TRACER_ALLOWED
 
 # A plugin module as a user ships it: a fragment and the handler that invokes it.
 PLUGIN = '''

@@ -21,7 +21,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.export import export_model_to_nnef, export_model_with_result
 from fastnnef.inference_target import TractNNEF
-from tests.helpers import Fn, assert_outputs_match, export_and_check
+from tests.helpers import TRACER_ALLOWED, Fn, assert_outputs_match, export_and_check
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,6 +62,7 @@ def test_a_block_with_a_dynamic_axis(tmp_path: Path) -> None:
             assert_outputs_match(model(longer), artefact.run([longer]), 1e-4, 1e-4)
 
 
+@TRACER_ALLOWED
 def test_the_same_outputs_as_the_jit_front_end(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, x = Block().eval(), torch.randn(1, 5, 8)
@@ -136,6 +137,7 @@ def test_the_model_is_left_as_it_was(tmp_path: Path) -> None:
     assert float(model.calls) == 1.0  # export_and_check's own torch run; the exports restored it
 
 
+@TRACER_ALLOWED
 def test_a_script_module_is_traced_under_auto_and_refused_under_export(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     script = torch.jit.script(nn.Sequential(nn.Linear(3, 2), nn.ReLU()))

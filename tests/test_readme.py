@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import TRACER_ALLOWED
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
@@ -15,6 +17,7 @@ def test_readme_has_examples() -> None:
     assert len(BLOCKS) >= 3
 
 
+@TRACER_ALLOWED  # an example loads a TorchScript file (torch.jit.load), which only the tracer exports
 def test_readme_examples_run_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}

@@ -26,6 +26,10 @@ import torch
 from fastnnef.check import TractArtefact
 from fastnnef.export import export_model_with_result
 from fastnnef.inference_target import TractNNEF
+from tests.helpers import TRACER_ALLOWED
+
+# A TorchScript artefact: only the tracer exports it ("auto" falls back), its notice allowed.
+pytestmark = TRACER_ALLOWED
 
 SAMPLE_RATE = 16000
 CHUNK = 512  # the model's chunk at 16 kHz

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fastnnef.cli import main
+from tests.helpers import TRACER_ALLOWED
 
 
 def test_demo_exports_and_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,6 +52,23 @@ def test_export_from_factory_then_inspect(tmp_path: Path, capsys: pytest.Capture
     assert "hostname" not in text
 
 
+@TRACER_ALLOWED  # --front-end jit asks for the tracer
+def test_export_front_end_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """--front-end (default auto) reaches export_model_to_nnef; the same graph either way."""
+    monkeypatch.setitem(sys.modules, "cli_factory_mod", sys.modules[__name__])
+    written = {}
+    for front_end in ("auto", "jit"):
+        out = tmp_path / f"{front_end}.nnef"
+        assert main(["export", "cli_factory_mod:_factory", "-o", str(out), "--front-end", front_end,
+                     "--no-identity-properties"]) == 0
+        written[front_end] = (tmp_path / f"{front_end}.nnef.tar").read_bytes()
+    assert written["auto"] == written["jit"]
+    assert main(["export", "cli_factory_mod:_factory", "-o", str(tmp_path / "fx.nnef"), "--front-end", "fx"]) == 2
+    assert "front_end must be one of ('auto', 'export', 'jit'), got 'fx'" in capsys.readouterr().err
+
+
+@TRACER_ALLOWED  # a TorchScript file: only the tracer runs it
 def test_export_torchscript_file(tmp_path: Path) -> None:
     model = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Sigmoid()).eval())
     src = tmp_path / "m.jit.pt"

@@ -38,7 +38,11 @@ from fastnnef.inference_target.tract import (
     assert_io_and_debug_bundle,
     build_io,
 )
+from tests.helpers import TRACER_ALLOWED
 from tests.test_check import X, mul_graph, write_artefact
+
+# The exports here hold an nn.LSTM, whose flat weights torch.export refuses: "auto" traces.
+pytestmark = TRACER_ALLOWED
 
 
 class _Lstm(nn.Module):

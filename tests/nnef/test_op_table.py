@@ -22,6 +22,10 @@ from fastnnef.inference_target import TractNNEF
 from fastnnef.inference_target.capabilities import REGISTRY_GATES
 from fastnnef.nnef import op_table, shapes
 from fastnnef.op.custom_extractors import ModuleInfoExtractor
+from tests.helpers import TRACER_ALLOWED
+
+# The modules here are exported whole by their extractors: "auto" uses the tracer for them.
+pytestmark = TRACER_ALLOWED
 
 PACKAGE = Path(op_table.__file__).resolve().parent.parent
 

@@ -46,6 +46,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--no-identity-properties", action="store_true",
                    help="do not write os/hostname/user properties")
     p.add_argument("--allow-same-io-names", action="store_true")
+    # Checked by export_model_to_nnef (export.py FRONT_ENDS), which names the valid values.
+    p.add_argument("--front-end", default="auto",
+                   help="auto (default): torch.export, the deprecated tracer only where it cannot serve the model; "
+                        "export: torch.export only; jit: torch.jit.trace only")
     p.set_defaults(run=run)
 
 
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         debug_bundle_path=args.debug_bundle,
         custom_extensions=args.custom_extension or None,
         allow_same_io_names=args.allow_same_io_names,
+        front_end=args.front_end,
     )
     checked = "checked by the linked tract" if not args.no_check else "not checked"
     print(f"wrote {path} ({checked})")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatt
 
 # torch names a size of an input after FlatIO.forward's argument: ``L['flat'][0].size()[1]``.
 _INPUT_SIZE = re.compile(r"L\['flat'\]\[(\d+)\]\.size\(\)\[(\d+)\]")
+_EXPORT_LOCK = threading.Lock()
 
 # {flat input index: {axis: NNEF symbol}} for the flat inputs with these names.
 DynamicAxesOf = Callable[[list[str], list[torch.Tensor]], dict[int, dict[int, str]]]
@@ -94,7 +96,8 @@ def capture_program(
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
-            with kept_whole(model, extractor_of) as module_calls, _rnn_weights_kept(model):
+            # torch.export's mode stacks and config patches are process-wide: one capture at a time.
+            with _EXPORT_LOCK, kept_whole(model, extractor_of) as module_calls, _rnn_weights_kept(model):
                 with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
                     with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
                         program = torch.export.export(
