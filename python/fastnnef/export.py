@@ -103,7 +103,7 @@ def export_model_to_nnef(
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
     *,
-    front_end: str = "jit",
+    front_end: str = "auto",
 ) -> Path:
     """Export ``model(*args)`` to an NNEF artefact for ``inference_target``; return its path.
 
@@ -156,7 +156,7 @@ def export_model_with_result(
     strict_extra_imports: bool = False,
     skip_eager_forward: bool = False,
     *,
-    front_end: str = "jit",
+    front_end: str = "auto",
 ) -> ExportResult:
     """``export_model_to_nnef`` (same parameters, same export), returning what the export
     did as an ``ExportResult`` instead of only the artefact's path."""
