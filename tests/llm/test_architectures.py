@@ -27,12 +27,14 @@ from fastnnef.llm.api import TESTS_DIR
 from fastnnef.llm.architectures import TESTED, families_markdown
 from fastnnef.llm.verify import torch_generate
 from fastnnef.op.custom_extractors.moe import MoEFFNPlan, is_experts, moe_ffn_plan
+from tests import helpers
 from tests.llm.tiny import CONFIGS, build, model_type_of
 
 README = Path(__file__).parents[2] / "README.md"
 
 
 def _export(checkpoint: Path, out: Path, **kwargs: object) -> object:
+    kwargs.setdefault("front_end", helpers.FRONT_END)  # pytest's --front-end (tests/conftest.py)
     report = dump_llm(out, local_dir=checkpoint, **kwargs)  # type: ignore[arg-type]
     assert report.verified
     assert [c.name for c in report.bundle_checks] == ["export", "prompt", "prompt_with_past", "text_generation"]

@@ -156,6 +156,7 @@ def dump_llm(
     revision: str | None = None,
     hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
+    front_end: str = "auto",
 ) -> LLMExportReport:
     """Export a causal LM to ``export_dirpath`` (see the module docstring).
 
@@ -165,6 +166,8 @@ def dump_llm(
     (``llm/hub.py``: ``revision`` a branch, tag or commit; ``hf_download_n_retries`` the
     retries of transient hub failures).
     ``progress`` shows phases and the weight writing (default: on a terminal only).
+    ``front_end``: ``export_model_to_nnef``'s (``"auto"``: ``torch.export``, else the jit
+    tracer); either traces on value-less weights and reads none.
 
     ``tract_specific_path``: a tract binary that also checks every test bundle (through
     ``TractCli``: only the flags its version knows); the artefact then targets that
@@ -259,7 +262,7 @@ def dump_llm(
                 input_names=input_names, output_names=output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),  # the caller's logging, as configured
                 nnef_variable_naming_scheme=naming,
-                custom_extensions=assertions(layout.max_positions, wrapper.has_past),
+                custom_extensions=assertions(layout.max_positions, wrapper.has_past), front_end=front_end,
             )
         if dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)

@@ -166,10 +166,12 @@ def dump_multimodal(
     revision: str | None = None,
     hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
+    front_end: str = "auto",
 ) -> MultimodalExportReport:
     """Export a multimodal checkpoint to ``export_dirpath`` (see the
     module docstring). The keywords are ``dump_llm``'s (``fastnnef-multimodal --help``
-    describes each); the families are ``families.FAMILIES``.
+    describes each); the families are ``families.FAMILIES``. ``front_end`` is
+    ``export_model_to_nnef``'s, for the encoders and the decoder.
 
     Example::
 
@@ -235,7 +237,7 @@ def dump_multimodal(
             folder.mkdir()
             with timed(timings, f"export {spec.modality}"):
                 export_encoder(spec, model, items, folder / ARTEFACT_NAME, target_version, naming,
-                               folder / TESTS_DIR)
+                               folder / TESTS_DIR, front_end)
             rel = f"{spec.modality}/{ARTEFACT_NAME}"
             encoder_paths[spec.modality] = target / rel
             encoder_artefacts.append(EncoderArtefact(spec.modality, rel, contract, spec.input_contract(model.config)))
@@ -277,6 +279,7 @@ def dump_multimodal(
                 input_names=io.input_names, output_names=io.output_names, compression_level=0,
                 log_level=get_logger().getEffectiveLevel(),
                 nnef_variable_naming_scheme=naming, custom_extensions=assertions(layout.max_positions),
+                front_end=front_end,
             )
         example = Bundle("export", dict(zip(io.input_names, example_inputs)),
                          dict(zip(io.output_names, exported.traced_outputs)))
