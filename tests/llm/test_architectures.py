@@ -32,6 +32,20 @@ from tests.llm.tiny import CONFIGS, build, model_type_of
 
 README = Path(__file__).parents[2] / "README.md"
 
+# Families that front_end="export" does not export (strict xfails under --front-end=export;
+# README.md "Front ends"). Each holds a module that the tracer keeps whole through its
+# extractor, which torch.export traces through instead: front_end="auto" traces them with
+# torch.jit.trace (export.py's rule for such models), so dump_llm's default exports them.
+_SCAN = "torch.export traces through the selective scan kept whole by the tracer and fixes S to its traced size"
+_GDN = "torch.export traces through the gated delta net kept whole by the tracer and fixes S to its traced size"
+_EXPERTS = "torch.export traces through the experts kept whole as tract_moe_ffn by the tracer: their routing " \
+    "sorts 2*S indices, a top-k whose k follows S, which tract's top-k cannot take"
+EXPORT_FAILS: dict[str, str] = {
+    "bamba": _SCAN, "falcon_h1": _SCAN, "falcon_mamba": _SCAN, "mamba": _SCAN,
+    "qwen3_next": _GDN,
+    "deepseek_v2": _EXPERTS, "deepseek_v3": _EXPERTS, "mixtral": _EXPERTS,
+}
+
 
 def _export(checkpoint: Path, out: Path, **kwargs: object) -> object:
     kwargs.setdefault("front_end", helpers.FRONT_END)  # pytest's --front-end (tests/conftest.py)
@@ -58,7 +72,10 @@ def test_readme_table_is_generated_from_the_tested_families() -> None:
 
 
 @pytest.mark.parametrize("model_type", sorted(TESTED))
-def test_generation_matches_hugging_face(model_type: str, checkpoint: Callable[..., Path], tmp_path: Path) -> None:
+def test_generation_matches_hugging_face(model_type: str, checkpoint: Callable[..., Path], tmp_path: Path,
+                                         request: pytest.FixtureRequest) -> None:
+    if helpers.FRONT_END == "export" and model_type in EXPORT_FAILS:
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason=EXPORT_FAILS[model_type]))
     variants = sorted(name for name in CONFIGS if model_type_of(name) == model_type)
     for name in variants:
         report = _export(checkpoint(name), tmp_path / name)

@@ -166,8 +166,10 @@ def dump_llm(
     (``llm/hub.py``: ``revision`` a branch, tag or commit; ``hf_download_n_retries`` the
     retries of transient hub failures).
     ``progress`` shows phases and the weight writing (default: on a terminal only).
-    ``front_end``: ``export_model_to_nnef``'s (``"auto"``: ``torch.export``, else the jit
-    tracer); either traces on value-less weights and reads none.
+    ``front_end``: ``export_model_to_nnef``'s. ``"auto"`` captures with ``torch.export``
+    on fake weights (nothing read), and traces with ``torch.jit.trace`` (on value-less
+    stand-ins) a model holding a module kept whole by its extractor (MoE experts as
+    ``tract_moe_ffn``, selective scans, gated delta nets) or that ``torch.export`` cannot capture.
 
     ``tract_specific_path``: a tract binary that also checks every test bundle (through
     ``TractCli``: only the flags its version knows); the artefact then targets that

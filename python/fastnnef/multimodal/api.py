@@ -92,6 +92,9 @@ from fastnnef.torch_graph.ir_naming import VariableNamingScheme
 log = get_logger("fastnnef.multimodal")
 
 GENERATED_TOKENS = 16
+# dump_multimodal's front end (and fastnnef-multimodal's): the tracer until the families
+# are run under torch.export.
+MULTIMODAL_FRONT_END = "jit"
 TESTS_DIR = "tests"
 # Files that make a saved processor (one of them is enough for AutoProcessor).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
@@ -166,12 +169,13 @@ def dump_multimodal(
     revision: str | None = None,
     hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
-    front_end: str = "auto",
+    front_end: str = MULTIMODAL_FRONT_END,
 ) -> MultimodalExportReport:
     """Export a multimodal checkpoint to ``export_dirpath`` (see the
     module docstring). The keywords are ``dump_llm``'s (``fastnnef-multimodal --help``
     describes each); the families are ``families.FAMILIES``. ``front_end`` is
-    ``export_model_to_nnef``'s, for the encoders and the decoder.
+    ``export_model_to_nnef``'s, for the encoders and the decoder (``"jit"`` by default
+    until the families are run under ``torch.export``).
 
     Example::
 

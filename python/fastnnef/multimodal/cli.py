@@ -15,7 +15,7 @@ from fastnnef.cli_exit import run_command
 from fastnnef.llm import cli as llm_cli
 from fastnnef.llm.progress import Progress
 from fastnnef.log import get_logger
-from fastnnef.multimodal.api import MultimodalExportReport, dump_multimodal
+from fastnnef.multimodal.api import MULTIMODAL_FRONT_END, MultimodalExportReport, dump_multimodal
 from fastnnef.multimodal.families import supported_list
 
 PROG = "fastnnef-multimodal"
@@ -41,6 +41,7 @@ def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.A
     for action in parser._actions:
         if action.dest in NOT_APPLICABLE and action.dest not in llm_cli.NOT_APPLICABLE:
             action.help = f"accepted, not applicable: {NOT_APPLICABLE[action.dest]}"
+    parser.set_defaults(front_end=MULTIMODAL_FRONT_END)
     return parser
 
 
