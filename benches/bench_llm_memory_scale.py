@@ -3,7 +3,8 @@
 export in a fresh process, its peak anonymous memory (RssAnon) and peak RSS (VmHWM)
 sampled from /proc/<pid>/status.
 
-    python benches/bench_llm_memory_scale.py [--layers 4] [--python-path DIR ...] [--smoke]
+    python benches/bench_llm_memory_scale.py [--layers 4] [--python-path DIR ...] [--runs f16 q4_0]
+        [--front-ends jit export] [--smoke]
 
 Writes a random-weight bf16 checkpoint, sharded (one shard per layer, plus one for the
 embedding, the final norm and the head), tensor by tensor with safetensors' layout from a
@@ -14,7 +15,9 @@ extension; default: this tree's), runs ``python -m fastnnef.llm -nv -dt f16`` an
 ``-nv -c min_max_q4_0``, printing per run: wall time, peak RssAnon, peak VmHWM, and the
 summary's timings (the PyTorch run writing ``tests/`` is ``bundles``). RssAnon is what
 the export allocates; VmHWM also counts the checkpoint's pages mapped from the page cache,
-which the kernel reclaims under pressure. ``--smoke`` does the same with hidden size 64
+which the kernel reclaims under pressure. ``--runs`` picks among those two, and
+``--front-ends jit export`` runs each once per front end (``--front-end``; fastnnef
+versions before it take no such flag). ``--smoke`` does the same with hidden size 64
 (a few hundred KB; CI runs it, tests/test_benches.py); the temporary directory is removed
 in every case."""
 
@@ -165,8 +168,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--python-path", nargs="*", default=[str(ROOT / "python")])
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS))
+    parser.add_argument("--front-ends", nargs="+", choices=["auto", "export", "jit"],
+                        help="run each export once per front end (default: the command's own)")
     parser.add_argument("--smoke", action="store_true", help="tiny run (1 layer, hidden 64) to check the bench works")
     args = parser.parse_args()
+    front_ends: list[str | None] = args.front_ends or [None]
     config, layers = (SMOKE, 1) if args.smoke else (LLAMA_3_70B, args.layers)
     with tempfile.TemporaryDirectory(prefix="bench-llm-scale-") as tmp:
         checkpoint = Path(tmp) / "ckpt"
@@ -175,12 +182,15 @@ def main() -> None:
         print(f"checkpoint: {layers} layers, hidden {config['hidden_size']}, ffn {config['intermediate_size']}, "
               f"vocab {config['vocab_size']}: {size / 1e9:.2f} GB bf16, written in {time.perf_counter() - start:.0f} s")
         for i, path in enumerate(args.python_path):
-            for run, flags in RUNS.items():
-                out = Path(tmp) / f"out-{i}-{run}"
-                wall, anon, hwm, timings = export(path, checkpoint, out, flags)
-                print(f"{path} {run}: {wall:.1f} s wall, peak RssAnon {anon:.0f} MiB, peak VmHWM {hwm:.0f} MiB")
-                print(f"    {timings}")
-                shutil.rmtree(out)
+            for run in args.runs:
+                for front_end in front_ends:
+                    flags = RUNS[run] + (["--front-end", front_end] if front_end else [])
+                    label = f"{run} {front_end}" if front_end else run
+                    out = Path(tmp) / f"out-{i}-{run}"
+                    wall, anon, hwm, timings = export(path, checkpoint, out, flags)
+                    print(f"{path} {label}: {wall:.1f} s wall, peak RssAnon {anon:.0f} MiB, peak VmHWM {hwm:.0f} MiB")
+                    print(f"    {timings}")
+                    shutil.rmtree(out)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ inputs and outputs as the jit front end), in eval mode, under ``torch.no_grad()`
 state given back after (``state_kept``). It runs twice: once eagerly, whose outputs are
 the artefact's expected outputs (``check_io``), and once under torch's fake tensors, which
 records the program: ``torch.export`` computes no value, so the eager run is the only one
-that reads the weights.
+that reads the weights. Inside ``trace_on_stand_ins`` (``tensor/offload.py``: the LLM
+exporters, whose reference outputs come from their own runs) there is no eager run: the
+weights, offloaded checkpoint tensors included, become fake tensors of their shapes and
+dtypes (their metadata only) and nothing is read; the outputs are zeros of the traced sizes.
 
 Dynamic axes become ``torch.export.Dim.DYNAMIC`` axes (``lower.py`` names torch's symbols
 after the NNEF ones). Nothing is decomposed: every op stays as the user called it
@@ -37,6 +40,8 @@ from torch.utils.hooks import RemovableHandle
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.fx_graph.fast_path import nested_encoders_seen, zero_padding_like_eager
+from fastnnef.fx_graph.sizes import traced_int
+from fastnnef.tensor.offload import on_stand_ins
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
 
@@ -82,17 +87,14 @@ def capture_program(
     flat = flatten_inputs(args, input_names)
     wrapper = FlatIO(model, flat.leaves, flat.spec, flat.tensor_slots)
     dynamic_axes = dynamic_axes_of(flat.names, flat.tensors)
-    with torch.no_grad(), eval_mode(model), state_kept(model):
-        try:  # the model may write into its inputs: run it on copies, keep the user's tensors
+    eager = not on_stand_ins()
+    recorded: list[Any] = []  # without an eager run: the fake run's outputs and their structure
+    nested_encoders: list[nn.TransformerEncoder] = []
+    with torch.no_grad(), eval_mode(model), state_kept(model), _outputs_recorded(model, recorded, not eager):
+        if eager:
             with nested_encoders_seen(model) as nested_encoders:
-                wrapper(*(t.clone() for t in flat.tensors))
-        except T2NError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the user's forward raises what it raises
-            raise T2NErrorInvalidArgument(f"{type(model).__name__} fails on the example inputs: {err}") from err
-        assert wrapper.captured is not None
-        flat_outputs, wrapper.captured = wrapper.captured, None
-        out_spec = wrapper.out_spec
+                flat_outputs = _eager_outputs(wrapper, flat.tensors)
+            out_spec = wrapper.out_spec
         try:
             # A dynamic axis may be captured at size 1 (one image, one token): without
             # size-oblivious sizes torch would fix it to 1 (its 0/1 specialization).
@@ -104,6 +106,9 @@ def capture_program(
                             wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
                             strict=False,
                         )
+                    if not eager:  # the outputs the fake run recorded, as values of their traced sizes
+                        fakes, out_spec = pytree.tree_flatten(recorded[-1])
+                        flat_outputs = [_zeros_like_traced(out) for out in fakes]
                     if _writes_in_place(program):  # module calls run again (fake): still kept whole
                         program = program.run_decompositions({})
         except T2NError:
@@ -177,6 +182,39 @@ def _no_stack_traces() -> Iterator[None]:
         yield
     finally:
         fx_trace_config.do_not_emit_stack_traces = old
+
+
+def _eager_outputs(wrapper: FlatIO, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The model's flat outputs on the example inputs (the check's references)."""
+    try:  # the model may write into its inputs: run it on copies, keep the user's tensors
+        wrapper(*(t.clone() for t in inputs))
+    except T2NError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the user's forward raises what it raises
+        raise T2NErrorInvalidArgument(f"{type(wrapper.model).__name__} fails on the example inputs: {err}") from err
+    assert wrapper.captured is not None
+    outputs, wrapper.captured = wrapper.captured, None
+    return outputs
+
+
+@contextlib.contextmanager
+def _outputs_recorded(model: nn.Module, recorded: list[Any], active: bool) -> Iterator[None]:
+    """Appends each output of ``model`` to ``recorded`` while ``active`` (a hook: torch.export
+    gives the exported module's attributes back as they were, ``FlatIO.captured`` included)."""
+    if not active:
+        yield
+        return
+    handle = model.register_forward_hook(lambda _module, _args, output: recorded.append(output))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _zeros_like_traced(fake: torch.Tensor) -> torch.Tensor:
+    """Zeros of the sizes a fake output had on the example inputs."""
+    sizes = [s if isinstance(s, int) else traced_int(s) for s in fake.shape]
+    return torch.zeros([0 if s is None else s for s in sizes], dtype=fake.dtype)
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:

@@ -149,6 +149,7 @@ def dump_llm(
     revision: str | None = None,
     hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
+    front_end: str = "auto",
 ) -> LLMExportReport:
     """Export a causal LM to ``export_dirpath`` (see the module docstring).
 
@@ -158,6 +159,10 @@ def dump_llm(
     (``llm/hub.py``: ``revision`` a branch, tag or commit; ``hf_download_n_retries`` the
     retries of transient hub failures).
     ``progress`` shows phases and the weight writing (default: on a terminal only).
+    ``front_end``: ``export_model_to_nnef``'s. ``"auto"`` captures with ``torch.export``
+    on fake weights (nothing read), and traces with ``torch.jit.trace`` (on value-less
+    stand-ins) a model holding a module kept whole by its extractor (MoE experts as
+    ``tract_moe_ffn``, selective scans, gated delta nets) or that ``torch.export`` cannot capture.
 
     ``tract_specific_path``: a tract binary that also checks every test bundle (through
     ``TractCli``: only the flags its version knows); the artefact then targets that
@@ -185,7 +190,7 @@ def dump_llm(
         sample_generation_total_size=sample_generation_total_size, no_verify=no_verify,
         trust_remote_code=trust_remote_code, tract_specific_path=tract_specific_path,
         tract_specific_version=tract_specific_version, force_inputs_dtype=force_inputs_dtype, revision=revision,
-        hf_download_n_retries=hf_download_n_retries, progress=progress,
+        hf_download_n_retries=hf_download_n_retries, progress=progress, front_end=front_end,
     )
     report = _dump(options)
     report.timings["total"] = time.perf_counter() - started

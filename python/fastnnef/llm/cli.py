@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from fastnnef.cli_exit import run_command
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
 from fastnnef.exceptions import T2NError
+from fastnnef.export_options import FRONT_ENDS
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.llm.api import LLM_NAMING_SCHEME, LLMExportReport, dump_llm
 from fastnnef.llm.architectures import tested_list
@@ -135,6 +136,9 @@ def build_parser(compression_choices: Sequence[str] | None = None) -> argparse.A
     binary.add_argument("--tract-specific-version",
                         help="the tract version the artefact targets (never downloaded: verification runs in the "
                              "tract linked into fastnnef)")
+    parser.add_argument("--front-end", default="auto", choices=FRONT_ENDS,
+                        help="how the model is captured: torch.export (export), torch.jit.trace (jit), or auto: "
+                             "torch.export, falling back to the tracer where it cannot capture the model")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
     return parser
 
@@ -217,7 +221,7 @@ def _run(args: argparse.Namespace) -> LLMExportReport:
                 trust_remote_code=args.trust_remote_code, tract_specific_path=args.tract_specific_path,
                 tract_specific_version=args.tract_specific_version, force_inputs_dtype=args.force_inputs_dtype,
                 revision=args.revision, hf_download_n_retries=args.hf_download_n_retries,
-                progress=Progress.for_terminal(),
+                progress=Progress.for_terminal(), front_end=args.front_end,
             )
         finally:
             hf_logging.set_verbosity(verbosity)

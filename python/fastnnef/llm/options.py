@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.export_options import FRONT_ENDS
 from fastnnef.exporter_run import check_destination, compressor, tract_target
 from fastnnef.inference_target.tract import TractCheckTolerance, TractNNEF
 from fastnnef.inference_target.tract_cli import TractCli
@@ -97,6 +98,7 @@ class LLMExportOptions:
     target_version: SemanticVersion
     force_inputs_dtype: str | None
     progress: Progress
+    front_end: str  # export_model_to_nnef's ("auto": torch.export, the tracer where it cannot serve)
 
     @classmethod
     def build(
@@ -109,7 +111,7 @@ class LLMExportOptions:
         trust_remote_code: bool, tract_specific_path: PathLike | None, tract_specific_version: str | None,
         force_inputs_dtype: str | None, revision: str | None, hf_download_n_retries: int,
         progress: Progress | None, sample_generation_total_size: int = 6,
-        export_dir_struct: str | ExportDirStruct = ExportDirStruct.DEEP,
+        export_dir_struct: str | ExportDirStruct = ExportDirStruct.DEEP, front_end: str = "auto",
     ) -> LLMExportOptions:
         """The public keywords of the same names, checked in this order; raises
         ``T2NErrorInvalidArgument`` (or the compressor's, the tract binary's error) for the
@@ -124,6 +126,8 @@ class LLMExportOptions:
         compress = compressor(compression_method, compression_registry)
         _check_counts(num_logits_to_keep, sample_generation_total_size)
         tract_binary, target_version = tract_target(tract_specific_path, tract_specific_version)
+        if front_end not in FRONT_ENDS:
+            raise T2NErrorInvalidArgument(f"front_end must be one of {FRONT_ENDS}, got {front_end!r}")
         return cls(
             target=check_destination(export_dirpath, ignore_already_exist_dir), model_slug=model_slug,
             local_dir=local_dir, revision=revision, hf_download_n_retries=hf_download_n_retries,
@@ -135,7 +139,7 @@ class LLMExportOptions:
             force_f32_normalization=force_f32_normalization, reify_sdpa_operator=reify_sdpa_operator, attn=attn,
             tolerance=tolerance, test_display_token_gens=test_display_token_gens, no_verify=no_verify,
             tract_binary=tract_binary, target_version=target_version, force_inputs_dtype=force_inputs_dtype,
-            progress=progress or Progress.for_terminal(),
+            progress=progress or Progress.for_terminal(), front_end=front_end,
         )
 
     @property

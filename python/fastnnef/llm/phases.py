@@ -96,7 +96,7 @@ def export_decoder(
     return export_model_with_result(
         wrapper, example_inputs, path, target, input_names=input_names, output_names=output_names,
         compression_level=0, log_level=get_logger().getEffectiveLevel(), nnef_variable_naming_scheme=options.naming,
-        custom_extensions=extensions,
+        custom_extensions=extensions, front_end=options.front_end,
     )
 
 

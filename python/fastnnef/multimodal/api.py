@@ -158,10 +158,12 @@ def dump_multimodal(
     revision: str | None = None,
     hf_download_n_retries: int = DEFAULT_HF_DOWNLOAD_N_RETRIES,
     progress: Progress | None = None,
+    front_end: str = "auto",
 ) -> MultimodalExportReport:
     """Export a multimodal checkpoint to ``export_dirpath`` (see the
     module docstring). The keywords are ``dump_llm``'s (``fastnnef-multimodal --help``
-    describes each); the families are ``families.FAMILIES``.
+    describes each); the families are ``families.FAMILIES``. ``front_end`` is
+    ``export_model_to_nnef``'s, for the encoders and the decoder.
 
     Example::
 
@@ -180,7 +182,7 @@ def dump_multimodal(
         test_display_token_gens=test_display_token_gens, no_verify=no_verify, trust_remote_code=trust_remote_code,
         tract_specific_path=tract_specific_path, tract_specific_version=tract_specific_version,
         force_inputs_dtype=force_inputs_dtype, revision=revision, hf_download_n_retries=hf_download_n_retries,
-        progress=progress,
+        progress=progress, front_end=front_end,
     )
     report = _dump(options)
     report.timings["total"] = time.perf_counter() - started
@@ -225,7 +227,7 @@ def _dump(options: LLMExportOptions) -> MultimodalExportReport:
             folder.mkdir()
             with timed(timings, f"export {spec.modality}"):
                 export_encoder(spec, model, items, folder / ARTEFACT_NAME, options.target_version, options.naming,
-                               folder / TESTS_DIR)
+                               folder / TESTS_DIR, options.front_end)
             rel = f"{spec.modality}/{ARTEFACT_NAME}"
             encoder_paths[spec.modality] = options.target / rel
             encoder_artefacts.append(EncoderArtefact(spec.modality, rel, contract, spec.input_contract(model.config)))

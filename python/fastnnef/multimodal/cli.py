@@ -87,7 +87,7 @@ def _run(args: argparse.Namespace) -> MultimodalExportReport:
                 test_display_token_gens=args.test_display_token_gens, no_verify=args.no_verify,
                 trust_remote_code=args.trust_remote_code, tract_specific_path=args.tract_specific_path,
                 tract_specific_version=args.tract_specific_version, force_inputs_dtype=args.force_inputs_dtype,
-                revision=args.revision, hf_download_n_retries=args.hf_download_n_retries,
+                revision=args.revision, hf_download_n_retries=args.hf_download_n_retries, front_end=args.front_end,
                 progress=Progress.for_terminal(),
             )
         finally:

@@ -36,7 +36,8 @@ class EncoderCheck:
 
 
 def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Tensor]], path: Path,
-                   target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path) -> Bundle:
+                   target_version: SemanticVersion, naming: VariableNamingScheme, tests_dir: Path,
+                   front_end: str) -> Bundle:
     """Trace (on ``spec.trace_item``) and write the encoder of ``spec``; returns (and saves)
     its export bundle."""
     map_large_allocations()  # else the heap grows with the tower's depth while traced (heap.py)
@@ -48,7 +49,7 @@ def export_encoder(spec: EncoderSpec, model: Any, items: list[dict[str, torch.Te
     exported = export_model_with_result(
         module, inputs, path, target, input_names=list(spec.input_names), output_names=output_names,
         compression_level=0, log_level=get_logger().getEffectiveLevel(),
-        nnef_variable_naming_scheme=naming,
+        nnef_variable_naming_scheme=naming, front_end=front_end,
     )
     bundle = Bundle("export", dict(zip(spec.input_names, inputs)), dict(zip(output_names, exported.traced_outputs)))
     tests_dir.mkdir(parents=True, exist_ok=True)

@@ -138,6 +138,13 @@ def trace_on_stand_ins() -> Iterator[None]:
         _STAND_INS.reset(token)
 
 
+def on_stand_ins() -> bool:
+    """Whether this thread or asyncio task is inside :func:`trace_on_stand_ins`: the
+    ``torch.export`` front end then captures without the eager run that reads weights
+    (``fx_graph/capture.py``)."""
+    return _STAND_INS.get()
+
+
 class _TraceStandIn(torch.Tensor):
     """A weight (or a view or cast of one) in a trace on stand-ins: shape, strides and
     dtype, no storage. ``realize`` computes its real value, for ops that need values."""

@@ -1,0 +1,86 @@
+"""The LLM exporter's front ends (issue 25): ``dump_llm(front_end=)`` and
+``fastnnef-llm --front-end``. Under ``"export"`` (and ``"auto"``, the default) the wrapper
+is captured by ``torch.export`` on fake weights: the export reads no weight of the
+checkpoint (the test bundles' PyTorch run is the only one that does); a model holding
+a module kept whole by its extractor goes to the tracer under ``"auto"``, saying why."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fastnnef.llm.api
+from fastnnef.llm import dump_llm
+from fastnnef.llm.cli import main
+from fastnnef.tensor.offload import OffloadedTensor
+
+FALLBACK = "front_end='auto': the torch.jit.trace front end exports"
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[bool, list[str]]:
+    """The checkpoint tensors materialized inside dump_llm's export call (``True``) and
+    outside it (``False``: the test bundles' PyTorch run), by a spy around the real
+    functions (both still run)."""
+    reads: dict[bool, list[str]] = {True: [], False: []}
+    exporting = [False]
+    materialize = OffloadedTensor._materialize
+    export = fastnnef.llm.api.export_model_to_nnef
+
+    def spied_materialize(self: OffloadedTensor) -> Any:
+        reads[exporting[0]].append(self.key)
+        return materialize(self)
+
+    def spied_export(*args: Any, **kwargs: Any) -> Any:
+        exporting[0] = True
+        try:
+            return export(*args, **kwargs)
+        finally:
+            exporting[0] = False
+
+    monkeypatch.setattr(OffloadedTensor, "_materialize", spied_materialize)
+    monkeypatch.setattr(fastnnef.llm.api, "export_model_to_nnef", spied_export)
+    return reads
+
+
+def test_the_export_reads_no_weight_under_torch_export(checkpoint: Callable[..., Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.export captures on fake tensors: the export call reads nothing (the Rust
+    writer streams the weights), while the PyTorch run of the bundles reads them all."""
+    reads = _reads(monkeypatch)
+    report = dump_llm(tmp_path / "out", local_dir=checkpoint("llama"), front_end="export")
+    assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
+    assert report.generation is not None and report.generation.tract_tokens == report.generation.torch_tokens
+    assert reads[True] == []
+    assert "lm_head.weight" in reads[False] and "model.layers.1.mlp.down_proj.weight" in reads[False], reads
+
+
+def test_auto_captures_with_torch_export(checkpoint: Callable[..., Path], tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="fastnnef"):
+        report = dump_llm(tmp_path / "out", local_dir=checkpoint("llama"))  # front_end="auto"
+    assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
+    assert FALLBACK not in caplog.text
+
+
+def test_auto_traces_a_model_with_a_module_kept_whole_and_says_why(checkpoint: Callable[..., Path], tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Bamba's Mamba2 scans are kept whole by their extractor, which only the tracer
+    does: "auto" traces it, saying so once, and the artefact passes verification."""
+    with caplog.at_level(logging.INFO, logger="fastnnef"):
+        report = dump_llm(tmp_path / "out", local_dir=checkpoint("bamba"), front_end="auto")
+    assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
+    assert caplog.text.count(FALLBACK) == 1
+    assert "(SelectiveScanReified) is exported whole by its extractor" in caplog.text
+
+
+def test_cli_front_end(checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "out"), "--front-end", "export", "-nv"]) == 0
+    assert (tmp_path / "out" / "model" / "model.nnef.tgz").is_file()
+    with pytest.raises(SystemExit) as exited:
+        main(["-d", str(checkpoint("llama")), "-e", str(tmp_path / "other"), "--front-end", "dynamo"])
+    assert exited.value.code == 2 and "--front-end" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
