@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-import fastnnef.llm.api
+import fastnnef.llm.phases
 from fastnnef.llm import dump_llm
 from fastnnef.llm.cli import main
 from fastnnef.tensor.offload import OffloadedTensor
 
-FALLBACK = "front_end='auto': the torch.jit.trace front end exports"
+FALLBACK = "front_end='auto': exported with the torch.jit.trace front end"
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[bool, list[str]]:
@@ -28,7 +28,7 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[bool, list[str]]:
     reads: dict[bool, list[str]] = {True: [], False: []}
     exporting = [False]
     materialize = OffloadedTensor._materialize
-    export = fastnnef.llm.api.export_model_to_nnef
+    export = fastnnef.llm.phases.export_model_with_result
 
     def spied_materialize(self: OffloadedTensor) -> Any:
         reads[exporting[0]].append(self.key)
@@ -42,7 +42,7 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[bool, list[str]]:
             exporting[0] = False
 
     monkeypatch.setattr(OffloadedTensor, "_materialize", spied_materialize)
-    monkeypatch.setattr(fastnnef.llm.api, "export_model_to_nnef", spied_export)
+    monkeypatch.setattr(fastnnef.llm.phases, "export_model_with_result", spied_export)
     return reads
 
 
@@ -66,15 +66,16 @@ def test_auto_captures_with_torch_export(checkpoint: Callable[..., Path], tmp_pa
     assert FALLBACK not in caplog.text
 
 
-def test_auto_traces_a_model_with_a_module_kept_whole_and_says_why(checkpoint: Callable[..., Path], tmp_path: Path,
+def test_auto_traces_what_torch_export_cannot_capture_and_says_why(checkpoint: Callable[..., Path], tmp_path: Path,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    """Bamba's Mamba2 scans are kept whole by their extractor, which only the tracer
-    does: "auto" traces it, saying so once, and the artefact passes verification."""
+    """torch.export fixes bamba's sequence axis to its traced size (its Mamba2 scan's
+    fake run): "auto" traces it instead, saying why once, and the artefact passes
+    verification."""
     with caplog.at_level(logging.INFO, logger="fastnnef"):
         report = dump_llm(tmp_path / "out", local_dir=checkpoint("bamba"), front_end="auto")
     assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
     assert caplog.text.count(FALLBACK) == 1
-    assert "(SelectiveScanReified) is exported whole by its extractor" in caplog.text
+    assert "input 'input_ids' axis 1 (dynamic axis S)" in caplog.text
 
 
 def test_cli_front_end(checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
