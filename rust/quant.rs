@@ -12,7 +12,8 @@
 //! evaluate to NaN: a non-finite input value, and a block whose scale overflows f16
 //! (`amax > 65504 * 8`), are rejected with [`Error::ImpossibleQuantization`].
 
-use half::{bf16, f16};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -67,7 +68,8 @@ impl FloatKind {
         }
     }
 
-    /// Widen one block of little-endian values to f32 (the match is outside the loop).
+    /// Widen one block of little-endian values to f32 (the match is outside the loop; f16
+    /// goes through `half`'s slice conversion, F16C where the CPU has it).
     fn load_block(self, bytes: &[u8]) -> [f32; BLOCK] {
         let mut x = [0f32; BLOCK];
         match self {
@@ -77,9 +79,11 @@ impl FloatKind {
                 }
             }
             FloatKind::F16 => {
-                for (v, b) in x.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *v = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                let mut h = [f16::ZERO; BLOCK];
+                for (v, b) in h.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = f16::from_bits(u16::from_le_bytes([b[0], b[1]]));
                 }
+                h.convert_to_f32_slice(&mut x);
             }
             FloatKind::Bf16 => {
                 for (v, b) in x.iter_mut().zip(bytes.chunks_exact(2)) {
@@ -89,20 +93,29 @@ impl FloatKind {
         }
         x
     }
-}
 
-impl FloatKind {
-    /// `v` rounded to this type (nearest even, as torch's `.to(dtype)`), back in f32.
-    fn round(self, v: f32) -> f32 {
+    /// Round each value to this type (nearest even, as torch's `.to(dtype)`), in f32.
+    /// The values must be finite (bf16 is rounded without `half`'s NaN branch, so the loop
+    /// vectorizes; an overflow still gives infinity, as `half` does).
+    fn round_block(self, values: &mut [f32; BLOCK]) {
         match self {
-            FloatKind::F32 => v,
-            FloatKind::F16 => f16::from_f32(v).to_f32(),
-            FloatKind::Bf16 => bf16::from_f32(v).to_f32(),
+            FloatKind::F32 => {}
+            FloatKind::F16 => {
+                let mut h = [f16::ZERO; BLOCK];
+                h.convert_from_f32_slice(values);
+                h.convert_to_f32_slice(values);
+            }
+            FloatKind::Bf16 => {
+                for v in values.iter_mut() {
+                    *v = f32::from_bits(u32::from(bf16_bits(*v)) << 16);
+                }
+            }
         }
     }
 
-    /// Store `values` as little-endian values of this type (rounded to nearest even).
-    fn store(self, values: &[f32], out: &mut [u8]) {
+    /// Store one block of finite `values` as little-endian values of this type (rounded to
+    /// nearest even).
+    fn store_block(self, values: &[f32; BLOCK], out: &mut [u8]) {
         match self {
             FloatKind::F32 => {
                 for (o, v) in out.chunks_exact_mut(4).zip(values) {
@@ -110,17 +123,26 @@ impl FloatKind {
                 }
             }
             FloatKind::F16 => {
-                for (o, v) in out.chunks_exact_mut(2).zip(values) {
-                    o.copy_from_slice(&f16::from_f32(*v).to_le_bytes());
+                let mut h = [f16::ZERO; BLOCK];
+                h.convert_from_f32_slice(values);
+                for (o, v) in out.chunks_exact_mut(2).zip(h) {
+                    o.copy_from_slice(&v.to_le_bytes());
                 }
             }
             FloatKind::Bf16 => {
                 for (o, v) in out.chunks_exact_mut(2).zip(values) {
-                    o.copy_from_slice(&bf16::from_f32(*v).to_le_bytes());
+                    o.copy_from_slice(&bf16_bits(*v).to_le_bytes());
                 }
             }
         }
     }
+}
+
+/// The bf16 bits of a finite `v`, rounded to nearest even: `half`'s rule without its NaN
+/// branch (the carry of a value that rounds past bf16's largest gives infinity, as there).
+fn bf16_bits(v: f32) -> u16 {
+    let bits = v.to_bits();
+    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
 }
 
 /// Check a percentile argument: `0 < percentile <= 1`, as the reference asserts.
@@ -176,26 +198,21 @@ pub fn unpack_nibbles(bytes: &[u8], order: NibbleOrder) -> [u8; BLOCK] {
     q
 }
 
-/// Quantize one block of 32 values (already widened to f32) into 18 bytes.
-/// `block_index` only serves error messages.
-fn quantize_block(
-    x: &[f32; BLOCK],
-    kind: FloatKind,
-    percentile: f32,
-    order: NibbleOrder,
-    block_index: usize,
-    out: &mut [u8],
-) -> Result<()> {
-    let mut amax = 0.0f32;
-    for &v in x {
-        if !v.is_finite() {
-            return Err(Error::ImpossibleQuantization(format!(
-                "block {block_index} holds {v}: Q4_0 cannot represent NaN or infinite values; \
-                 replace them (e.g. torch.nan_to_num) or keep this tensor in float"
-            )));
-        }
-        amax = amax.max(v.abs());
+/// The scale and the 32 codes of one block of values (already widened to f32).
+/// `block_index` only serves error messages. Written so the loops vectorize: the largest
+/// `|x|` and the finiteness test are one integer maximum over the values' magnitude bits
+/// (for floats of one sign, the bits order as the values do, and every NaN or infinity
+/// lies above the largest finite value).
+fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: usize) -> Result<(f16, [u8; BLOCK])> {
+    let top = x.iter().fold(0u32, |top, v| top.max(v.to_bits() & 0x7fff_ffff));
+    if top >= f32::INFINITY.to_bits() {
+        let v = x.iter().find(|v| !v.is_finite()).copied().unwrap_or(f32::NAN);
+        return Err(Error::ImpossibleQuantization(format!(
+            "block {block_index} holds {v}: Q4_0 cannot represent NaN or infinite values; \
+             replace them (e.g. torch.nan_to_num) or keep this tensor in float"
+        )));
     }
+    let mut amax = f32::from_bits(top);
     if percentile < 1.0 {
         let mut sorted = x.map(f32::abs);
         sorted.sort_unstable_by(f32::total_cmp);
@@ -211,21 +228,35 @@ fn quantize_block(
     }
     let recip = if scale.to_f32() == 0.0 { scale } else { f16::from_f32(1.0 / scale.to_f32()) };
     let r = recip.to_f32();
-    let mut q = [0u8; BLOCK];
-    for (qi, &v) in q.iter_mut().zip(x) {
-        let shifted = match kind {
-            // f16 tensor * f16 scalar stays f16 in torch: round after the product and the sum.
-            FloatKind::F16 => f16::from_f32(f16::from_f32(v * r).to_f32() + 8.5).to_f32(),
-            FloatKind::F32 | FloatKind::Bf16 => v * r + 8.5,
-        };
-        // Clamping first makes `as u8` (truncation) equal floor: same result as
-        // clamp(floor(v), 0, 15) without a libm floor call per value.
-        *qi = shifted.clamp(0.0, 15.0) as u8;
+    let mut shifted = x.map(|v| v * r);
+    if kind == FloatKind::F16 {
+        // f16 tensor * f16 scalar stays f16 in torch: round after the product and the sum.
+        // (Not `round_block`: a subnormal scale has an infinite reciprocal, so NaN can occur.)
+        let mut h = [f16::ZERO; BLOCK];
+        h.convert_from_f32_slice(&shifted);
+        h.convert_to_f32_slice(&mut shifted);
+        shifted = shifted.map(|v| v + 8.5);
+        h.convert_from_f32_slice(&shifted);
+        h.convert_to_f32_slice(&mut shifted);
+    } else {
+        shifted = shifted.map(|v| v + 8.5);
     }
+    // Clamping first makes `as u8` (truncation) equal floor: same result as
+    // clamp(floor(v), 0, 15) without a libm floor call per value (NaN gives 0, as there).
+    Ok((scale, shifted.map(|v| v.clamp(0.0, 15.0) as u8)))
+}
+
+/// Quantize one block of 32 values (already widened to f32) into 18 bytes.
+fn quantize_block(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, order: NibbleOrder, block_index: usize, out: &mut [u8]) -> Result<()> {
+    let (scale, q) = block_codes(x, kind, percentile, block_index)?;
     out[..2].copy_from_slice(&scale.to_le_bytes());
     out[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
     Ok(())
 }
+
+/// Blocks one rayon task quantizes in a row: enough to make a task's cost negligible, few
+/// enough that a 1 MiB piece of a tensor still splits over the cores.
+const TASK_BLOCKS: usize = 256;
 
 /// The number of Q4_0 blocks in `src` (little-endian values of `kind`), or the error
 /// naming how many values it holds when they do not fill whole blocks.
@@ -261,13 +292,15 @@ pub fn quantize_q4_0(
             n_blocks * BLOCK_BYTES
         )));
     }
-    src.par_chunks(block_src)
-        .zip(out.par_chunks_mut(BLOCK_BYTES))
-        .enumerate()
-        .with_min_len(256)
-        .try_for_each(|(i, (block, dst))| {
-            quantize_block(&kind.load_block(block), kind, percentile, order, first_block + i, dst)
-        })
+    src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(BLOCK_BYTES * TASK_BLOCKS)).enumerate().try_for_each(
+        |(task, (src, out))| {
+            let first = first_block + task * TASK_BLOCKS;
+            for (i, (block, dst)) in src.chunks_exact(block_src).zip(out.chunks_exact_mut(BLOCK_BYTES)).enumerate() {
+                quantize_block(&kind.load_block(block), kind, percentile, order, first + i, dst)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// Quantize `src` (little-endian values of `kind`, a whole number of blocks) to Q4_0 and
@@ -298,17 +331,20 @@ pub fn round_trip_q4_0(
             n_blocks * block_out
         )));
     }
-    src.par_chunks(block_src)
-        .zip(out.par_chunks_mut(block_out))
-        .enumerate()
-        .with_min_len(256)
-        .try_for_each(|(i, (block, dst))| {
-            let mut packed = [0u8; BLOCK_BYTES];
-            quantize_block(&kind.load_block(block), kind, percentile, NibbleOrder::Ggml, first_block + i, &mut packed)?;
-            let values = dequantize_block(&packed, NibbleOrder::Ggml).map(|v| kind.round(v));
-            target.store(&values, dst);
+    src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(block_out * TASK_BLOCKS)).enumerate().try_for_each(
+        |(task, (src, out))| {
+            let first = first_block + task * TASK_BLOCKS;
+            for (i, (block, dst)) in src.chunks_exact(block_src).zip(out.chunks_exact_mut(block_out)).enumerate() {
+                // The codes straight back to values: what packing then unpacking them gives.
+                let (scale, q) = block_codes(&kind.load_block(block), kind, percentile, first + i)?;
+                let d = scale.to_f32();
+                let mut values = q.map(|q| (f32::from(q) - 8.0) * d);
+                kind.round_block(&mut values);
+                target.store_block(&values, dst);
+            }
             Ok(())
-        })
+        },
+    )
 }
 
 /// One block's values: `(q - 8) * scale`, in f32.
@@ -328,8 +364,8 @@ pub fn dequantize_q4_0_as(blocks: &[u8], order: NibbleOrder, target: FloatKind, 
             out.len() / target.size()
         )));
     }
-    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(block_out)).with_min_len(256).for_each(|(b, dst)| {
-        target.store(&dequantize_block(b, order), dst);
+    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(block_out)).with_min_len(TASK_BLOCKS).for_each(|(b, dst)| {
+        target.store_block(&dequantize_block(b, order), dst);
     });
     Ok(())
 }
@@ -343,7 +379,7 @@ pub fn dequantize_q4_0(blocks: &[u8], order: NibbleOrder, out: &mut [f32]) -> Re
             out.len()
         )));
     }
-    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(BLOCK)).with_min_len(256).for_each(|(b, dst)| {
+    blocks.par_chunks(BLOCK_BYTES).zip(out.par_chunks_mut(BLOCK)).with_min_len(TASK_BLOCKS).for_each(|(b, dst)| {
         dst.copy_from_slice(&dequantize_block(b, order));
     });
     Ok(())
@@ -418,11 +454,81 @@ mod tests {
         assert!(quantize_q4_0(&[0u8; 128], FloatKind::F32, 0.0, NibbleOrder::Ggml, 0, &mut out).is_err());
     }
 
-    /// Little-endian bytes of `kind` for `vals` (rounded to nearest even).
+    /// `v` rounded to `kind` by `half`'s per-value conversions (the reference for the
+    /// vectorized block conversions), back in f32.
+    fn round_one(v: f32, kind: FloatKind) -> f32 {
+        match kind {
+            FloatKind::F32 => v,
+            FloatKind::F16 => f16::from_f32(v).to_f32(),
+            FloatKind::Bf16 => half::bf16::from_f32(v).to_f32(),
+        }
+    }
+
+    /// Little-endian bytes of `kind` for `vals` (rounded to nearest even, value by value).
     fn bytes_of(vals: &[f32], kind: FloatKind) -> Vec<u8> {
-        let mut out = vec![0u8; vals.len() * kind.size()];
-        kind.store(vals, &mut out);
+        vals.iter()
+            .flat_map(|&v| match kind {
+                FloatKind::F32 => v.to_le_bytes().to_vec(),
+                FloatKind::F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+                FloatKind::Bf16 => half::bf16::from_f32(v).to_le_bytes().to_vec(),
+            })
+            .collect()
+    }
+
+    /// The recipe of the module docs value by value, with `half`'s scalar conversions: what
+    /// the vectorized [`quantize_q4_0`] must equal byte for byte.
+    fn quantize_value_by_value(src: &[u8], kind: FloatKind, percentile: f32) -> Vec<u8> {
+        let mut out = Vec::new();
+        for block in src.chunks_exact(BLOCK * kind.size()) {
+            let x = kind.load_block(block);
+            let mut amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+            if percentile < 1.0 {
+                let mut sorted = x.map(f32::abs);
+                sorted.sort_unstable_by(f32::total_cmp);
+                amax = quantile_sorted(&sorted, percentile);
+            }
+            let scale = f16::from_f32(amax / -8.0);
+            let r = if scale.to_f32() == 0.0 { scale } else { f16::from_f32(1.0 / scale.to_f32()) }.to_f32();
+            let q = x.map(|v| {
+                let shifted = match kind {
+                    FloatKind::F16 => f16::from_f32(f16::from_f32(v * r).to_f32() + 8.5).to_f32(),
+                    _ => v * r + 8.5,
+                };
+                shifted.floor().clamp(0.0, 15.0) as u8
+            });
+            out.extend_from_slice(&scale.to_le_bytes());
+            out.extend_from_slice(&pack_nibbles(&q, NibbleOrder::Ggml));
+        }
         out
+    }
+
+    #[test]
+    fn vectorized_blocks_equal_the_recipe_value_by_value() {
+        // Magnitudes from f16 subnormal scales (an infinite reciprocal) to near the overflow,
+        // zero blocks, ties at the code boundaries, constant blocks, both signs.
+        let vals: Vec<f32> = (0..BLOCK * 2000)
+            .map(|i| {
+                let block = i / BLOCK;
+                let x = (i as f32 * 0.377).sin();
+                match block % 9 {
+                    0 => 0.0,
+                    1 => x * 1e-7,
+                    2 => x * 3e-6,
+                    3 => (i % 17) as f32 * 0.5 - 4.0,
+                    4 => -2.5,
+                    5 => x * 6.0e4, // near f16's largest value
+                    _ => x * 10f32.powi((block % 7) as i32 - 3),
+                }
+            })
+            .collect();
+        for kind in [FloatKind::F32, FloatKind::F16, FloatKind::Bf16] {
+            let src = bytes_of(&vals, kind);
+            for percentile in [1.0, 0.9] {
+                let mut got = vec![0u8; vals.len() / BLOCK * BLOCK_BYTES];
+                quantize_q4_0(&src, kind, percentile, NibbleOrder::Ggml, 0, &mut got).unwrap();
+                assert_eq!(got, quantize_value_by_value(&src, kind, percentile), "{kind:?} at {percentile}");
+            }
+        }
     }
 
     /// What the block-wise round trip must equal: quantize the whole tensor, dequantize
@@ -433,7 +539,7 @@ mod tests {
         quantize_q4_0(src, kind, 1.0, NibbleOrder::Ggml, 0, &mut blocks).unwrap();
         let mut values = vec![0f32; n];
         dequantize_q4_0(&blocks, NibbleOrder::Ggml, &mut values).unwrap();
-        let rounded: Vec<f32> = values.iter().map(|&v| kind.round(v)).collect();
+        let rounded: Vec<f32> = values.iter().map(|&v| round_one(v, kind)).collect();
         bytes_of(&rounded, target)
     }
 

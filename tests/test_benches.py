@@ -28,6 +28,8 @@ RESULT_LINES = {
     "bench_llm_vs_torch_to_nnef.py": r"^\s+fastnnef-llm:\s+\d+\.\d+ s wall, peak RSS\s+\d+ MiB",
     "bench_llm_vs_llamacpp.py": r"^fastnnef-f16\s+\d+\.\d+ s\s+\d+\.\d+\s+\d+ MiB\s+[+-]\d+\s+\d+ MiB\s+[+-]\d+",
     "bench_llm_artefact_speed.py": r"^\| llama \| f32 \| fastnnef \| \d+\.\d+ \| \d+\.\d+ \| \d+\.\d \(\d+\.\d\) \|",
+    # Where no CUDA driver is, the CUDA row is a skip with its reason; the CPU row runs.
+    "bench_llm_gpu.py": r'^\{"family": "mixtral", "form": "q4_0", "runtime": "cpu", "side": "fastnnef", "load_s": ',
     "bench_llm_state_space_speed.py": r"^\| mamba2 \| \d+\.\d \(\d+\.\d\) \| \d+\.\d \(\d+\.\d\) \| \d+\.\d\d \|",
     "bench_multimodal.py": r"^\| 0\.00 GB \| fastnnef-multimodal -nv \| \d+\.\d+ \|",
     "bench_llm_moe_memory.py": r"startup \d+ MiB, peak \d+ MiB, above startup -?\d+ MiB, export \d+\.\d+ s$",
