@@ -215,3 +215,32 @@ def test_native_norm_outputs(fn: Callable, shape: tuple, param_shape: list | Non
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     export_and_check(Fn(lambda x: fn(x, w, b)), (x,), tmp_path, target=target, input_names=["x"], atol=tol, rtol=tol,
                      run_inputs=[(torch.randn(5, *shape[1:], generator=gen) * 3 + 1).to(dtype)])
+
+
+class _ResidualBlock(nn.Module):
+    """ResNet's basic block: conv, batch_norm, an in-place residual add (``out += x``). The
+    write makes torch.export functionalize the graph, which turns each eval batch_norm into
+    ``_native_batch_norm_legit_no_training``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn(self.conv(x))
+        out += x
+        return torch.relu(out)
+
+
+def test_batch_norm_in_a_graph_that_writes_in_place(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = _ResidualBlock().eval()
+    with torch.no_grad():  # running statistics other than the defaults
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+        model.bn.weight.uniform_(0.5, 2)
+        model.bn.bias.uniform_(-1, 1)
+    target = TractNNEF.latest().with_dynamic_axes({"x": {0: "B", 2: "H"}})
+    export_and_check(model, (torch.randn(2, 4, 8, 8),), tmp_path, target=target, atol=1e-4, rtol=1e-4,
+                     input_names=["x"], run_inputs=[torch.randn(3, 4, 5, 8)])

@@ -84,6 +84,10 @@ def _one_sample_loss(node: fx.Node, val: torch.Tensor) -> torch.Tensor:
     return val.squeeze(0) if one_sample and reduction == 0 and val.dim() == 1 else val
 
 
+# Eval batch_norm as functionalization writes it (read as the tracer's aten::batch_norm).
+_BATCH_NORM_EVAL = "aten::_native_batch_norm_legit_no_training"
+
+
 # Results whose fake tensor's shape torch's meta kernel gets otherwise than its eager kernel.
 _EAGER_SHAPE: dict[str, Callable[[fx.Node, torch.Tensor], torch.Tensor]] = {
     "aten::multilabel_margin_loss": _one_sample_loss,
@@ -257,6 +261,9 @@ class _Lowering:
         if kind == MODULE_CALL:
             self.module_call(node, inputs, where)
             return
+        if kind == _BATCH_NORM_EVAL:
+            self.batch_norm_eval(node, inputs, scope, source, where)
+            return
         val: Any = node.meta.get("val")
         if kind in _EAGER_SHAPE:
             val = _EAGER_SHAPE[kind](node, val)
@@ -278,6 +285,18 @@ class _Lowering:
             self.ops.append(op)
         results = folded if folded is not None else outputs
         self.values[node] = results[0] if len(results) == 1 else ListValue(node.name, list(results))
+
+    def batch_norm_eval(self, node: fx.Node, inputs: list[IRValue], scope: str, source: str, where: str) -> None:
+        """What ``run_decompositions`` makes of an eval ``batch_norm`` (in a graph that
+        writes in place, e.g. a residual ``out += x``) as the tracer's ``aten::batch_norm``
+        in eval; its saved mean and rstd (empty in eval) are an error only if read."""
+        x, weight, bias, mean, var, momentum, eps = inputs
+        out = self.result(f"{node.name}.0", node.meta["val"][0], where)
+        args = [x, weight, bias, mean, var, Const(f"{node.name}.training", False), momentum, eps,
+                Const(f"{node.name}.cudnn_enabled", True)]
+        self.ops.append(IROp("aten::batch_norm", args, [out], scope, source))
+        saved = [_Unwritable(f"{node.name}.{k}", "batch_norm's saved statistics, empty in eval") for k in (1, 2)]
+        self.values[node] = ListValue(node.name, [out, *saved])
 
     def module_call(self, node: fx.Node, inputs: list[IRValue], where: str) -> None:
         """A submodule kept whole (torch_graph/module_calls.py): one op for its extractor,
