@@ -30,7 +30,7 @@ from tests.op.conftest import PER_TENSOR  # the `engine` fixture is in conftest.
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    helpers.TRACES_ON_PURPOSE,  # some tests check what torch.jit.trace records
+    helpers.TRACER_ALLOWED,  # some tests check what torch.jit.trace records
 ]
 
 

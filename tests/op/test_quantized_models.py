@@ -27,7 +27,7 @@ from tests.op.test_quantized import export_and_compare, quantize
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    helpers.TRACES_ON_PURPOSE,  # some tests check what torch.jit.trace records
+    helpers.TRACER_ALLOWED,  # some tests check what torch.jit.trace records
 ]
 
 

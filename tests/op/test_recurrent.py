@@ -249,7 +249,7 @@ def test_khronos_refuses_scan(tmp_path):
     pytest.param(lambda: RawCell(torch._VF.rnn_relu_cell, 1), lambda: (torch.randn(B, I), *_cell_state(1)),
                  id="rnn_relu_cell"),
 ])
-@helpers.TRACES_ON_PURPOSE
+@helpers.TRACER_ALLOWED
 def test_cells_trace_as_their_math(make: Callable[[], nn.Module], args: Callable[[], tuple]) -> None:
     """torch's tracer records aten::lstm_cell & co (composite ops) as the linear and gate
     ops above, which is why this family has no cell handler: should a torch version record
