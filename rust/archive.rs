@@ -370,7 +370,7 @@ enum Sink {
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A unique temporary path beside `target`: `.<name>.tmp-<pid>-<n>`.
-fn temp_beside(target: &Path) -> Result<PathBuf> {
+pub(crate) fn temp_beside(target: &Path) -> Result<PathBuf> {
     let name = target.file_name().and_then(|n| n.to_str()).ok_or_else(|| {
         Error::InvalidArgument(format!("artefact path '{}' has no usable file name", target.display()))
     })?;

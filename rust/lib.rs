@@ -10,6 +10,7 @@
 //! | `archive`     | single-pass sink: directory, `.tar`, `.tgz` (parallel gzip)        |
 //! | `deflate`     | the deflate encoder of each gzip level (ISA-L, zlib-rs, stored)    |
 //! | `checkpoint`  | `.safetensors` files and sharded indexes, tensors mapped on demand |
+//! | `safetensors_write` | `.safetensors` written from caller buffers, renamed into place |
 //! | `tract_check` | load/run artefacts with the linked tract, tract's `--approx` rule  |
 #![deny(missing_docs)]
 
@@ -19,6 +20,7 @@ pub mod dat;
 pub mod deflate;
 pub mod error;
 pub mod quant;
+pub mod safetensors_write;
 pub mod tract_check;
 
 #[cfg(feature = "python")]

@@ -179,6 +179,17 @@ class ArtefactWriter:
 
 # --- checkpoints ----------------------------------------------------------------------
 
+def write_safetensors(path: str | os.PathLike[str],
+                      tensors: Sequence[tuple[str, str, Sequence[int], npt.NDArray[np.uint8]]],
+                      metadata: dict[str, str] | None = None) -> None:
+    """Write ``(name, safetensors dtype name, shape, bytes)`` tensors (the bytes: a
+    C-contiguous uint8 buffer, read in place with the GIL released) and the ``__metadata__``
+    strings as a ``.safetensors`` file: header built by the ``safetensors`` crate (tensors
+    ordered by descending dtype alignment, then name: the Python package's bytes), written
+    beside ``path`` and renamed into place. T2NErrorInvalidArgument for an unknown dtype
+    name, a repeated name or a byte count that does not match the shape (nothing written);
+    T2NErrorArtefactIO when the folder cannot be written (nothing left)."""
+
 @final
 class Checkpoint:
     """A ``.safetensors`` checkpoint opened by its headers: a file, a sharded

@@ -1,18 +1,22 @@
-//! Bindings for `checkpoint`: a `.safetensors` checkpoint whose tensors are handed to
-//! numpy as zero-copy views of a private map, or streamed into artefacts by the sink.
+//! Bindings for `checkpoint` and `safetensors_write`: a `.safetensors` checkpoint whose
+//! tensors are handed to numpy as zero-copy views of a private map, or streamed into
+//! artefacts by the sink; and `.safetensors` files written from Python buffers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use memmap2::MmapMut;
 use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 
 use super::{float_array, float_kind, to_pyerr};
 use crate::checkpoint::Checkpoint;
 use crate::dat::{EncodeOptions, Encoding};
+use crate::error::Error;
+use crate::safetensors_write::{self, RawTensor};
 
 /// A checkpoint opened by its headers; tensors are mapped on demand.
 #[pyclass(name = "Checkpoint", module = "fastnnef._native", frozen)]
@@ -104,7 +108,37 @@ impl PyCheckpoint {
     }
 }
 
+/// Write `(name, safetensors dtype name, shape, bytes)` tensors and the `metadata` strings
+/// as a `.safetensors` file at `path`, streamed from the buffers (zero copy) with the GIL
+/// released, written beside and renamed: a failure leaves nothing.
+#[pyfunction]
+#[pyo3(signature = (path, tensors, metadata = None))]
+fn write_safetensors(
+    py: Python<'_>,
+    path: PathBuf,
+    tensors: Vec<(String, String, Vec<usize>, PyBuffer<u8>)>,
+    metadata: Option<HashMap<String, String>>,
+) -> PyResult<()> {
+    let mut raw = Vec::with_capacity(tensors.len());
+    for (name, dtype, shape, buffer) in &tensors {
+        if !buffer.is_c_contiguous() {
+            return Err(to_pyerr(Error::InvalidArgument(format!(
+                "tensor '{name}': its buffer is not contiguous; pass tensor.contiguous()"
+            ))));
+        }
+        let dtype = safetensors_write::dtype_named(dtype).map_err(to_pyerr)?;
+        // SAFETY: `buffer` holds a C-contiguous export of `len_bytes` initialised bytes that
+        // stays valid until it is released, after this function returns (`tensors` owns
+        // it). The slice is only read. As with any buffer-protocol consumer, callers must
+        // not resize or mutate the object from another thread while the call runs.
+        let data = unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) };
+        raw.push((name.clone(), RawTensor { dtype, shape: shape.clone(), data }));
+    }
+    py.detach(|| safetensors_write::write_safetensors(&path, &raw, metadata)).map_err(to_pyerr)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(write_safetensors, m)?)?;
     m.add_class::<PyCheckpoint>()?;
     m.add_class::<TensorMapOwner>()?;
     Ok(())

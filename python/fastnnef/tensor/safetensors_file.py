@@ -1,19 +1,19 @@
 """The ``.safetensors`` format on the Python side: its dtype names (``SAFETENSORS_DTYPES``,
 the one table both directions read) and a writer of plain tensors (``write_safetensors``:
-offloading an in-memory tensor, and a ``.bin`` checkpoint converted once for offloading).
-Reading is Rust's (``_native.Checkpoint``, rust/checkpoint.rs)."""
+offloading an in-memory tensor, and a ``.bin`` checkpoint converted once for offloading),
+which checks dtypes here and leaves the bytes to Rust (``_native.write_safetensors``,
+rust/safetensors_write.rs). Reading is Rust's too (``_native.Checkpoint``, rust/checkpoint.rs)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import uuid
-from pathlib import Path
-from typing import Any, Union
+from typing import Union
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
+from fastnnef import _native
 from fastnnef.exceptions import T2NErrorInvalidArgument
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -37,36 +37,20 @@ for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64")):
 _TORCH_TO_SAFETENSORS = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 
 
-def write_safetensors(path: PathLike, tensors: dict[str, torch.Tensor]) -> None:
-    """Write ``tensors`` (plain tensors) as a ``.safetensors`` file, one tensor at a time from
-    its storage (no copy of the whole set); written beside and renamed, so a failure leaves
-    nothing."""
-    header: dict[str, Any] = {}
-    offset = 0
-    plain: dict[str, torch.Tensor] = {}
+def write_safetensors(
+    path: PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> None:
+    """Write ``tensors`` (plain tensors) and the ``__metadata__`` strings ``metadata`` as a
+    ``.safetensors`` file, byte-identical to the ``safetensors`` package's. Rust streams each
+    tensor from its storage (no copy of the set, the GIL released) into a file beside
+    ``path`` renamed into place, so a failure leaves nothing (rust/safetensors_write.rs)."""
+    entries: list[tuple[str, str, list[int], npt.NDArray[np.uint8]]] = []
     for name, tensor in tensors.items():
         tensor = tensor.detach().cpu().contiguous()
         dtype_name = _TORCH_TO_SAFETENSORS.get(tensor.dtype)
         if dtype_name is None:
             raise T2NErrorInvalidArgument(f"tensor {name!r} has dtype {tensor.dtype}, which safetensors cannot hold")
-        size = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": dtype_name, "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
-        offset += size
-        plain[name] = tensor
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(len(text).to_bytes(8, "little"))
-            f.write(text)
-            for tensor in plain.values():
-                if tensor.numel():
-                    # An ndarray is a buffer; numpy's stubs say so for Python 3.12+ only.
-                    f.write(memoryview(tensor.view(torch.uint8).reshape(-1).numpy()))  # type: ignore[arg-type]
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        # Flattened before the byte view: a 0-d tensor cannot be viewed as another size.
+        raw = tensor.reshape(-1).view(torch.uint8).numpy()
+        entries.append((name, dtype_name, list(tensor.shape), raw))
+    _native.write_safetensors(os.fspath(path), entries, metadata)
