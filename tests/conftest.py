@@ -85,7 +85,24 @@ JIT_ONLY: dict[str, str] = {
 EXPORT_WRITES_WRONG: dict[str, str] = {
     "tests/test_real_models.py::test_wav2vec2[dynamic-length]":
         "the artefact passes check_io, then tract's optimized model refuses it in FlashSDPA (incompatible shapes)",
+    "tests/op/test_complex.py::test_rope_with_polar_dynamic_sequence":
+        "torch's size of the rotary table's slice is min(S,32) where the NNEF rule's is S (equal for S <= 32); "
+        "the op tests' consistency check compares the text",
+    "tests/op/test_grouped_experts.py::test_grouped_experts_dynamic_tokens_refused":
+        "refused, with the index_put handler's message (grouped_mm_fallback is captured otherwise) instead of sort's",
 }
+
+# JIT_ONLY cases that torch.export captures (so "auto" does not fall back): under "auto" they
+# fail as under "export", for the reason JIT_ONLY gives.
+CAPTURED_UNDER_AUTO = frozenset({
+    "tests/op/test_indexing.py::test_indexing[slice_dyn_to_end]",
+    "tests/op/test_indexing.py::test_indexing[slice_dyn_other_axis]",
+    "tests/op/test_inplace.py::test_inplace_handlers[slice_empty]",
+    "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_tail]",
+    "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_static_region]",
+    "tests/op/test_shape_dyn.py::test_squeeze_of_dynamic_axis_traced_at_one_is_refused",
+    "tests/op/test_shape_dyn.py::test_vision_towers[siglip-tiles-traced-at-one]",
+})
 
 
 # Folders whose tests under "auto" were not yet audited for fallbacks to the tracer (others'
@@ -116,7 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if (front_end == "auto" and jit_only) or item.nodeid.startswith(FALLBACKS_NOT_AUDITED):
             item.add_marker(helpers.TRACER_ALLOWED)
         reason = EXPORT_WRITES_WRONG.get(item.nodeid)
-        if reason is None and front_end == "export":
+        if reason is None and (front_end == "export" or item.nodeid in CAPTURED_UNDER_AUTO):
             reason = jit_only
         if reason is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"front_end={front_end!r}: {reason}"))
