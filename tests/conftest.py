@@ -26,6 +26,9 @@ _CELL = "torch.export keeps aten::lstm_cell/gru_cell/rnn_*_cell whole, for which
 _QUANTIZED = "torch.export cannot capture torch.ao's quantized modules and tensors (their packed weights are " \
     "TorchScript classes without __obj_flatten__; quantized tensors have no fake kernels)"
 
+_LEGACY_WEIGHT_NORM = "the legacy weight_norm assigns a tensor attribute in a forward " \
+    "pre-hook, which torch.export refuses"
+
 JIT_ONLY: dict[str, str] = {
     "tests/op/test_creation.py::test_arange_of_tensor_bounds_follows_the_values": _DATA_DEPENDENT,
     "tests/op/test_layout.py::test_layout[repeat_interleave_tensor_in_forward]": _DATA_DEPENDENT,
@@ -61,8 +64,16 @@ JIT_ONLY: dict[str, str] = {
         "torch's size of the written slice is not the NNEF rule's (equal where both are defined)",
     "tests/op/test_grouped_experts.py::test_grouped_experts_static":
         "transformers' grouped_mm_fallback is a custom op under torch.export; the tracer sees its aten ops",
-    "tests/op/test_norm.py::test_weight_norm": "the legacy weight_norm assigns a tensor attribute in a forward "
-        "pre-hook, which torch.export refuses",
+    "tests/op/test_norm.py::test_weight_norm[conv1d-dim0-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv1d-dim1-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv1d-dim2-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv1d-dimNone-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv2d-dim0-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv2d-dim-2-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[conv2d-dimNone-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[linear-dim0-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[linear-dim1-legacy]": _LEGACY_WEIGHT_NORM,
+    "tests/op/test_norm.py::test_weight_norm[linear-dimNone-legacy]": _LEGACY_WEIGHT_NORM,
     "tests/op/test_pool.py::test_global_pools_dynamic_time": _SPECIALIZED,
     # A whole file: each of its tests exports a torch.ao quantized model.
     "tests/op/test_quantized.py": _QUANTIZED,
