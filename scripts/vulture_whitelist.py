@@ -63,7 +63,7 @@ SelectiveScanExtractor  # op/custom_extractors/ssm.py: defining it registers it 
 # --- tests and benches -------------------------------------------------------------------
 Unregistered  # ModuleInfoExtractor subclasses: defining one registers it
 GateExtractor
-DoubledExtractor  # tests/test_front_end_auto.py
+DoubledExtractor  # tests/fx_graph/test_front_end_auto.py
 Emitting
 Partial
 Undeclared

@@ -87,7 +87,6 @@ def test_an_export_only_reads_the_registries(tmp_path: Path):
 # Packages of fastnnef without a folder of tests, and where they are tested instead.
 TESTED_ELSEWHERE = {
     "examples": "the bundled model of `fastnnef demo`, run by tests/cli/test_cli.py",
-    "fx_graph": "the torch.export front end, run through exports: tests/test_front_end.py, tests/op --front-end=export",
     "nnef_io": "its one module, the .dat header: tests/test_dat.py, tests/test_dropin_modules.py",
 }
 
