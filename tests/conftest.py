@@ -120,7 +120,7 @@ CAPTURED_UNDER_AUTO = frozenset({
 # work in progress: the op tables, the LLM, multimodal and PEFT exporters, some of which
 # also trace or script on purpose): there the tracer's deprecation notice is allowed, as it
 # is for JIT_ONLY under "auto".
-FALLBACKS_NOT_AUDITED = ("tests/op/", "tests/llm/", "tests/multimodal/", "tests/lora/")
+FALLBACKS_NOT_AUDITED = ("tests/op/", "tests/llm/", "tests/multimodal/", "tests/peft/")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
