@@ -42,7 +42,9 @@ JIT_ONLY: dict[str, str] = {
     "tests/op/test_creation.py::test_tables_refused[one_hot_no_classes]": _REFUSED_OTHERWISE,
     "tests/op/test_indexing.py::test_indexing_refused[where_one_arg]": _REFUSED_OTHERWISE,
     "tests/op/test_inplace.py::test_stepped_write_to_the_end_of_a_dynamic_axis_is_refused": _REFUSED_OTHERWISE,
-    "tests/op/test_layout.py::test_layout_refused": _REFUSED_OTHERWISE,
+    "tests/op/test_layout.py::test_layout_refused[repeat_interleave_tensor_dyn]": _REFUSED_OTHERWISE,
+    "tests/op/test_layout.py::test_layout_refused[repeat_interleave_tensor_input]": _REFUSED_OTHERWISE,
+    "tests/op/test_layout.py::test_layout_refused[repeat_interleave_indices_input]": _REFUSED_OTHERWISE,
     "tests/op/test_lookup.py::test_data_dependent_sizes_refused": _REFUSED_OTHERWISE,
     "tests/op/test_shape_dyn.py::test_reshape_whole_only_for_some_lengths_is_refused": _REFUSED_OTHERWISE,
     # The test's dynamic axis is istft's frequency axis, which torch fixes to n_fft.
