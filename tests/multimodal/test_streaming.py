@@ -78,7 +78,7 @@ TRACED_TOWER = textwrap.dedent(
     before = rss_anon_mib()
     out = Path(sys.argv[1])
     export_encoder(spec, model, items, out / "model.nnef.tgz", TractNNEF.latest().version,
-                   VariableNamingScheme.NATURAL_VERBOSE, out / "tests")
+                   VariableNamingScheme.NATURAL_VERBOSE, out / "tests", "auto")
     print("GROWTH_MIB", rss_anon_mib() - before, flush=True)
     artefact = TractArtefact.load(out / "model.nnef.tgz")
     checks = check_encoder(spec, model, items, run_encoder(artefact, spec, model, items), "approximate")
