@@ -5,6 +5,7 @@ filter of this test session applies; checkpoints are tiny random-weight models s
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -36,29 +37,16 @@ def test_a_tiny_model_with_the_default_front_end(tmp_path: Path) -> None:
     assert (tmp_path / "m.nnef.tar").exists()
 
 
-def test_a_tiny_fastnnef_llm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command, family", [("llm", "llama"), ("multimodal", "qwen2_5_vl")])
+def test_a_tiny_exporter_cli(command: str, family: str, tmp_path: Path) -> None:
+    """``fastnnef-llm`` on a tiny llama, ``fastnnef-multimodal`` on a tiny Qwen2.5-VL."""
     pytest.importorskip("transformers")
-    from tests.llm.tiny import save
-
-    source = save("llama", tmp_path / "llama")
+    tiny = importlib.import_module(f"tests.{command}.tiny")
+    source = tiny.save(family, tmp_path / family)
     out = tmp_path / "out"
     done = _run_with_warnings_as_errors(f"""
-        from fastnnef.llm.cli import main
+        from fastnnef.{command}.cli import main
         raise SystemExit(main(["-d", {str(source)!r}, "-e", {str(out)!r}, "-nv"]))
     """)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "exported llama" in done.stdout
-
-
-def test_a_tiny_fastnnef_multimodal(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    from tests.multimodal.tiny import save
-
-    source = save("qwen2_5_vl", tmp_path / "qwen2_5_vl")
-    out = tmp_path / "out"
-    done = _run_with_warnings_as_errors(f"""
-        from fastnnef.multimodal.cli import main
-        raise SystemExit(main(["-d", {str(source)!r}, "-e", {str(out)!r}, "-nv"]))
-    """)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "exported qwen2_5_vl" in done.stdout
+    assert f"exported {family}" in done.stdout
