@@ -7,7 +7,8 @@ Llama checkpoints, at the scale of real LLMs: wall time, peak RSS and peak anony
 
 Shapes: ``7b`` is llama-2-7b (hidden 4096, ffn 11008, 32 layers, 32 heads, vocab 32000;
 13.5 GB of bf16), ``70b-slice`` a 4-layer slice of Llama-3-70B's dimensions (hidden 8192,
-ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16). Each checkpoint is
+ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16), ``llama-1gb`` the 8-layer Llama of
+``bench_llm_vs_torch_to_nnef.py`` (0.6 GB of bf16, 1.2 GB written as f32). Each checkpoint is
 written by a child process tensor by tensor into ~2 GB safetensors shards (bf16 normal
 weights, an index, config.json and a small byte-level BPE tokenizer that both tools load),
 never holding the model in memory; it is reused when present under ``--workdir`` (``--cleanup``
@@ -15,7 +16,9 @@ deletes each checkpoint after its runs, and the workdir at the end).
 
 Runs (``--runs``): ``fastnnef-f16`` (``-nv -dt f16``), ``fastnnef-q4_0`` (``-nv -c
 min_max_q4_0``), ``fastnnef-nv`` (``-nv``: tract has no bf16, so the weights are written
-as f32, twice the checkpoint), ``converter-f16`` and ``converter-q8_0`` (``--outtype``).
+as f32, twice the checkpoint), ``converter-f16`` and ``converter-q8_0`` (``--outtype``);
+``f16-jit``/``f16-export`` and ``nv-jit``/``nv-export`` run ``fastnnef-f16``/``fastnnef-nv`` with
+``--front-end jit``/``export`` (the two front ends side by side).
 Every export is a fresh process; the runs alternate (A B C, A B C, ...). The parent samples
 each child's ``/proc/<pid>/status`` every 20 ms: peak RSS (VmHWM) and peak RssAnon (RSS
 counts the checkpoint pages a tool maps; RssAnon is the memory it allocates). The baseline
@@ -69,6 +72,9 @@ SHAPES: dict[str, dict[str, int]] = {
                num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
     "70b-slice": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=4, num_attention_heads=64,
                       num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192),
+    # the 1.2 GB (f32) Llama of bench_llm_vs_torch_to_nnef.py: 0.6 GB of bf16
+    "llama-1gb": dict(hidden_size=1536, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=12,
+                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096),
     "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=512, max_position_embeddings=256),
 }
@@ -83,6 +89,12 @@ RUNS: dict[str, tuple[str, list[str], float]] = {
     "fastnnef-q4_0": ("fastnnef", ["-nv", "-c", "min_max_q4_0"], 1),  # embeddings stay unquantized (f32)
     "converter-q8_0": ("converter", ["--outtype", "q8_0"], 1.07),
     "fastnnef-nv": ("fastnnef", ["-nv"], 4),  # tract has no bf16: the bf16 weights are written widened to f32
+    # the two front ends of fastnnef-llm side by side (issue 25 item 6; the default "auto" is "export"
+    # for a Llama)
+    "f16-jit": ("fastnnef", ["-nv", "-dt", "f16", "--front-end", "jit"], 2),
+    "f16-export": ("fastnnef", ["-nv", "-dt", "f16", "--front-end", "export"], 2),
+    "nv-jit": ("fastnnef", ["-nv", "--front-end", "jit"], 4),
+    "nv-export": ("fastnnef", ["-nv", "--front-end", "export"], 4),
     # fastnnef-f16 run from another checkout's python/ (--baseline-python): before/after, side by side
     "baseline-f16": ("baseline", ["-nv", "-dt", "f16"], 2),
 }
