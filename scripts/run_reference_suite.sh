@@ -2,7 +2,7 @@
 # Run the reference's own test suite (tests/ of sonos/torch-to-nnef) unchanged against
 # fastnnef. Not part of CI: it needs the reference's sources.
 #
-#   scripts/run_reference_suite.sh REFERENCE_CHECKOUT [pytest arguments...]
+#   scripts/run_reference_suite.sh REFERENCE_CHECKOUT [--front-end=auto|export|jit] [pytest arguments...]
 #
 # REFERENCE_CHECKOUT holds the reference's tests/ (and its pyproject.toml, which gives
 # pytest its markers and options), e.g. from a clone of the reference:
@@ -22,6 +22,14 @@
 # Pytest arguments default to the whole remaining suite; give test files to run a part:
 #   scripts/run_reference_suite.sh /tmp/t2n_tests tests/test_export.py -q -p no:cacheprovider
 # PYTHON picks the interpreter (default: python3 on PATH, with torch and fastnnef).
+#
+# --front-end=auto|export|jit (default: fastnnef's own default, "auto") runs the whole suite
+# under that front end. The reference's tests never pass `front_end` (the reference has no
+# such parameter), so the runner sets, before any test is collected, the *default value* of
+# the `front_end` parameter of fastnnef's public exporters (export_model_to_nnef,
+# export_model_with_result, dump_llm, dump_multimodal) in this process only: the function
+# objects are fastnnef's own, unwrapped; a call that names `front_end` still gets its value.
+# fastnnef's API has no environment variable or global for this; only this runner does it.
 set -euo pipefail
 
 REF=$(cd "${1:?usage: $0 REFERENCE_CHECKOUT [pytest arguments...]}" && pwd)
@@ -66,10 +74,37 @@ class TorchToNnefAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 sys.meta_path.insert(0, TorchToNnefAlias())
 
+
+def set_front_end_default(function, front_end):
+    """Make `front_end` the default of `function`'s parameter `front_end` (this process)."""
+    if function.__kwdefaults__ and "front_end" in function.__kwdefaults__:
+        function.__kwdefaults__["front_end"] = front_end
+        return
+    names = function.__code__.co_varnames[:function.__code__.co_argcount]
+    index = names.index("front_end") - (len(names) - len(function.__defaults__))
+    function.__defaults__ = function.__defaults__[:index] + (front_end,) + function.__defaults__[index + 1:]
+
+
+args = sys.argv[1:]
+front_ends = [a for a in args if a.startswith("--front-end=")]
+args = [a for a in args if not a.startswith("--front-end=")]
+if front_ends:
+    import fastnnef.export
+    import fastnnef.export_options
+    import fastnnef.llm.api
+    import fastnnef.multimodal.api
+
+    front_end = front_ends[-1].split("=", 1)[1]
+    if front_end not in fastnnef.export_options.FRONT_ENDS:
+        sys.exit(f"--front-end must be one of {fastnnef.export_options.FRONT_ENDS}, got {front_end!r}")
+    for exporter in (fastnnef.export.export_model_to_nnef, fastnnef.export.export_model_with_result,
+                     fastnnef.llm.api.dump_llm, fastnnef.multimodal.api.dump_multimodal):
+        set_front_end_default(exporter, front_end)
+    print(f"reference suite: front_end={front_end!r} is the default of every fastnnef export call")
+
 # Files that need a download (Hugging Face checkpoints) at import or in every test, or NeMo.
 LEFT_OUT = ["tests/test_model_zoo.py", "tests/test_llama.py", "tests/test_peft.py", "tests/test_llm_cli.py",
             "tests/test_mod.py"]
-args = sys.argv[1:]
 if not any(a.startswith("tests") for a in args):
     args = ["tests"] + args
 args += [f"--ignore={f}" for f in LEFT_OUT]
