@@ -7,7 +7,8 @@ Llama checkpoints, at the scale of real LLMs: wall time, peak RSS and peak anony
 
 Shapes: ``7b`` is llama-2-7b (hidden 4096, ffn 11008, 32 layers, 32 heads, vocab 32000;
 13.5 GB of bf16), ``70b-slice`` a 4-layer slice of Llama-3-70B's dimensions (hidden 8192,
-ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16). Each checkpoint is
+ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16), ``7b-8l`` 7b's dimensions
+with 8 layers (3.8 GB of bf16) where the disk or the time cannot take 7b. Each checkpoint is
 written by a child process tensor by tensor into ~2 GB safetensors shards (bf16 normal
 weights, an index, config.json and a small byte-level BPE tokenizer that both tools load),
 never holding the model in memory; it is reused when present under ``--workdir`` (``--cleanup``
