@@ -7,10 +7,11 @@ Llama checkpoints, at the scale of real LLMs: wall time, peak RSS and peak anony
 
 Shapes: ``7b`` is llama-2-7b (hidden 4096, ffn 11008, 32 layers, 32 heads, vocab 32000;
 13.5 GB of bf16), ``70b-slice`` a 4-layer slice of Llama-3-70B's dimensions (hidden 8192,
-ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16), ``llama-1gb`` the 8-layer Llama of
-``bench_llm_vs_torch_to_nnef.py`` (0.6 GB of bf16, 1.2 GB written as f32). Each checkpoint is
-written by a child process tensor by tensor into ~2 GB safetensors shards (bf16 normal
-weights, an index, config.json and a small byte-level BPE tokenizer that both tools load),
+ffn 28672, 64 heads / 8 kv heads, vocab 128256; 11.0 GB of bf16), ``7b-8l`` 7b's dimensions
+with 8 layers (3.8 GB of bf16) where the disk or the time cannot take 7b, ``llama-1gb`` the
+8-layer Llama of ``bench_llm_vs_torch_to_nnef.py`` (0.6 GB of bf16, 1.2 GB written as f32).
+Each checkpoint is written by a child process tensor by tensor into ~2 GB safetensors shards
+(bf16 normal weights, an index, config.json and a small byte-level BPE tokenizer that both tools load),
 never holding the model in memory; it is reused when present under ``--workdir`` (``--cleanup``
 deletes each checkpoint after its runs, and the workdir at the end).
 
@@ -70,6 +71,10 @@ FASTNNEF_PYTHON = ROOT / "python"
 SHAPES: dict[str, dict[str, int]] = {
     "7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
+    # 7B's dimensions with a quarter of its layers (3.9 GB bf16): the writer's pace where
+    # the disk or the session cannot take the whole 7B twice.
+    "7b-8l": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=8, num_attention_heads=32,
+                  num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096),
     "70b-slice": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=4, num_attention_heads=64,
                       num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192),
     # the 1.2 GB (f32) Llama of bench_llm_vs_torch_to_nnef.py: 0.6 GB of bf16

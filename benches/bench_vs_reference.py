@@ -8,6 +8,12 @@ exports the ~4 GB model *streamed from the checkpoint* (``init_empty_weights`` +
 ``load_offloaded_checkpoint``: the weights never sit in memory), and ``cp`` copies the
 checkpoint as the yardstick of its throughput.
 
+The floor of a directory export (the VM's first-write effects, apart from fastnnef): after
+each fastnnef export to a directory, a fresh Python process writes the same files (same
+names, same sizes, bytes from one reused buffer, no fsync, as the exporters) into a new
+directory: ``floor`` is its wall time, ``ours / floor`` how far the export's writing is
+from plain ``write`` calls of the same bytes on this machine at that moment.
+
 Per run: wall time of the export call, peak RSS (``VmHWM`` of the worker) and its
 baseline (Python + torch + the library imported, model structure built, weights not yet
 loaded), and the artefact's size. Both artefacts of each model are run by the linked tract
@@ -155,6 +161,21 @@ def worker(lib: str, mode: str, fmt: str, ckpt: str, out: str, size: int, stub: 
     print(json.dumps({"wall": wall, "write": write, "peak": peak, "baseline": baseline, "path": str(path)}))
 
 
+def write_floor(source: str, out: str) -> None:
+    """Write ``source``'s files again under ``out`` with plain ``write`` calls from one
+    64 MiB buffer (this process is fresh, as an export's); prints the wall time."""
+    files = [(p.relative_to(source), p.stat().st_size) for p in sorted(Path(source).rglob("*")) if p.is_file()]
+    buffer = memoryview(os.urandom(64 << 20))
+    start = time.perf_counter()
+    for name, size in files:
+        target = Path(out) / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as f:
+            for offset in range(0, size, len(buffer)):
+                f.write(buffer[: min(len(buffer), size - offset)])
+    print(json.dumps({"wall": time.perf_counter() - start, "files": len(files)}))
+
+
 def size_of(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -165,10 +186,21 @@ def run_worker(args: list[str]) -> dict[str, Any]:
     # Start each export with no dirty pages of the previous one still being written back:
     # otherwise whichever runs right after a large write pays for it (throttled writes).
     os.sync()
-    proc = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def print_floor(result: dict[str, Any], folder: Path, nbytes: int) -> None:
+    """Time plain writes of the files of the directory artefact ``result`` names (a fresh
+    process, after a sync, like the export) and print them beside the export's writing."""
+    floor = run_worker(["--floor", result["path"], str(folder)])
+    shutil.rmtree(folder)
+    write = result["write"] or result["wall"]
+    print(f"{'':8s} {'dir':6s} {'floor':14s} {floor['wall']:8.2f}  plain writes of the same {floor['files']} files "
+          f"({nbytes / floor['wall'] / 1e6:.0f} MB/s); the export's writing {write:.2f} s = "
+          f"{write / floor['wall']:.2f}x the floor, its whole call {result['wall'] / floor['wall']:.2f}x", flush=True)
 
 
 def make_checkpoint(path: Path, size: int) -> None:
@@ -227,9 +259,13 @@ def main() -> None:
                         help="tiny run (--sizes 0, --formats dir unless given) to check the bench works")
     parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     parser.add_argument("--make-checkpoint", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--floor", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.make_checkpoint:
         make_checkpoint(Path(args.make_checkpoint[0]), int(args.make_checkpoint[1]))
+        return
+    if args.floor:
+        write_floor(*args.floor)
         return
     if args.worker:
         lib, mode, fmt, ckpt, out, size, stub = args.worker
@@ -258,12 +294,14 @@ def main() -> None:
                 results: dict[str, tuple[dict[str, Any], int]] = {}
                 for lib in libs:
                     out = work / f"{lib}{size}.nnef"
-                    r = run_worker([lib, "memory", fmt, str(ckpt), str(out), str(size), str(stub)])
+                    r = run_worker(["--worker", lib, "memory", fmt, str(ckpt), str(out), str(size), str(stub)])
                     results[lib] = (r, size_of(Path(r["path"])))
                     name = "torch_to_nnef" if lib == "ref" else "fastnnef"
                     print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {name:14s} {r['wall']:8.2f} {r['peak'] / 1e6:12.0f} "
                           f"{(r['peak'] - r['baseline']) / 1e6:14.0f} {results[lib][1] / 1e6:9.1f} "
                           f"{results[lib][1] / nbytes:7.3f}", flush=True)
+                    if fmt == "dir" and lib == "ours":
+                        print_floor(r, work / "floor", nbytes)
                 if len(results) == 2:
                     outputs_agree(Path(results["ref"][0]["path"]), Path(results["ours"][0]["path"]))
                     speed = results["ref"][0]["wall"] / results["ours"][0]["wall"]
@@ -274,7 +312,7 @@ def main() -> None:
             # Streamed from the checkpoint: weights never in memory.
             for fmt in args.formats:
                 out = work / f"stream{size}.nnef"
-                r = run_worker(["ours", "stream", fmt, str(ckpt), str(out), str(size), str(stub)])
+                r = run_worker(["--worker", "ours", "stream", fmt, str(ckpt), str(out), str(size), str(stub)])
                 got = size_of(Path(r["path"]))
                 print(f"{nbytes / 1e9:5.2f}GB {fmt:6s} {'fastnnef stream':14s} {r['wall']:8.2f} "
                       f"{r['peak'] / 1e6:12.0f} {(r['peak'] - r['baseline']) / 1e6:14.0f} {got / 1e6:9.1f} "

@@ -621,8 +621,14 @@ impl ArtefactWriter {
     ) -> Result<u64> {
         self.check_usable()?;
         let header = checkpoint.prepare(label, key, encoding, options)?;
+        // Converted or quantized payloads overlap their conversion with the writes; bytes
+        // copied unchanged go straight from the map to the file (a thread would add a copy).
+        let converts = encoding.identity_source() != Some(checkpoint.src_dtype(key)?);
         self.add_dat(label, header, &mut |sink| {
-            checkpoint.encode_payload(key, encoding, options, sink).map_err(|e| dat::with_label(label, e))
+            let mut payload = |piece_sink: &mut PieceSink<'_>| {
+                checkpoint.encode_payload(key, encoding, options, piece_sink).map_err(|e| dat::with_label(label, e))
+            };
+            if converts { overlapped(&mut payload, sink) } else { payload(sink) }
         })
     }
 
@@ -719,6 +725,46 @@ impl Drop for ArtefactWriter {
         // An unfinished writer leaves nothing behind; errors here have no one to report to.
         let _ = self.abort();
     }
+}
+
+/// Converted pieces in flight between the converting thread and the writing one: while
+/// one is written the next converts (double buffering); memory stays bounded by these
+/// pieces of [`dat::CHUNK_BYTES`] at most.
+const PIECES_IN_FLIGHT: usize = 2;
+
+/// Run `payload` on a scoped thread and `write` its pieces on this one as they come, so
+/// that the conversion of a piece (rayon's pool) overlaps the kernel's copy of the previous
+/// one into the file, which was serial with it. Pieces arrive in order, so the bytes are
+/// the same as `payload(write)`. The first error wins: a failed write stops the converter
+/// (its next send fails), a failed conversion ends the stream.
+fn overlapped(
+    payload: &mut (dyn FnMut(&mut PieceSink<'_>) -> Result<()> + Send),
+    write: &mut PieceSink<'_>,
+) -> Result<()> {
+    let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(PIECES_IN_FLIGHT);
+    let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|scope| {
+        let converter = scope.spawn(move || {
+            payload(&mut |piece: &[u8]| {
+                // Reuse a buffer the writer is done with: no allocation per piece.
+                let mut buffer = empty_rx.try_recv().unwrap_or_default();
+                buffer.clear();
+                buffer.extend_from_slice(piece);
+                full_tx.send(buffer).map_err(|_| Error::InvalidArgument("the artefact's writer stopped".into()))
+            })
+        });
+        let mut written = Ok(());
+        for buffer in &full_rx {
+            written = write(&buffer);
+            if written.is_err() {
+                break;
+            }
+            let _ = empty_tx.send(buffer); // the converter may have finished: nothing to recycle then
+        }
+        drop(full_rx); // unblocks a converter waiting to send after a failed write
+        let converted = converter.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        written.and(converted)
+    })
 }
 
 /// Run `body` on `out`, counting the bytes it writes.
@@ -938,6 +984,42 @@ mod tests {
         let mut writer = ArtefactWriter::create(dir.path().join("bad"), Format::Tar, 0).unwrap();
         let err = writer.add_checkpoint_tensor("x", &ckpt, "w", Encoding::I8, &opts).unwrap_err().to_string();
         assert!(err.contains("encoding 'i8' cannot take a float32 array"), "{err}");
+    }
+
+    #[test]
+    fn overlapped_pieces_keep_their_order_and_the_first_error() {
+        let pieces: Vec<Vec<u8>> = (0..50u8).map(|i| vec![i; 1 + usize::from(i) * 7]).collect();
+        let expected: Vec<u8> = pieces.concat();
+        let mut produce = |sink: &mut PieceSink<'_>| pieces.iter().try_for_each(|p| sink(p));
+        let mut got = Vec::new();
+        overlapped(&mut produce, &mut |p| {
+            got.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, expected);
+        // A failed write stops the converter (which would otherwise block on a full channel)
+        // and is the error returned.
+        let mut writes = 0;
+        let err = overlapped(&mut produce, &mut |_| {
+            writes += 1;
+            if writes == 3 { Err(Error::InvalidArgument("disk full".into())) } else { Ok(()) }
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
+        // A failed conversion ends the stream with its own error after the pieces before it.
+        let mut failing = |sink: &mut PieceSink<'_>| {
+            sink(b"ab")?;
+            Err(Error::InvalidArgument("value overflows f16".into()))
+        };
+        let mut got = Vec::new();
+        let err = overlapped(&mut failing, &mut |p| {
+            got.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        assert_eq!(got, b"ab");
     }
 
     #[test]
