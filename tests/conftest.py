@@ -49,8 +49,6 @@ JIT_ONLY: dict[str, str] = {
     "tests/op/test_shape_dyn.py::test_reshape_whole_only_for_some_lengths_is_refused": _REFUSED_OTHERWISE,
     # The test's dynamic axis is istft's frequency axis, which torch fixes to n_fft.
     "tests/op/test_spectral.py::test_spectral_refused[istft_complex]": _REFUSED_OTHERWISE,
-    "tests/op/test_shape_dyn.py::test_squeeze_of_dynamic_axis_traced_at_one_is_refused":
-        "torch.export keeps the axis (size-oblivious capture); check_io refuses the artefact instead",
     "tests/op/test_inplace.py::test_inplace_handlers[slice_empty]":
         "functionalized, an empty slice written back gets the wrong shape (check_io catches it)",
     "tests/op/test_indexing.py::test_indexing[slice_dyn_to_end]":
@@ -116,7 +114,6 @@ CAPTURED_UNDER_AUTO = frozenset({
     "tests/op/test_inplace.py::test_inplace_handlers[slice_empty]",
     "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_tail]",
     "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_static_region]",
-    "tests/op/test_shape_dyn.py::test_squeeze_of_dynamic_axis_traced_at_one_is_refused",
     "tests/op/test_shape_dyn.py::test_vision_towers[siglip-tiles-traced-at-one]",
 })
 
