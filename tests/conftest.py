@@ -49,8 +49,6 @@ JIT_ONLY: dict[str, str] = {
     "tests/op/test_shape_dyn.py::test_reshape_whole_only_for_some_lengths_is_refused": _REFUSED_OTHERWISE,
     # The test's dynamic axis is istft's frequency axis, which torch fixes to n_fft.
     "tests/op/test_spectral.py::test_spectral_refused[istft_complex]": _REFUSED_OTHERWISE,
-    "tests/op/test_inplace.py::test_inplace_handlers[slice_empty]":
-        "functionalized, an empty slice written back gets the wrong shape (check_io catches it)",
     "tests/op/test_indexing.py::test_indexing[slice_dyn_to_end]":
         "torch's size max(S-min(S,2),0) is not the NNEF rule's S-2 (equal for every S >= 2)",
     "tests/op/test_indexing.py::test_indexing[slice_dyn_other_axis]":
@@ -111,7 +109,6 @@ EXPORT_WRITES_WRONG: dict[str, str] = {
 CAPTURED_UNDER_AUTO = frozenset({
     "tests/op/test_indexing.py::test_indexing[slice_dyn_to_end]",
     "tests/op/test_indexing.py::test_indexing[slice_dyn_other_axis]",
-    "tests/op/test_inplace.py::test_inplace_handlers[slice_empty]",
     "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_tail]",
     "tests/op/test_inplace.py::test_inplace_handlers[slice_dynamic_static_region]",
     "tests/op/test_shape_dyn.py::test_vision_towers[siglip-tiles-traced-at-one]",
