@@ -95,8 +95,6 @@ JIT_ONLY: dict[str, str] = {
 # Tests that fail under torch.export where its artefact is already written (so "auto" has no
 # reason to fall back): strict xfails under --front-end=export and auto, with why.
 EXPORT_WRITES_WRONG: dict[str, str] = {
-    "tests/test_real_models.py::test_wav2vec2[dynamic-length]":
-        "the artefact passes check_io, then tract's optimized model refuses it in FlashSDPA (incompatible shapes)",
     "tests/op/test_complex.py::test_rope_with_polar_dynamic_sequence":
         "torch's size of the rotary table's slice is min(S,32) where the NNEF rule's is S (equal for S <= 32); "
         "the op tests' consistency check compares the text",
