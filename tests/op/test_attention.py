@@ -13,7 +13,7 @@ from torch import nn
 
 from fastnnef.exceptions import T2NErrorNotImplemented
 from fastnnef.inference_target import TractNNEF
-from tests.helpers import export_and_check, needs_handler
+from tests.helpers import Fn, export_and_check, needs_handler
 
 VERSION = TractNNEF.latest().version
 
@@ -110,6 +110,24 @@ def test_sdpa_f16_inner_f32(reify: bool, upcast: bool, tmp_path: Any) -> None:
 def test_sdpa_f16(reify: bool, tmp_path: Any) -> None:
     target = TractNNEF(VERSION, reify_sdpa_operator=reify)
     export_and_check(Sdpa(), qkv(Q4, K4, K4, dtype=torch.float16), tmp_path, target=target, atol=1e-2, rtol=1e-2)
+
+
+def _expanded_bool_mask(x: torch.Tensor) -> torch.Tensor:
+    """Self-attention of x [1, S, 8] (2 heads) under an all-true bool mask built over S and
+    expanded to [1, 1, S, S], as transformers builds a bidirectional one under torch.export."""
+    n = x.shape[1]
+    q = x.view(1, n, 2, 4).transpose(1, 2)
+    mask = (torch.arange(n)[None, None, :, None] >= 0).expand(1, 1, n, n)
+    return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+@pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])
+def test_sdpa_expanded_bool_mask_dynamic(reify: bool, tmp_path: Any) -> None:
+    """tract's optimized FlashSDPA refused such a mask once it was turned into a bias (the
+    ops after its broadcast) at run time: the artefact built at length 6 runs at 9."""
+    target = TractNNEF(VERSION, reify_sdpa_operator=reify).with_dynamic_axes({"x": {1: "S"}})
+    export_and_check(Fn(_expanded_bool_mask), (torch.randn(1, 6, 8),), tmp_path, target=target,
+                     input_names=["x"], run_inputs=(torch.randn(1, 9, 8),), atol=1e-5)
 
 
 @pytest.mark.parametrize("reify", [True, False], ids=["reified", "decomposed"])

@@ -118,3 +118,29 @@ def test_strict_nnef_writes(tmp_path: Path) -> None:
     fn = written(setitem((slice(None), 0), 1.0), lambda y: y[1:3].mul_(2.0))
     path = export_and_check(Fn(fn), (randn(4, 5),), tmp_path, target=KhronosNNEF.latest(), compression_level=None)
     assert "tract_" not in (path / "graph.nnef").read_text()
+
+
+def _size_tensor_add(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-1] + torch.zeros((), dtype=torch.int64)
+    n += 1
+    return x * n
+
+
+def _size_tensor_mul(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-1] * torch.ones(())
+    n.mul_(2)
+    return x + n
+
+
+def _size_tensor_sub(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-1] // 2 + torch.zeros((), dtype=torch.int64)
+    n.sub_(x.size(0))
+    return x * n
+
+
+@pytest.mark.parametrize("fn", [_size_tensor_add, _size_tensor_mul, _size_tensor_sub], ids=["add", "mul", "sub"])
+def test_write_into_a_tensor_of_a_size(fn: Callable[[torch.Tensor], torch.Tensor], tmp_path: Path) -> None:
+    """A 0-d tensor made from a static size, written in place (EnCodec's and HTDemucs'
+    padding amounts): the tracer's graph folds it to a number, which the write copies as a
+    tensor again."""
+    export_and_check(Fn(fn), (torch.randn(2, 5),), tmp_path)

@@ -15,10 +15,18 @@ MIN_SCORE = {"f16": -65504.0, "f32": -3.4028234663852886e38, "f64": -1.797693134
 
 
 def bool_to_bias(ctx: OpContext, mask: NTensor, dtype: str) -> NTensor:
-    """True (attend) -> 0, False -> the dtype's minimum, as an additive mask."""
+    """True (attend) -> 0, False -> the dtype's minimum, as an additive mask.
+
+    With a dynamic shape, the bias is broadcast to its own shape once more: tract 0.23.9's
+    optimized FlashSDPA refuses at run time ("incompatible shapes") a mask computed by
+    elementwise ops from a broadcast (a bool mask expanded to [1, 1, S, S], as transformers
+    builds one under torch.export), and takes it when a broadcast is its last op."""
     blocked = ctx.tmp("not", [mask], suffix="blocked")
     as_float = ctx.cast(blocked, dtype)
-    return ctx.tmp("mul", [as_float, MIN_SCORE[dtype]], suffix="bias")
+    bias = ctx.tmp("mul", [as_float, MIN_SCORE[dtype]], suffix="bias")
+    if mask.is_static():
+        return bias
+    return ctx.tmp("tract_core_broadcast", [bias], {"shape": list(mask.shape)}, suffix="bias_full")
 
 
 def mask_for_sdpa(ctx: OpContext, mask: NTensor, rows: Size, cols: Size) -> NTensor:

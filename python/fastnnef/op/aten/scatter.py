@@ -332,6 +332,8 @@ def slice_scatter(ctx: OpContext, x: NTensor, src: NTensor, dim: int, start: lis
     n = x.shape[axis]
     b = _position(ctx, start[0] if start else None, n, 0, "start")
     e = _position(ctx, end[0] if end else None, n, n, "end")
+    if is_static(b) and is_static(e) and int(e) < int(b):
+        e = b  # an empty slice (x[:, 3:1]) writes nothing: the tail starts where the head ends
     src = ctx.to_rank(ctx.cast(src, x.dtype), x.rank)
     if step == 1:
         return _splice(ctx, x, axis, b, e, src)

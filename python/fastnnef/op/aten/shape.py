@@ -145,7 +145,7 @@ def squeeze(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
         axes = [d for d in range(x.rank) if x.shape[d] == 1]
     else:
         axes = sorted({ctx.axis(d, x.rank) for d in dims if x.shape[ctx.axis(d, x.rank)] == 1})
-    if len(ctx.out_shape()) != x.rank - len(axes):
+    if len(ctx.out_shape()) != x.rank - len(axes) or _squeezes_dynamic_unit_axis(ctx, x, dims):
         # The trace squeezed a dynamic axis it saw at size 1; at other sizes torch keeps it.
         raise ctx.unsupported(
             "squeeze of a dynamic axis that was traced at size 1 (torch squeezes it only at that size)",
@@ -154,6 +154,15 @@ def squeeze(ctx: OpContext, x: NTensor, dims: list[int] | None) -> NTensor:
     if not axes:
         return ctx.emit("copy", [x])
     return ctx.emit("squeeze", [x], {"axes": axes})
+
+
+def _squeezes_dynamic_unit_axis(ctx: OpContext, x: NTensor, dims: list[int] | None) -> bool:
+    """Whether the squeeze names a dynamic axis whose traced size is 1. torch.export's
+    size-oblivious capture keeps such an axis (so the output rank does not tell), where
+    the eager run it is checked against squeezes it."""
+    traced = ctx.traced_shape(0)
+    named = range(x.rank) if dims is None else [ctx.axis(d, x.rank) for d in dims]
+    return any(not isinstance(x.shape[a], int) and traced[a] == 1 for a in named)
 
 
 @handler("aten::unsqueeze", args="t i")

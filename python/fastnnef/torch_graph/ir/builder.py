@@ -508,7 +508,7 @@ class _Builder:
             out.dyn = target.dyn  # the same tensor
         # Folded: the in-place op itself, run on a copy of the constant it writes into.
         (new,) = self.record(IROp(functionalize.out_of_place(kind), [target, *rest], [out], *site),
-                             lambda values: thunk([values[0].clone(), *values[1:]]), dyn=False)
+                             lambda values: thunk([_writable_copy(values[0], out), *values[1:]]), dyn=False)
         self.store.write(ref, new, kind, site)
         self.store.alias(outs[0].unique(), ref)
 
@@ -535,6 +535,17 @@ class _Builder:
             if lst in op.outputs:
                 propagate_dyn(op)
                 return
+
+
+def _writable_copy(value: Any, out: IRValue) -> torch.Tensor:
+    """A copy of the constant an in-place op writes into, for folding it. A 0-d tensor made
+    from a size (``torch.tensor(x.shape[-1])``, ``prim::NumToTensor``) is folded to a Python
+    number: it becomes a 0-d tensor again, of the dtype the trace gives the op's result."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if not isinstance(out, TensorValue):
+        raise folding.NotFoldable
+    return torch.tensor(value, dtype=out.dtype)
 
 
 def _layout(v: torch._C.Value) -> tuple[list[int], list[int]] | None:
