@@ -18,12 +18,15 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.models.phimoe.modeling_phimoe import PhimoeRotaryEmbedding
+
+# Matched by name: importing transformers' model module would reach into its internals
+# (only llm/transformers_api.py does) and load Phi-3.5-MoE's modeling for every export.
+_ROTARY_CLASS = "PhimoeRotaryEmbedding"
 
 
 def long_rope_modules(model: nn.Module) -> list[nn.Module]:
     """The rotary embeddings of ``model`` whose scale is picked by a Python branch."""
-    return [m for m in model.modules() if type(m) is PhimoeRotaryEmbedding]
+    return [m for m in model.modules() if type(m).__name__ == _ROTARY_CLASS]
 
 
 def _forward(module: Any, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
