@@ -33,22 +33,9 @@ from tests.llm.tiny import CONFIGS, build, model_type_of
 README = Path(__file__).parents[2] / "README.md"
 
 # Families that front_end="export" does not export (strict xfails under --front-end=export;
-# README.md "Front ends"). front_end="auto" (dump_llm's default) traces each of them with
-# torch.jit.trace, by export.py's rules: a model holding a module that the tracer keeps
-# whole through its extractor, or one that torch.export cannot capture.
-_SCAN = "torch.export traces through the selective scan kept whole by the tracer and fixes S to its traced size"
-_GDN = "torch.export traces through the gated delta net kept whole by the tracer and fixes S to its traced size"
-_EXPERTS = "torch.export traces through the experts kept whole as tract_moe_ffn by the tracer: their routing " \
-    "sorts 2*S indices, a top-k whose k follows S, which tract's top-k cannot take"
-EXPORT_FAILS: dict[str, str] = {
-    **dict.fromkeys(["bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "jamba", "mamba", "mamba2",
-                     "nemotron_h", "zamba2"], _SCAN),
-    **dict.fromkeys(["qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next"], _GDN),
-    **dict.fromkeys(["deepseek_v2", "deepseek_v3", "gpt_oss", "granitemoe", "mixtral", "olmoe", "qwen2_moe",
-                     "qwen3_moe"], _EXPERTS),
-    "mpt": "torch.export cannot capture it: its ALiBi biases' sizes do not unify with the keys' (P+S)",
-    "phimoe": "torch.export cannot capture it: the long-rope switch guards on a data-dependent value",
-}
+# README.md "Front ends"); front_end="auto" (dump_llm's default) traces them with
+# torch.jit.trace, by export.py's rules. None today: measured on all tested families.
+EXPORT_FAILS: dict[str, str] = {}
 
 
 def _export(checkpoint: Path, out: Path, **kwargs: object) -> object:

@@ -88,14 +88,17 @@ class ConvThenRule(torch.nn.Module):
         return out, conv_state, state
 
 
-def test_ops_in_tract_at_any_length(tmp_path: Path) -> None:
-    """One artefact traced at S = 5 runs S = 1 and S = 9 (the states carried over) as PyTorch does."""
+@pytest.mark.parametrize("front_end", ["export", "jit"])
+def test_ops_in_tract_at_any_length(tmp_path: Path, front_end: str) -> None:
+    """One artefact traced at S = 5 runs S = 1 and S = 9 (the states carried over) as PyTorch does.
+    Under torch.export the module is one op whose fake kernel (the extractor's fake_forward)
+    keeps S dynamic."""
     torch.manual_seed(0)
     model = ConvThenRule().eval()
     target = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
     path = export_and_check(model, (torch.randn(1, 5, 40), torch.randn(1, 40, 4), torch.randn(1, 2, 8, 8)), tmp_path,
-                            target=target, input_names=["x", "conv", "state"], output_names=["y", "conv_out",
-                                                                                             "state_out"],
+                            target=target, front_end=front_end, input_names=["x", "conv", "state"],
+                            output_names=["y", "conv_out", "state_out"],
                             no_redraw="the runs below draw S = 1 and S = 9")
     with tarfile.open(path) as tar:
         text = tar.extractfile("graph.nnef").read().decode()  # type: ignore[union-attr]

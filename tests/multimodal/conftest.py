@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
+
 pytest.importorskip("transformers")
 # The families' image processors need Pillow, and Qwen-VL's processor torchvision.
 pytest.importorskip("PIL")
@@ -40,7 +42,8 @@ def exported(mm_checkpoint: Callable[..., Path], tmp_path_factory: pytest.TempPa
     def make(name: str) -> object:
         if name not in reports:
             out = tmp_path_factory.mktemp(f"mm-out-{name}") / "export"
-            reports[name] = dump_multimodal(out, local_dir=mm_checkpoint(name))
+            reports[name] = dump_multimodal(out, local_dir=mm_checkpoint(name),
+                                            front_end=helpers.FRONT_END)  # pytest's --front-end
         return reports[name]
 
     return make

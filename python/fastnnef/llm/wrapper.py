@@ -52,6 +52,7 @@ from fastnnef.llm.linear_attention import (
     linear_attention_modules,
     linear_layout,
 )
+from fastnnef.llm.long_rope import long_rope_modules, scale_selected
 from fastnnef.llm.state_space import StateSpaceOps, state_space_forward, state_space_mixers
 
 # transformers' cache layer types of layers that keep states (the mask of a layer that
@@ -200,6 +201,8 @@ class KVCacheLM(nn.Module):
         self._states = states
         # ALiBi models (BLOOM, MPT): their biases built for the real key count (llm/alibi.py).
         self._alibi = alibi_modules(lm)
+        # Phi-3.5-MoE: its long-rope scale picked in the graph, not by a Python branch (llm/long_rope.py).
+        self._long_rope = long_rope_modules(lm)
         # The past length P is read from the first layer's keys (its place among the cache
         # inputs); a model without keys and values (state-space layers only) has no P.
         inputs = self.io_names()[0]
@@ -229,7 +232,7 @@ class KVCacheLM(nn.Module):
         ssm_ops = {i: self.state_space[str(i)] for i in self._ssm_mixers}
         with (gated_delta_net_forward(self._linear_mixers, ops),  # type: ignore[arg-type]
               state_space_forward(self._ssm_mixers, ssm_ops),  # type: ignore[arg-type]
-              alibi_lengths(self._alibi, past + new)):
+              alibi_lengths(self._alibi, past, new), scale_selected(self._long_rope)):
             out = self.model(attention_mask=mask, use_cache=True, return_dict=True, **fed, **kwargs)
         logits = out.logits
         if not self._lm_slices and self.num_logits_to_keep:

@@ -7,8 +7,8 @@ internals, which run unrecorded inside the op. The IR turns the op back into one
 that the module's extractor converts.
 
 Both front ends use it: the jit tracer runs the op's kernel on real tensors, ``torch.export``
-(fx_graph/capture.py) its fake kernel, the same module forward on torch's fake tensors,
-whose outputs' symbolic sizes are the call's.
+(fx_graph/capture.py) its fake kernel, the extractor's ``fake_forward`` on torch's fake
+tensors (by default the module's own forward), whose outputs' symbolic sizes are the call's.
 
 The redirection sets an instance ``forward`` on those submodules for the duration of the
 trace (under the trace lock, removed in ``finally``): calls from any other thread in that
@@ -60,14 +60,19 @@ class ModuleCall:
         template, out_spec = self._out
         return pytree.tree_unflatten([next(outs) if t is None else t for t in template], out_spec)
 
-    def run(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The op's kernel: the module's own forward on the call's arguments."""
+    def run(self, tensors: list[torch.Tensor], fake: bool = False) -> list[torch.Tensor]:
+        """The op's kernel: the module's own forward on the call's arguments; ``fake``
+        (torch.export's fake tensors): the extractor's ``fake_forward``, which gives the
+        outputs' sizes without fixing a dynamic one (a loop over a sequence axis would)."""
         leaves, spec = self._args
         supply = iter(tensors)
         args, kwargs = pytree.tree_unflatten(
             [next(supply) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec
         )
-        result = type(self.module).forward(self.module, *args, **kwargs)
+        if fake:
+            result = self.extractor.fake_forward(self.module, *args, **kwargs)
+        else:
+            result = type(self.module).forward(self.module, *args, **kwargs)
         out_leaves, out_spec = pytree.tree_flatten(result)
         self._out = ([None if isinstance(o, torch.Tensor) else o for o in out_leaves], out_spec)
         outs = [o for o in out_leaves if isinstance(o, torch.Tensor)]
@@ -81,9 +86,15 @@ def _kernel(inputs: list[torch.Tensor], key: int) -> list[torch.Tensor]:
     return call.run(list(inputs))
 
 
+def _fake_kernel(inputs: list[torch.Tensor], key: int) -> list[torch.Tensor]:
+    with _live_lock:
+        call = _live[key]
+    return call.run(list(inputs), fake=True)
+
+
 _LIB.impl("module_call", _kernel, "CompositeExplicitAutograd")
-# torch.export computes no value: the same forward on fake tensors gives the outputs' sizes.
-torch.library.register_fake(OP_KIND, _kernel, lib=_LIB)
+# torch.export computes no value: the outputs' sizes come from a run on fake tensors.
+torch.library.register_fake(OP_KIND, _fake_kernel, lib=_LIB)
 
 
 @contextlib.contextmanager

@@ -111,6 +111,12 @@ class ModuleInfoExtractor(metaclass=_ExtractorMeta):
         (torch_graph/ir/dynamic.py): override it when later ops need the outputs' sizes."""
         return None
 
+    def fake_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """The module's outputs on ``torch.export``'s fake tensors, where only their sizes
+        and dtypes matter: by default its own forward. Override it where that forward would
+        fix a dynamic size to its traced value (a Python loop over a sequence axis)."""
+        return type(module).forward(module, *args, **kwargs)
+
     def convert_to_nnef(
         self,
         g: Any,

@@ -112,6 +112,14 @@ class _TractOpExtractor(ModuleInfoExtractor):
             return None
         return [inputs[i] for i in self.OUTPUTS_LIKE]
 
+    def fake_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """Each output like its ``OUTPUTS_LIKE`` argument (sizes and dtype): the forwards'
+        loops over S would fix S to its traced size under ``torch.export``."""
+        tensors = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
+        if len(tensors) != len(self.ORDER):  # the forward's own error names what is missing
+            return type(module).forward(module, *args, **kwargs)
+        return tuple(torch.empty_like(tensors[i]) for i in self.OUTPUTS_LIKE)
+
     def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
                         inference_target: Any, **kwargs: Any) -> list[str]:
         if not g.caps.supports(GATED_DELTA_NET_FEATURE):

@@ -83,6 +83,14 @@ class SelectiveScanExtractor(ModuleInfoExtractor):
             return None
         return [inputs[1][:-1], inputs[5]]  # y: x's dims less the last; the state keeps its dims
 
+    def fake_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """One step on fake tensors of one time step, ``y`` widened to the S steps: the
+        forward's loop over S would fix S to its traced size under ``torch.export``."""
+        dt, x, b, c, a, state = args
+        dt1, x1, b1, c1 = (t.new_empty((t.shape[0], 1, *t.shape[2:])) for t in (dt, x, b, c))
+        y, final = SelectiveScanReified.forward(module, dt1, x1, b1, c1, a, state)  # type: ignore[arg-type]
+        return y.new_empty((y.shape[0], dt.shape[1], *y.shape[2:])), final
+
     def convert_to_nnef(self, g: Any, node: Any, name_to_tensor: dict[str, Any], null_ref: Any, torch_graph: Any,
                         inference_target: Any, **kwargs: Any) -> list[str]:
         if g.strict:
