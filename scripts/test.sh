@@ -40,6 +40,9 @@ cargo test --release --locked --benches
 # only the tracer passes stays listed (JIT_ONLY in tests/conftest.py, strict xfails there;
 # README, "Front ends").
 "$venv/bin/python" -m pytest --front-end=export -q tests/op
+# The LLM families again with the tracer alone: "auto" captures them with torch.export
+# now, and the tracer stays the fallback (and front_end="jit"), so it must stay green.
+"$venv/bin/python" -m pytest --front-end=jit -q tests/llm/test_architectures.py
 if [ "${FASTNNEF_DEPS:-lock}" != lock ]; then
   echo "tested with (differences from requirements/test.lock):"
   diff <(grep -v '^#' requirements/test.lock | sort -f) \
