@@ -1,8 +1,8 @@
 """The LLM exporter's front ends (issue 25): ``dump_llm(front_end=)`` and
 ``fastnnef-llm --front-end``. Under ``"export"`` (and ``"auto"``, the default) the wrapper
 is captured by ``torch.export`` on fake weights: the export reads no weight of the
-checkpoint (the test bundles' PyTorch run is the only one that does); a model holding
-a module kept whole by its extractor goes to the tracer under ``"auto"``, saying why."""
+checkpoint (the test bundles' PyTorch run is the only one that does), a model holding a
+module kept whole by its extractor included."""
 
 from __future__ import annotations
 
@@ -58,24 +58,17 @@ def test_the_export_reads_no_weight_under_torch_export(checkpoint: Callable[...,
     assert "lm_head.weight" in reads[False] and "model.layers.1.mlp.down_proj.weight" in reads[False], reads
 
 
-def test_auto_captures_with_torch_export(checkpoint: Callable[..., Path], tmp_path: Path,
+@pytest.mark.parametrize("family", ["llama", "bamba"])
+def test_auto_captures_with_torch_export(family: str, checkpoint: Callable[..., Path], tmp_path: Path,
                                          caplog: pytest.LogCaptureFixture) -> None:
+    """"auto" captures with torch.export, without falling back to the tracer: a plain
+    decoder, and bamba, whose Mamba2 scan is kept whole by its extractor (its fake_forward
+    computes one step, so the sequence axis stays dynamic). The fallback itself, and its
+    reason logged once, are export_model_with_result's (tests/fx_graph/test_front_end_auto.py)."""
     with caplog.at_level(logging.INFO, logger="fastnnef"):
-        report = dump_llm(tmp_path / "out", local_dir=checkpoint("llama"))  # front_end="auto"
+        report = dump_llm(tmp_path / "out", local_dir=checkpoint(family))  # front_end="auto"
     assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
     assert FALLBACK not in caplog.text
-
-
-def test_auto_traces_what_torch_export_cannot_capture_and_says_why(checkpoint: Callable[..., Path], tmp_path: Path,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """torch.export fixes bamba's sequence axis to its traced size (its Mamba2 scan's
-    fake run): "auto" traces it instead, saying why once, and the artefact passes
-    verification."""
-    with caplog.at_level(logging.INFO, logger="fastnnef"):
-        report = dump_llm(tmp_path / "out", local_dir=checkpoint("bamba"), front_end="auto")
-    assert report.verified and all(c.ok for c in report.bundle_checks), report.summary()
-    assert caplog.text.count(FALLBACK) == 1
-    assert "input 'input_ids' axis 1 (dynamic axis S)" in caplog.text
 
 
 def test_cli_front_end(checkpoint: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
