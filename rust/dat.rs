@@ -201,7 +201,7 @@ impl Encoding {
     }
 
     /// The source dtype whose bytes are copied unchanged, for the pass-through encodings.
-    pub(crate) fn identity_source(self) -> Option<SrcDtype> {
+    fn identity_source(self) -> Option<SrcDtype> {
         use Encoding::*;
         Some(match self {
             F16 => SrcDtype::F16,
