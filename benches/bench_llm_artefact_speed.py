@@ -274,7 +274,8 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None)
     stub = stub_tract(workdir, TRACT_VERSION)  # the linked tract: MoE blocks need >= 0.23.9 in the reference
     exporters = [Exporter("fastnnef", sys.executable, str(FASTNNEF_PYTHON)), *([reference] if reference else [])]
     print(f"prefill {args.prompt} tokens, decode {args.decode} steps, best of {args.repeats}, interleaved; "
-          "tok/s from CPU time (wall in brackets); ratio: ours / the reference's speed (> 1: ours faster)")
+          "tok/s from CPU time (wall in brackets); ratio: ours / the reference's speed (> 1: ours faster), "
+          "[the median of the rounds' own CPU ratios]")
     lines = ["| family | form | side | export s | load s | prefill tok/s | decode tok/s | greedy tokens equal |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     pairs = SMOKE_ROWS if args.smoke else [(family, form) for family in args.families for form in args.forms]
@@ -307,11 +308,19 @@ def row(family: str, form: str, side: str, export_s: float, t: Timings, prompt: 
             "| |")
 
 
+def paired(ours: Timings, ref: Timings, what: str) -> float:
+    """The median over rounds of the reference's CPU seconds over ours in the same round."""
+    return float(np.median([r.cpu / o.cpu for o, r in zip(getattr(ours, what), getattr(ref, what))]))
+
+
 def ratio_row(family: str, form: str, export_s: dict[str, float], timings: dict[str, Timings]) -> str:
-    """Ours / the reference's speed: the reference's seconds over ours."""
+    """Ours / the reference's speed: the reference's seconds over ours, best of the rounds,
+    then in square brackets the median of the rounds' own CPU ratios (both sides ran in the
+    same round: on a shared machine the same artefact against itself moved by ±10 % best-of)."""
     ours, ref = timings["fastnnef"], timings["reference"]
     speed = [f"**{ref.best(what, 'cpu') / ours.best(what, 'cpu'):.2f}×** "
-             f"({ref.best(what, 'wall') / ours.best(what, 'wall'):.2f}×)" for what in ("prefill", "decode")]
+             f"({ref.best(what, 'wall') / ours.best(what, 'wall'):.2f}×) [{paired(ours, ref, what):.2f}×]"
+             for what in ("prefill", "decode")]
     agree = np.mean(np.equal(ours.tokens, ref.tokens))
     return (f"| {family} | {form} | ratio | {export_s['reference'] / export_s['fastnnef']:.2f}× "
             f"| {ref.best('load', 'cpu') / ours.best('load', 'cpu'):.2f}× | {speed[0]} | {speed[1]} | {agree:.0%} |")
