@@ -137,8 +137,8 @@ def widen_f16_softmax_adds(graph: NNEFGraph) -> int:
     for stmt in graph.body:
         if id(stmt) in casts:
             continue
-        cast = widened.get(id(stmt))
-        if cast is None:
+        absorbed = widened.get(id(stmt))
+        if absorbed is None:
             body.append(stmt)
             continue
         assert isinstance(stmt, NOp)  # widened holds adds only
@@ -150,7 +150,7 @@ def widen_f16_softmax_adds(graph: NNEFGraph) -> int:
                     body.append(NOp("tract_core_cast", (arg,), {"to": "f32"}, (wide[arg.name],)))
                 arg = wide[arg.name]
             args.append(arg)
-        body.append(NOp("add", tuple(args), stmt.attrs, cast.outputs))
+        body.append(NOp("add", tuple(args), stmt.attrs, absorbed.outputs))
     graph.body = body
     return len(widened)
 
