@@ -18,7 +18,7 @@ from fastnnef.export import export_model_to_nnef
 from fastnnef.inference_target import TractNNEF
 from fastnnef.nnef import passes
 from fastnnef.nnef.graph import NNEFGraph, NTensor
-from fastnnef.nnef.passes import eliminate_dead_ops
+from fastnnef.nnef.passes import eliminate_dead_ops, widen_f16_softmax_adds
 from fastnnef.nnef.payload import PlainPayload
 from fastnnef.nnef.serialize import write_artefact
 from fastnnef.tensor.quant import fp_to_tract_q4_0_with_min_max_calibration
@@ -62,6 +62,34 @@ def test_dead_ops_and_their_weights_are_dropped(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out, x * 2 + 1)
     np.testing.assert_array_equal(first, (x * 2 + 1)[:, 2:])
     assert eliminate_dead_ops(g) == 0  # nothing left to drop
+
+
+def test_only_an_f16_add_read_by_a_softmax_cast_alone_is_widened(tmp_path: Path) -> None:
+    """Of three f16 sums x + y each cast to f32, only the one whose cast only a softmax reads
+    (and nothing else reads) is added in f32, on one cast of x and one of y; the artefact
+    runs in tract and computes it in f32."""
+    g = NNEFGraph()
+    g.use_registry("tract_core")
+    x, y = g.add_input("x", "f16", (2, 3)), g.add_input("y", "f16", (2, 3))
+    outs = []
+    for base, reader in (("a", "softmax"), ("b", "exp"), ("c", "softmax")):
+        added = g.op("add", [x, y], name=base, dtype="f16", shape=(2, 3))
+        wide = g.op("tract_core_cast", [added], {"to": "f32"}, name=f"{base}_cast", dtype="f32", shape=(2, 3))
+        attrs = {"axes": [1]} if reader == "softmax" else {}
+        outs.append(g.op(reader, [wide], attrs, name=f"{base}_out", dtype="f32", shape=(2, 3)))
+    outs.append(g.op("neg", [added], name="c_neg", dtype="f16", shape=(2, 3)))  # c is read twice
+    g.outputs = outs
+    assert widen_f16_softmax_adds(g) == 1
+    kinds = [(s.kind, tuple(getattr(a, "name", a) for a in s.args)) for s in g.body if hasattr(s, "kind")]
+    assert kinds[:3] == [("tract_core_cast", ("x",)), ("tract_core_cast", ("y",)), ("add", ("x_f32", "y_f32"))]
+    assert kinds.count(("add", ("x", "y"))) == 2  # b and c stay f16, and their casts stay
+    assert {("tract_core_cast", ("b",)), ("tract_core_cast", ("c",))} <= set(kinds)
+    path = write_artefact(tmp_path / "g.nnef", "dir", 0, g)
+    xv, yv = (np.random.default_rng(k).normal(0, 4, (2, 3)).astype(np.float16) for k in (0, 1))
+    wide_sum = xv.astype(np.float32) + yv.astype(np.float32)
+    a_out, b_out, _, _ = TractArtefact.load(path).run([xv, yv])
+    np.testing.assert_allclose(a_out, np.exp(wide_sum) / np.exp(wide_sum).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(b_out, np.exp((xv + yv).astype(np.float32)), rtol=1e-5)
 
 
 class UnusedBranch(nn.Module):

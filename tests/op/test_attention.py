@@ -3,6 +3,7 @@ compared with torch through tract; plus nn.MultiheadAttention."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -214,3 +215,43 @@ def test_cross_attention_key_padding_mask_dynamic(reify: bool, memory_dynamic: b
     export_and_check(model, args, tmp_path, target=target, input_names=["x", "memory", "padding"],
                      run_inputs=(torch.randn(2, 3, 8), torch.randn(2, m, 8), _padding(2, m, torch.bool)),
                      atol=1e-5)
+
+
+class MaskedSoftmaxes(nn.Module):
+    """Two attention-score softmaxes in f32 sharing one causal f16 mask (as an LLM's layers
+    do), then an f16 sum that is also an output (so it must stay f16)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        mask = torch.full((1, 1, 8, 8), torch.finfo(torch.float16).min).triu(1).half()
+        self.register_buffer("mask", mask)
+
+    def forward(self, scores: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        first = F.softmax(scores * 0.125 + self.mask, -1, dtype=torch.float32).to(scores.dtype)
+        second = F.softmax(first * 4.0 + self.mask, -1, dtype=torch.float32)
+        summed = scores + bias
+        return second, F.softmax(summed, -1, dtype=torch.float32), summed
+
+
+def test_f16_scores_plus_mask_added_in_f32(tmp_path: Any) -> None:
+    """The mask is added to f16 scores in f32, on casts of both (the mask cast once), when
+    the sum only feeds an f32 softmax (nnef/passes.py: tract's f16 adds are slow); a sum
+    read elsewhere stays f16."""
+    scores, bias = qkv((1, 2, 8, 8), (1, 2, 8, 8), dtype=torch.float16)
+    path = export_and_check(MaskedSoftmaxes().eval(), (scores * 8, bias), tmp_path, compression_level=None,
+                            atol=5e-3, rtol=5e-3, input_names=["scores", "bias"],
+                            output_names=["second", "third", "summed"])
+    text = (path / "graph.nnef").read_text()
+    lines = dict(re.findall(r"^\s*(\w+) = (.*);$", text, re.M))
+    softmax_inputs = re.findall(r"= softmax\((\w+),", text)
+    assert len(softmax_inputs) == 3, text
+    mask_casts = set()
+    for name in softmax_inputs[:2]:
+        added = re.fullmatch(r"add\((\w+), (\w+)\)", lines[name])
+        assert added, (name, text)
+        for operand in added.groups():
+            assert re.fullmatch(r"tract_core_cast\(\w+, to = 'f32'\)", lines[operand]), (operand, text)
+        mask_casts.add(lines[added.group(2)])
+    assert mask_casts == {"tract_core_cast(mask, to = 'f32')"}, text  # one cast, read twice
+    assert lines["summed"] == "add(scores, bias)", text
+    assert lines[softmax_inputs[2]] == "tract_core_cast(summed, to = 'f32')", text
