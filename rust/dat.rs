@@ -219,6 +219,12 @@ impl Encoding {
         })
     }
 
+    /// Whether a `src` tensor written as `self` is computed (narrowed, widened, quantized)
+    /// rather than copied byte for byte.
+    pub fn converts(self, src: SrcDtype) -> bool {
+        self.identity_source() != Some(src)
+    }
+
     /// What the encoder does with a source of dtype `src`, or an error naming the accepted ones.
     fn plan(self, src: SrcDtype) -> Result<Plan> {
         if self.identity_source() == Some(src) {

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import logging
 import time
 import typing as T
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +57,7 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+R = T.TypeVar("R")
 
 @dataclass(frozen=True)
 class ExportResult:
@@ -133,7 +138,16 @@ def export_model_to_nnef(
         load_extra_op_modules=load_extra_op_modules, discover_extra_entrypoints=discover_extra_entrypoints,
         strict_extra_imports=strict_extra_imports, skip_eager_forward=skip_eager_forward, front_end=front_end,
     )
-    return export_with_options(model, args, inference_target, options).path
+    return export_with_options(model, args, inference_target, options, reference_outputs=False).path
+
+
+def options_of(file_path_export: Path | str, **given: T.Any) -> ExportOptions:
+    """The ``ExportOptions`` of an ``export_model_to_nnef`` call to ``file_path_export``
+    passing ``given`` (its keyword arguments by name), its defaults for the others: for
+    exporters that prepare and finish an export themselves (``prepare_export``)."""
+    defaults = {name: p.default for name, p in inspect.signature(export_model_to_nnef).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return ExportOptions.from_arguments(**{**defaults, **given, "file_path_export": file_path_export})
 
 
 def export_model_with_result(
@@ -173,17 +187,59 @@ def export_model_with_result(
 
 
 def export_with_options(
-    model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions
+    model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions,
+    reference_outputs: bool = True,
 ) -> ExportResult:
     """The export of ``model(*args)`` for ``inference_target`` with checked ``options``
     (``ExportOptions.from_arguments``), under their log level: what both public functions
-    run, and what an exporter holding its options already calls."""
+    run, and what an exporter holding its options already calls. ``reference_outputs``:
+    the caller reads ``ExportResult.traced_outputs``; when it does not, nor the target's
+    check, nor a debug bundle, torch.export's capture runs no eager forward (its outputs
+    are zeros of their traced sizes then)."""
+    result, _ = finish_export(prepare_export(model, args, inference_target, options, reference_outputs))
+    return result
+
+
+@dataclass
+class PreparedExport:
+    """A model captured and converted to its NNEF graph, nothing written yet
+    (``prepare_export``); ``finish_export`` writes and checks it."""
+
+    model: nn.Module
+    args: T.Any  # the example inputs as the model takes them (on the CPU)
+    target: InferenceTarget
+    options: ExportOptions
+    captured: TracedModel | CapturedProgram
+    graph: NNEFGraph
+    input_names: list[str]
+    timings: dict[str, float]
+    checks: list[str]
+
+
+def prepare_export(
+    model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions,
+    reference_outputs: bool = True,
+) -> PreparedExport:
+    """The capture and the conversion of ``export_with_options``, under the options' log
+    level: no byte written yet."""
     with export_log_level(options.log_level):
-        return _export(model, args, inference_target, options)
+        return _prepare(model, args, inference_target, options, reference_outputs)
 
 
-def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions) -> ExportResult:
-    """The export itself, under the export's log level."""
+def finish_export(
+    prepared: PreparedExport, while_writing: T.Callable[[], R] | None = None
+) -> tuple[ExportResult, R | None]:
+    """Write ``prepared``'s artefact, then run the target's check. ``while_writing`` (an
+    exporter's own work that reads no part of the artefact, e.g. the LLM exporter's test
+    bundles) runs on this thread while the artefact is written on another: the writing is
+    mostly Rust, without the GIL, so on two cores the two overlap. Returns the result and
+    what ``while_writing`` returned; an error of either is raised once both have ended."""
+    with export_log_level(prepared.options.log_level):
+        return _finish(prepared, while_writing)
+
+
+def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions,
+             reference_outputs: bool) -> PreparedExport:
     if not isinstance(model, nn.Module):
         raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(inference_target, InferenceTarget):
@@ -193,8 +249,10 @@ def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, op
         )
     import_extra_modules(options.load_extra_op_modules, options.discover_extra_entrypoints,
                          options.strict_extra_imports)
-    # skip_eager_forward needs no action: the trace's forward is the only one that runs, and
-    # its outputs are the check's references (no separate eager forward to skip).
+    # skip_eager_forward needs no action: the tracer's forward is the only one it runs, and
+    # torch.export's capture runs an eager forward only when its outputs are read (values).
+    values = (reference_outputs or options.debug_bundle_path is not None
+              or inference_target.needs_reference_outputs())
     input_names = list(options.input_names) if options.input_names is not None else None
     output_names = list(options.output_names) if options.output_names is not None else None
 
@@ -221,37 +279,66 @@ def _export(model: nn.Module, args: T.Any, inference_target: InferenceTarget, op
         return convert_to_nnef(captured, ir, inference_target, options.naming, list(options.custom_extensions), model)
 
     traced, ir, graph = _front_end(options.front_end, model, args, input_names, output_names, names_from,
-                                   inference_target, convert, stage_done)
+                                   inference_target, convert, stage_done, values)
     if options.check_io_names_qte_match:
         checks.append("io_quantity")
-    in_names = traced.input_names[: len(ir.inputs)]
+    return PreparedExport(model, args, inference_target, options, traced, graph, traced.input_names[: len(ir.inputs)],
+                          timings, checks)
 
-    written = write_artefact(options.path, options.artefact_format, options.compression_level or 0, graph)
-    stage_done("write")
+
+def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -> tuple[ExportResult, R | None]:
+    options, traced, timings = prepared.options, prepared.captured, prepared.timings
+    start = time.perf_counter()
+    written, job_result = _written_while(options, prepared.graph, while_writing)
+    timings["write"] = time.perf_counter() - start
+    in_names = prepared.input_names
     model_info = UnfoldModelInfo(
-        model=model,
-        original_inputs=args,
+        model=prepared.model,
+        original_inputs=prepared.args,
         original_outputs=traced.flat_outputs,
-        flat_inputs=traced.flat_inputs[: len(ir.inputs)],
+        flat_inputs=traced.flat_inputs[: len(in_names)],
         flat_outputs=traced.flat_outputs,
         input_names=in_names,
         output_names=traced.output_names,
     )
-    check_result = inference_target.post_export(model_info, graph, written,
-                                                debug_bundle_path=options.debug_bundle_path)
-    stage_done("post_export")
+    start = time.perf_counter()
+    check_result = prepared.target.post_export(model_info, prepared.graph, written,
+                                               debug_bundle_path=options.debug_bundle_path)
+    timings["post_export"] = time.perf_counter() - start
+    checks = list(prepared.checks)
     if check_result is not None:
         checks.append("check_io")
-    return ExportResult(
+    result = ExportResult(
         path=written, input_names=in_names, output_names=list(traced.output_names),
         traced_outputs=list(traced.flat_outputs), timings=timings, checks=tuple(checks), check_result=check_result,
     )
+    return result, job_result
+
+
+def _written_while(options: ExportOptions, graph: NNEFGraph,
+                   job: T.Callable[[], R] | None) -> tuple[Path, R | None]:
+    """``write_artefact``, on a second thread while ``job`` runs on this one when there is
+    a job (the writer's progress report, a context variable, goes along)."""
+    write = functools.partial(write_artefact, options.path, options.artefact_format, options.compression_level or 0,
+                              graph)
+    if job is None:
+        return write(), None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastnnef-writer") as pool:
+        writing = pool.submit(contextvars.copy_context().run, write)
+        try:
+            job_result = job()
+        finally:
+            # The job's error wins; the writer is waited for either way (no half-written
+            # artefact left behind a return).
+            writing.exception()
+    return writing.result(), job_result
 
 
 def _front_end(
     front_end: str, model: nn.Module, args: T.Any, input_names: list[str] | None, output_names: list[str] | None,
     names_from: nn.Module, target: InferenceTarget,
     convert: T.Callable[[TracedModel | CapturedProgram, IRGraph], NNEFGraph], stage_done: T.Callable[[str], None],
+    values: bool,
 ) -> tuple[TracedModel | CapturedProgram, IRGraph, NNEFGraph]:
     """The model captured, its IR and its NNEF graph (``convert``), by ``front_end``:
     ``"export"`` (``fx_graph/``), ``"jit"`` (``torch_graph/``), or ``"auto"``: torch.export
@@ -262,7 +349,7 @@ def _front_end(
         try:
             captured = capture_program(model, args, input_names, output_names,
                                        lambda names, inputs: dynamic_axes_by_index(target, names, inputs),
-                                       extractor_of=find_extractor)
+                                       extractor_of=find_extractor, values=values)
             stage_done("trace")
             ir = lower_program(captured)
             stage_done("build_ir")

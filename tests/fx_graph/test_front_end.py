@@ -75,6 +75,50 @@ def test_the_same_outputs_as_the_jit_front_end(tmp_path: Path) -> None:
     assert_outputs_match(torch.from_numpy(outputs["jit"][0]), outputs["export"], 1e-5, 1e-5)
 
 
+class Counted(Block):
+    """The block, counting its forward calls (eager and under torch.export's fake tensors) in
+    a list: the export gives the module's attributes back as they were."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(True)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("front_end", ["export", "auto"])
+def test_without_a_check_no_eager_forward_runs(tmp_path: Path, front_end: str) -> None:
+    """Nothing reads the outputs of an export without check_io (``export_model_to_nnef``
+    returns a path): torch.export's fake run is the only forward, and the artefact is the
+    same as a checked export's."""
+    torch.manual_seed(0)
+    model, x = Counted().eval(), torch.randn(2, 6, 8)
+    unchecked = TractNNEF(TractNNEF.latest_version(), check_io=False, dynamic_axes={"x": {1: "S"}})
+    path = export_model_to_nnef(model, (x,), tmp_path / "unchecked.nnef", unchecked, input_names=["x"],
+                                compression_level=None, front_end=front_end)
+    assert len(model.calls) == 1
+    checked = TractNNEF.latest().with_dynamic_axes({"x": {1: "S"}})
+    export_model_to_nnef(model, (x,), tmp_path / "checked.nnef", checked, input_names=["x"],
+                         compression_level=None, front_end=front_end)
+    assert len(model.calls) == 3  # eager, then fake
+    assert (path / "graph.nnef").read_text() == (tmp_path / "checked.nnef" / "graph.nnef").read_text()
+    artefact = TractArtefact.load(path)
+    for longer in (x, _grown(x, 1, 3)):
+        with torch.no_grad():
+            assert_outputs_match(model(longer), artefact.run([longer]), 1e-4, 1e-4)
+
+
+def test_the_caller_of_export_with_result_gets_the_outputs_without_a_check(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(1, 5, 8)
+    unchecked = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    result = export_model_with_result(model, (x,), tmp_path / "m.nnef", unchecked, front_end="export")
+    with torch.no_grad():
+        assert torch.equal(result.traced_outputs[0], model(x))
+
+
 def test_two_inputs_sharing_a_symbol(tmp_path: Path) -> None:
     torch.manual_seed(0)
     fn = Fn(lambda a, b: torch.cat([a, b * 2], dim=-1).softmax(-1) + b.sum(-1, keepdim=True))

@@ -23,7 +23,8 @@ def test_export_shows_phases_and_tensor_progress(checkpoint: Callable[..., Path]
                       no_verify=True)
     text = screen.getvalue()
     assert text.startswith("fastnnef-llm: loading the checkpoint\n")
-    for phase in ("running the model in PyTorch for the test bundles", "tracing and writing the artefact",
+    for phase in ("tracing the model",
+                  "writing the artefact, and running the model in PyTorch for the test bundles meanwhile",
                   f"done in {report.timings['total']:.1f} s: {report.model_path}"):
         assert f"fastnnef-llm: {phase}\n" in text
     final = re.search(r"\rwriting weights: (\d+)/(\d+) tensors, ([\d.]+ KiB) of ([\d.]+ KiB), [\d.]+ [KMG]?i?B/s\n",

@@ -5,8 +5,10 @@ inputs and outputs as the jit front end), in eval mode, under ``torch.no_grad()`
 state given back after (``state_kept``). It runs twice: once eagerly, whose outputs are
 the artefact's expected outputs (``check_io``), and once under torch's fake tensors, which
 records the program: ``torch.export`` computes no value, so the eager run is the only one
-that reads the weights. Inside ``trace_on_stand_ins`` (``tensor/offload.py``: the LLM
-exporters, whose reference outputs come from their own runs) there is no eager run: the
+that reads the weights. When nothing reads those outputs (no check, no debug bundle,
+``export_model_to_nnef``'s path only: ``values=False``) the eager run is skipped. Inside
+``trace_on_stand_ins`` (``tensor/offload.py``: the LLM exporters, whose reference outputs
+come from their own runs) there is no eager run either: the
 weights, offloaded checkpoint tensors included, become fake tensors of their shapes and
 dtypes (their metadata only) and nothing is read; the outputs are zeros of the traced sizes.
 
@@ -75,10 +77,13 @@ def capture_program(
     output_names: Sequence[str] | None,
     dynamic_axes_of: DynamicAxesOf,
     extractor_of: Callable[[nn.Module], Any | None] = lambda _module: None,
+    values: bool = True,
 ) -> CapturedProgram:
     """Run ``model(*args)`` once for its outputs and export it once with ``torch.export``;
     ``extractor_of``: the module extractor of a submodule, or None (those that have one are
-    kept whole)."""
+    kept whole). ``values=False``: nobody reads the outputs' values (no check), so no eager
+    run reads the weights, as on stand-ins; a model holding an ``nn.TransformerEncoder``
+    still runs eagerly, which tells whether its fast path pads (``fast_path.py``)."""
     if isinstance(model, torch.jit.ScriptModule):
         raise T2NErrorTorchExportFailed(
             f"{type(model).__name__} is a TorchScript module, which torch.export cannot capture: "
@@ -87,7 +92,7 @@ def capture_program(
     flat = flatten_inputs(args, input_names)
     wrapper = FlatIO(model, flat.leaves, flat.spec, flat.tensor_slots)
     dynamic_axes = dynamic_axes_of(flat.names, flat.tensors)
-    eager = not on_stand_ins()
+    eager = not on_stand_ins() and (values or _has_encoder(model))
     recorded: list[Any] = []  # without an eager run: the fake run's outputs and their structure
     nested_encoders: list[nn.TransformerEncoder] = []
     with torch.no_grad(), eval_mode(model), state_kept(model), _outputs_recorded(model, recorded, not eager):
@@ -182,6 +187,10 @@ def _no_stack_traces() -> Iterator[None]:
         yield
     finally:
         fx_trace_config.do_not_emit_stack_traces = old
+
+
+def _has_encoder(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.TransformerEncoder) for m in model.modules())
 
 
 def _eager_outputs(wrapper: FlatIO, inputs: list[torch.Tensor]) -> list[torch.Tensor]:

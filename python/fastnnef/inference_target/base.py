@@ -155,6 +155,12 @@ class InferenceTarget:
         """Extra NNEF fragments to write, name → text (written before the other fragments)."""
         return {}
 
+    def needs_reference_outputs(self) -> bool:
+        """Whether ``post_export`` reads the model's outputs on the example inputs
+        (``model_info.flat_outputs``): with ``check_io``. Without it, ``torch.export``'s
+        capture runs no eager forward, when the caller does not ask for the outputs either."""
+        return self.check_io
+
     def post_export(
         self,
         model_info: UnfoldModelInfo,

@@ -7,8 +7,9 @@ behind, and an existing directory is only written into with ``ignore_already_exi
 
 Steps: the keywords checked once (``options.LLMExportOptions``) -> load (``load.py``) ->
 optional compression (the ``fastnnef.compress`` registry) -> PyTorch runs of the wrapper
-(``bundles.py``) -> trace and write the artefact (``phases.export_decoder``: the core's
-export with the reference's dynamic axes and assertions) -> verify in tract
+(``bundles.py``) and the artefact's writing, at the same time, once the wrapper is traced
+on the example's sizes (``phases.prepare_decoder``: the core's export with the reference's
+dynamic axes and assertions; ``finish_export`` writes) -> verify in tract
 (``verify.py``) -> move into place (``fastnnef/exporter_run.py``: staging, timings).
 """
 
@@ -32,6 +33,7 @@ from fastnnef.exceptions import (
     T2NErrorIOPytorchTractNotISO,
     T2NErrorNotImplemented,
 )
+from fastnnef.export import finish_export
 from fastnnef.exporter_run import files_in, staged_export, timed
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.inference_target.tract_cli import TractCli
@@ -40,6 +42,7 @@ from fastnnef.llm.bundles import (
     Bundle,
     TorchRunner,
     fast_cpu_kernels,
+    same_sizes,
     sample_tokens,
     trace_new_tokens,
     write_modes_json,
@@ -53,7 +56,7 @@ from fastnnef.llm.phases import (
     cache_dtype_of,
     check_linear_attention,
     dtype_str,
-    export_decoder,
+    prepare_decoder,
     reference_properties,
     show_generation,
     weight_facts,
@@ -224,25 +227,36 @@ def _dump(options: LLMExportOptions) -> LLMExportReport:
         model_dir, tok_dir = _layout_dirs(staging, options.struct)
         tests_dir = staging / TESTS_DIR
         tests_dir.mkdir()
-        progress.phase("running the model in PyTorch for the test bundles")
-        with timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
-            tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
-            with _generic_wrapper_errors(checkpoint):
-                modes, example = runner.bundles(tokens, total)
-            for bundle in [*modes, example]:
-                bundle.save(tests_dir)
-            write_modes_json(staging, modes)
-
-        progress.phase("tracing and writing the artefact")
+        tokens = sample_tokens(checkpoint.tokenizer, _vocab_size(model), total + trace_new_tokens(total))
         artefact_path = model_dir / ARTEFACT_NAME
         target = options.tract_nnef(
             wrapper.dynamic_axes(), reference_properties(checkpoint, n_parameters, weight_dtype, cache_dtype, options)
         )
+        # Traced first on the example's sizes (stand-ins read no value), so that the one
+        # forward giving the test bundles runs while Rust writes the weights: two cores
+        # busy instead of one after the other.
+        progress.phase("tracing the model")
+        traced_on = runner.example_inputs(tokens, total)
         with (timed(timings, "export"), moe_export_forms(model, target.capabilities()),
-              traceable_mla(model), progress.writing(), trace_on_stand_ins(),
-              fast_cpu_kernels(model.dtype)):
-            export_decoder(wrapper, tuple(example.inputs.values()), artefact_path, target, wrapper.io_names(),
-                           assertions(layout.max_positions, wrapper.has_past), options)
+              traceable_mla(model), trace_on_stand_ins(), fast_cpu_kernels(model.dtype)):
+            prepared = prepare_decoder(wrapper, traced_on, artefact_path, target, wrapper.io_names(),
+                                       assertions(layout.max_positions, wrapper.has_past), options)
+
+        def test_bundles() -> tuple[list[Bundle], Bundle]:
+            with timed(timings, BUNDLES), dense_experts(model), fast_cpu_kernels(model.dtype):
+                with _generic_wrapper_errors(checkpoint):
+                    modes, example = runner.bundles(tokens, total)
+                for bundle in [*modes, example]:
+                    bundle.save(tests_dir)
+                write_modes_json(staging, modes)
+            return modes, example
+
+        progress.phase("writing the artefact, and running the model in PyTorch for the test bundles meanwhile")
+        with timed(timings, "export"), progress.writing():
+            _, ran = finish_export(prepared, while_writing=test_bundles)
+        assert ran is not None  # finish_export returns what while_writing returned
+        modes, example = ran
+        same_sizes(example, traced_on)
         if options.dump_with_tokenizer_and_conf:
             _dump_config_and_tokenizer(checkpoint, model_dir, tok_dir)
 

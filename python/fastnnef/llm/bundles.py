@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastnnef.exceptions import T2NErrorInvalidArgument
+from fastnnef.exceptions import T2NErrorConsistency, T2NErrorInvalidArgument
 from fastnnef.llm.wrapper import KVCacheLM
 
 
@@ -130,6 +130,14 @@ class TorchRunner:
             _, *prefix = self.every_position(ids[:, :past], *self.wrapper.empty_cache(self.cache_dtype))
         return prefix
 
+    def example_inputs(self, tokens: torch.Tensor, total: int) -> tuple[torch.Tensor, ...]:
+        """The inputs of ``bundles``' traced example without its forward: the same tokens,
+        and a past of ``total`` positions of zeros (zero states). The capture runs on
+        stand-ins, which read no value: only the sizes and dtypes count, and
+        ``same_sizes`` checks them against the example's once the forward has run."""
+        new = trace_new_tokens(total)
+        return tokens[:, total: total + new], *self.wrapper.empty_cache(self.cache_dtype, total)
+
     def bundles(self, tokens: torch.Tensor, total: int) -> tuple[list[Bundle], Bundle]:
         """The three modes on the first ``total`` tokens, and the traced example (the
         ``trace_new_tokens(total)`` tokens after them, the prompt's cache as the past),
@@ -166,6 +174,18 @@ class TorchRunner:
         until_end = cache if cache[0].shape[2] == end or self.wrapper.state_layers else [c[:, :, :end] for c in cache]
         inputs = (ids[:, past:end], *self._past(ids, cache, past))
         return Bundle(name, dict(zip(self.input_names, inputs)), dict(zip(self.output_names, (new_logits, *until_end))))
+
+
+def same_sizes(example: Bundle, traced_on: Sequence[torch.Tensor]) -> None:
+    """Raise unless the example's inputs have the sizes and dtypes of those the artefact
+    was traced on (``TorchRunner.example_inputs``)."""
+    got = [(tuple(t.shape), t.dtype) for t in example.inputs.values()]
+    traced = [(tuple(t.shape), t.dtype) for t in traced_on]
+    if got != traced:
+        raise T2NErrorConsistency(
+            f"the test bundles' example inputs {got} differ from those the artefact was traced on {traced}: "
+            "please report this model"
+        )
 
 
 def write_modes_json(root: Path, bundles: Sequence[Bundle]) -> Path:

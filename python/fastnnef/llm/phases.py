@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from fastnnef.exceptions import T2NErrorNotImplemented
-from fastnnef.export import ExportResult, export_model_with_result
+from fastnnef.export import ExportResult, PreparedExport, finish_export, options_of, prepare_export
 from fastnnef.inference_target.capabilities import VERSION_GATES, TargetCapabilities
 from fastnnef.inference_target.tract import TractNNEF
 from fastnnef.llm.linear_attention import GATED_DELTA_NET_FEATURE
@@ -92,12 +92,23 @@ def export_decoder(
     """The wrapper traced once on ``example_inputs`` and written to ``path`` (a ``.tgz`` at
     compression level 0) through the core's public export, under the caller's logging as
     configured; its ``traced_outputs`` are the example's expected outputs."""
+    result, _ = finish_export(prepare_decoder(wrapper, example_inputs, path, target, io_names, extensions, options))
+    return result
+
+
+def prepare_decoder(
+    wrapper: KVCacheLM, example_inputs: tuple[torch.Tensor, ...], path: Path, target: TractNNEF,
+    io_names: tuple[list[str], list[str]], extensions: list[str], options: LLMExportOptions,
+) -> PreparedExport:
+    """``export_decoder``'s capture and conversion, nothing written yet: the caller writes
+    with ``finish_export``, which can run its own work meanwhile."""
     input_names, output_names = io_names
-    return export_model_with_result(
-        wrapper, example_inputs, path, target, input_names=input_names, output_names=output_names,
-        compression_level=0, log_level=get_logger().getEffectiveLevel(), nnef_variable_naming_scheme=options.naming,
+    export_options = options_of(
+        path, input_names=input_names, output_names=output_names, compression_level=0,
+        log_level=get_logger().getEffectiveLevel(), nnef_variable_naming_scheme=options.naming,
         custom_extensions=extensions, front_end=options.front_end,
     )
+    return prepare_export(wrapper, example_inputs, target, export_options)
 
 
 def show_generation(generation: GenerationCheck | None, options: LLMExportOptions) -> None:

@@ -239,14 +239,15 @@ class KVCacheLM(nn.Module):
             logits = logits[:, -self.num_logits_to_keep :]
         return (logits, *flat_from_cache(cache, self.layer_names), *extra_outputs)
 
-    def empty_cache(self, dtype: torch.dtype) -> list[torch.Tensor]:
+    def empty_cache(self, dtype: torch.dtype, positions: int = 0) -> list[torch.Tensor]:
         """The past of a prompt: ``[1, n_kv, 0, hd]`` per key, ``[1, n_kv, 0, value hd]`` per
         value (the layer's own); zero states for a linear-attention or state-space layer;
-        nothing for a shared one."""
+        nothing for a shared one. ``positions``: a past of that many positions, of zeros
+        (the shapes of a cache, for a capture that reads no value)."""
         shapes: list[tuple[int, ...]] = []
         for i, names in enumerate(self.layer_names):
             if "key" in names:
-                shapes += self.layout.key_value_shapes(i, 0)
+                shapes += self.layout.key_value_shapes(i, positions)
             if i in self._ssm_mixers:
                 shapes += self._ssm_mixers[i].shapes
             elif self.linear is not None and i in self.linear_layers:
