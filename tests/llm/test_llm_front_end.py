@@ -7,6 +7,7 @@ module kept whole by its extractor included."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,27 +23,28 @@ FALLBACK = "front_end='auto': exported with the torch.jit.trace front end"
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> dict[bool, list[str]]:
-    """The checkpoint tensors materialized inside dump_llm's export call (``True``) and
-    outside it (``False``: the test bundles' PyTorch run), by a spy around the real
+    """The checkpoint tensors materialized by dump_llm's export (``True``: its capture and
+    conversion, or the writer's thread) and by the rest (``False``: the test bundles'
+    PyTorch run, on the calling thread while the writer writes), by a spy around the real
     functions (both still run)."""
     reads: dict[bool, list[str]] = {True: [], False: []}
     exporting = [False]
     materialize = OffloadedTensor._materialize
-    export = fastnnef.llm.phases.export_model_with_result
+    prepare = fastnnef.llm.phases.prepare_export
 
     def spied_materialize(self: OffloadedTensor) -> Any:
-        reads[exporting[0]].append(self.key)
+        reads[exporting[0] or threading.current_thread() is not threading.main_thread()].append(self.key)
         return materialize(self)
 
-    def spied_export(*args: Any, **kwargs: Any) -> Any:
+    def spied_prepare(*args: Any, **kwargs: Any) -> Any:
         exporting[0] = True
         try:
-            return export(*args, **kwargs)
+            return prepare(*args, **kwargs)
         finally:
             exporting[0] = False
 
     monkeypatch.setattr(OffloadedTensor, "_materialize", spied_materialize)
-    monkeypatch.setattr(fastnnef.llm.phases, "export_model_with_result", spied_export)
+    monkeypatch.setattr(fastnnef.llm.phases, "prepare_export", spied_prepare)
     return reads
 
 
