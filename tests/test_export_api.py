@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import tarfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,14 @@ from fastnnef.exceptions import (
     T2NErrorMissingOpEmitter,
     T2NErrorTorchJitTraceFailed,
 )
-from fastnnef.export import export_model_to_nnef, export_model_with_result
+from fastnnef.export import (
+    PreparedExport,
+    export_model_to_nnef,
+    export_model_with_result,
+    finish_export,
+    options_of,
+    prepare_export,
+)
 from fastnnef.inference_target import TractNNEF
 from tests.helpers import TRACER_ALLOWED
 
@@ -294,3 +303,34 @@ def test_export_result(check_io: bool, tmp_path: Path) -> None:
         assert [bool(report.ok) for report in result.check_result] == [True]
     else:
         assert result.checks == ("io_quantity",) and result.check_result is None
+
+
+def _prepared_stack(tmp_path: Path, layers: int) -> tuple[nn.Module, torch.Tensor, PreparedExport]:
+    torch.manual_seed(0)
+    model, x = nn.Sequential(*[nn.Linear(64, 64) for _ in range(layers)]).eval(), torch.randn(2, 64)
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    return model, x, prepare_export(model, (x,), target, options_of(tmp_path / "m.nnef", compression_level=None))
+
+
+def test_an_exporters_work_runs_on_the_calling_thread_while_the_artefact_is_written(tmp_path: Path) -> None:
+    model, x, prepared = _prepared_stack(tmp_path, 4)
+    assert not (tmp_path / "m.nnef").exists()  # prepared: nothing written yet
+    result, ran = finish_export(prepared, while_writing=lambda: threading.current_thread() is threading.main_thread())
+    assert ran is True
+    with torch.no_grad():
+        np.testing.assert_allclose(TractArtefact.load(result.path).run([x])[0], model(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0])
+def test_a_failed_work_while_writing_leaves_no_artefact(tmp_path: Path, delay: float) -> None:
+    """The exporter's work fails while the writer runs (delay 0: the writer stops before
+    its next tensor) or after it has finished (the finished artefact is removed)."""
+    _, _, prepared = _prepared_stack(tmp_path, 64)
+
+    def failing() -> None:
+        time.sleep(delay)
+        raise RuntimeError("the exporter's own work failed")
+
+    with pytest.raises(RuntimeError, match="own work failed"):
+        finish_export(prepared, while_writing=failing)
+    assert list(tmp_path.iterdir()) == []

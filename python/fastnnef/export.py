@@ -6,6 +6,8 @@ import contextvars
 import functools
 import inspect
 import logging
+import shutil
+import threading
 import time
 import typing as T
 from concurrent.futures import ThreadPoolExecutor
@@ -319,19 +321,31 @@ def _written_while(options: ExportOptions, graph: NNEFGraph,
                    job: T.Callable[[], R] | None) -> tuple[Path, R | None]:
     """``write_artefact``, on a second thread while ``job`` runs on this one when there is
     a job (the writer's progress report, a context variable, goes along)."""
+    stop = threading.Event()
     write = functools.partial(write_artefact, options.path, options.artefact_format, options.compression_level or 0,
-                              graph)
+                              graph, stop)
     if job is None:
         return write(), None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastnnef-writer") as pool:
         writing = pool.submit(contextvars.copy_context().run, write)
         try:
             job_result = job()
-        finally:
-            # The job's error wins; the writer is waited for either way (no half-written
-            # artefact left behind a return).
-            writing.exception()
+        except BaseException:
+            # The job's error (Ctrl-C included) wins: the writer stops before its next
+            # tensor and removes what it wrote, or its finished artefact is removed, then
+            # the error goes up: a failed export leaves nothing behind.
+            stop.set()
+            if writing.exception() is None:
+                _remove(writing.result())
+            raise
     return writing.result(), job_result
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _front_end(

@@ -7,6 +7,7 @@ to Rust as views of the torch storage, one at a time (no copy, GIL released).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -28,8 +29,16 @@ TENSOR_PROGRESS: ContextVar[Callable[[int, int, int, int], None] | None] = Conte
 )
 
 
-def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGraph) -> Path:
-    """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path."""
+class WriteStopped(Exception):
+    """``write_artefact`` stopped between two tensors at its caller's request (the
+    artefact is removed, as on any error)."""
+
+
+def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGraph,
+                   stop: threading.Event | None = None) -> Path:
+    """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path.
+    ``stop``: set from another thread, the writing ends before the next tensor
+    (``WriteStopped``; nothing left behind)."""
     labels = sorted(graph.variables, key=lambda s: s.encode())
     total = sum(v.payload.nbytes for v in graph.variables.values())
     start = time.perf_counter()
@@ -43,6 +52,8 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
         if quant:
             artefact.add_file("graph.quant", quant)
         for count, label in enumerate(labels, 1):
+            if stop is not None and stop.is_set():
+                raise WriteStopped(f"the writing of {path} was stopped")
             payload = graph.variables[label].payload
             payload.write(artefact, label)
             done += payload.nbytes
