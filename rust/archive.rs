@@ -622,7 +622,7 @@ impl ArtefactWriter {
         self.check_usable()?;
         let header = checkpoint.prepare(label, key, encoding, options)?;
         // A converted payload (Q4_0, bf16 -> f16...) overlaps its conversion with the writes
-        // (Q4_0 1.15-1.37x, bf16 -> f16 1.2-1.7x faster writer on a quiet machine,
+        // (Q4_0 1.15-1.37x, bf16 -> f16 1.05-2.01x faster writer on a quiet machine,
         // benches/README.md); a copied one writes straight from the map (the overlap would
         // only add a copy of each piece).
         let converts = encoding.converts(checkpoint.src_dtype(key)?);

@@ -227,7 +227,7 @@ impl Encoding {
 
     /// What the encoder does with a source of dtype `src`, or an error naming the accepted ones.
     fn plan(self, src: SrcDtype) -> Result<Plan> {
-        if self.identity_source() == Some(src) {
+        if !self.converts(src) {
             return Ok(Plan::Copy);
         }
         let plan = match (self, src) {
