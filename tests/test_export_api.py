@@ -334,3 +334,48 @@ def test_a_failed_work_while_writing_leaves_no_artefact(tmp_path: Path, delay: f
     with pytest.raises(RuntimeError, match="own work failed"):
         finish_export(prepared, while_writing=failing)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- a directory's files written side by side -------------------------------------------------
+
+
+def _spied_add_tensor(monkeypatch: pytest.MonkeyPatch, fail_label: str | None = None) -> threading.Barrier:
+    """Spy on ``Artefact.add_tensor``: its first two calls wait for each other (they fail
+    with ``BrokenBarrierError`` unless they run at once); ``fail_label``'s write raises."""
+    from fastnnef.artefact import Artefact
+
+    meet, write = threading.Barrier(2, timeout=20), Artefact.add_tensor
+    calls = iter(range(1 << 30))
+
+    def add_tensor(self: Artefact, label: str, *args: Any, **kwargs: Any) -> int:
+        if next(calls) < 2:
+            meet.wait()
+        if label == fail_label:
+            raise T2NErrorInvalidArgument(f"cannot write {label}")
+        return write(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(Artefact, "add_tensor", add_tensor)
+    return meet
+
+
+def test_a_directorys_files_are_written_two_at_a_time_with_the_archives_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, x = mlp(), torch.randn(2, 4)
+    tar = export_model_to_nnef(model, (x,), tmp_path / "t.nnef", TractNNEF.latest(), compression_level=0)
+    _spied_add_tensor(monkeypatch)
+    directory = export_model_to_nnef(model, (x,), tmp_path / "d.nnef", TractNNEF.latest(), compression_level=None)
+    with tarfile.open(tar) as archive:
+        members = {m.name: archive.extractfile(m).read() for m in archive.getmembers()}  # type: ignore[union-attr]
+    assert {name: (directory / name).read_bytes() for name in all_files(directory)} == members
+    assert_runs_like_torch(directory, model, [x])
+
+
+def test_a_failed_file_among_those_written_at_once_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, x, prepared = _prepared_stack(tmp_path, 8)
+    _spied_add_tensor(monkeypatch, fail_label="3.weight")
+    with pytest.raises(T2NErrorInvalidArgument, match="cannot write 3.weight"):
+        finish_export(prepared)
+    assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,7 @@
 //! chunks while the GIL is released.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use numpy::{PyArray1, PyArrayDescrMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
@@ -312,16 +312,19 @@ fn q4_0_blocks_dat_encode<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
-/// Python face of [`ArtefactWriter`]; the lock lets the GIL go while a member is written.
+/// Python face of [`ArtefactWriter`]; the GIL goes while a member is written. Members are
+/// added under the read side of the lock (several threads at once: a directory's files
+/// are written concurrently), `finish` and `abort` take the write side, so they wait for
+/// members in flight.
 #[pyclass(name = "ArtefactWriter", module = "fastnnef._native")]
 struct PyArtefactWriter {
-    inner: Mutex<Option<ArtefactWriter>>,
+    inner: RwLock<Option<ArtefactWriter>>,
 }
 
 impl PyArtefactWriter {
-    fn with<T>(&self, f: impl FnOnce(&mut ArtefactWriter) -> crate::error::Result<T>) -> crate::error::Result<T> {
-        let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        match guard.as_mut() {
+    fn with<T>(&self, f: impl FnOnce(&ArtefactWriter) -> crate::error::Result<T>) -> crate::error::Result<T> {
+        let guard = self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match guard.as_ref() {
             Some(w) => f(w),
             None => Err(Error::InvalidArgument("this ArtefactWriter is already finished or aborted".into())),
         }
@@ -335,7 +338,7 @@ impl PyArtefactWriter {
     fn new(py: Python<'_>, path: PathBuf, format: &str, compression_level: u32) -> PyResult<Self> {
         let format: Format = format.parse().map_err(to_pyerr)?;
         let writer = py.detach(|| ArtefactWriter::create(path, format, compression_level)).map_err(to_pyerr)?;
-        Ok(PyArtefactWriter { inner: Mutex::new(Some(writer)) })
+        Ok(PyArtefactWriter { inner: RwLock::new(Some(writer)) })
     }
 
     fn add_file(&self, py: Python<'_>, name: &str, data: &[u8]) -> PyResult<()> {
@@ -393,7 +396,7 @@ impl PyArtefactWriter {
 
     fn finish(&self, py: Python<'_>) -> PyResult<String> {
         py.detach(|| {
-            let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut guard = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
             let writer = guard
                 .take()
                 .ok_or_else(|| Error::InvalidArgument("this ArtefactWriter is already finished or aborted".into()))?;
@@ -404,7 +407,7 @@ impl PyArtefactWriter {
 
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| {
-            let mut guard = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut guard = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());
             match guard.take() {
                 Some(mut w) => w.abort(),
                 None => Ok(()),

@@ -117,13 +117,22 @@ class Payload(Protocol):
     def quant_entry(self, identifier: str) -> str | None:
         """The ``graph.quant`` line for this variable, if it is torch-quantized."""
 
+    @property
+    def writes_in_place(self) -> bool:
+        """Written from the bytes where they are (memory or checkpoint), with no copy of
+        the tensor made on the way: such writes may run side by side."""
+
     def write(self, artefact: Artefact, label: str) -> None:
         """Write ``<label>.dat`` into ``artefact``."""
 
 
 class _PayloadDefaults:
     """What a payload answers unless its class says otherwise: no packed blocks held, no
-    plain data, nothing to check, no ``graph.quant`` entry."""
+    plain data, nothing to check, no ``graph.quant`` entry, written in place."""
+
+    @property
+    def writes_in_place(self) -> bool:
+        return True
 
     @property
     def held_packed(self) -> PackedFormat | None:
@@ -238,6 +247,10 @@ class TorchQuantPayload(_PayloadDefaults):
     def quant_entry(self, identifier: str) -> str | None:
         return quant_line(identifier, self.data)
 
+    @property
+    def writes_in_place(self) -> bool:
+        return False  # its integer codes are a copy (int_repr)
+
     def write(self, artefact: Artefact, label: str) -> None:
         artefact.add_tensor(label, self.data)
 
@@ -269,6 +282,10 @@ class OffloadedPayload(_PayloadDefaults):
     def check(self, label: str) -> None:
         """Refuse, before anything is written, what the checkpoint cannot give as ``encoding``."""
         self.tensor.check(label, self.encoding)
+
+    @property
+    def writes_in_place(self) -> bool:
+        return self.tensor.streams_as(self.encoding)
 
     def write(self, artefact: Artefact, label: str) -> None:
         if self.tensor.streams_as(self.encoding):
