@@ -115,9 +115,10 @@ FASTNNEF_CHILD = BASELINE + """
 import sys
 import torch, transformers  # noqa: F401
 from transformers import LlamaForCausalLM  # noqa: F401 - transformers' lazy module, resolved
-from fastnnef.llm.cli import main
+from fastnnef.llm.cli import script
 print("baseline", _baseline(), flush=True)
-sys.exit(main(sys.argv[1:]))
+sys.argv = ["fastnnef-llm", *sys.argv[1:]]
+script()  # as the console script: main, then the process ended by cli_exit.end_process
 """
 CONVERTER_CHILD = BASELINE + """
 import sys

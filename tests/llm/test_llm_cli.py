@@ -43,7 +43,7 @@ def test_alias_and_module_entry_points(monkeypatch: pytest.MonkeyPatch, capsys: 
 
     # The installed console scripts (pyproject.toml's [project.scripts], as pip registered them).
     scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
-    assert scripts["fastnnef-llm"] == scripts["t2n_export_llm_to_tract"] == "fastnnef.llm.cli:main"
+    assert scripts["fastnnef-llm"] == scripts["t2n_export_llm_to_tract"] == "fastnnef.llm.cli:script"
     monkeypatch.setattr("sys.argv", ["python -m fastnnef.llm", "--help"])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_module("fastnnef.llm", run_name="__main__")

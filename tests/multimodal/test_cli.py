@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_console_scripts_and_module_entry_point(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["fastnnef-multimodal"] == scripts["t2n_export_multimodal_to_tract"] == "fastnnef.multimodal.cli:main"
+    assert (scripts["fastnnef-multimodal"] == scripts["t2n_export_multimodal_to_tract"]
+            == "fastnnef.multimodal.cli:script")
     monkeypatch.setattr(sys, "argv", ["python -m fastnnef.multimodal", "--help"])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_module("fastnnef.multimodal", run_name="__main__")

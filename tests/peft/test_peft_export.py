@@ -180,7 +180,7 @@ def test_python_m_and_console_scripts(tmp_path: Path) -> None:
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     # pyproject.toml's [project.scripts] (the installed metadata lags until the next install).
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["fastnnef-peft"] == scripts["t2n_export_peft_to_nnef"] == "fastnnef.peft.cli:main"
+    assert scripts["fastnnef-peft"] == scripts["t2n_export_peft_to_nnef"] == "fastnnef.peft.cli:script"
     base = make_mlp()
     adapted = lora_model(base, ["fc1"], seed=5)
     adapted.save_pretrained(tmp_path / "adapter")

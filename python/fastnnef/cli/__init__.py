@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from fastnnef.cli_exit import run_command
+from fastnnef.cli_exit import end_process, run_command
 
 SUBCOMMANDS = ("demo_cmd", "export_cmd", "check_cmd", "inspect_cmd", "ops_cmd")
 
@@ -37,5 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command("fastnnef", lambda: args.run(args))
 
 
+def script() -> NoReturn:
+    """The console script: ``main`` on the command line, the process ended by ``end_process``."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

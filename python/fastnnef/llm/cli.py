@@ -16,8 +16,9 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-from fastnnef.cli_exit import run_command
+from fastnnef.cli_exit import end_process, run_command
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY, dynamic_load_registry
 from fastnnef.exceptions import T2NError
 from fastnnef.export_options import FRONT_ENDS
@@ -192,6 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command("fastnnef-llm", export)
 
 
+def script() -> NoReturn:
+    """The console script: ``main`` on the command line, the process ended by ``end_process``."""
+    end_process(main())
+
+
 def _run(args: argparse.Namespace) -> LLMExportReport:
     """``dump_llm`` from the parsed flags, with quiet libraries unless -v (restored after:
     ``main`` may run inside a larger process, such as a test session)."""
@@ -230,4 +236,4 @@ def _run(args: argparse.Namespace) -> LLMExportReport:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

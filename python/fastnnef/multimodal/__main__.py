@@ -1,7 +1,5 @@
 """``python -m fastnnef.multimodal``: the ``fastnnef-multimodal`` command."""
 
-import sys
+from fastnnef.multimodal.cli import script
 
-from fastnnef.multimodal.cli import main
-
-sys.exit(main())
+script()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import warnings
 from collections.abc import Sequence
+from typing import NoReturn
 
-from fastnnef.cli_exit import run_command
+from fastnnef.cli_exit import end_process, run_command
 from fastnnef.llm import cli as llm_cli
 from fastnnef.llm.progress import Progress
 from fastnnef.log import get_logger
@@ -63,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(PROG, export)
 
 
+def script() -> NoReturn:
+    """The console script: ``main`` on the command line, the process ended by ``end_process``."""
+    end_process(main())
+
+
 def _run(args: argparse.Namespace) -> MultimodalExportReport:
     """``dump_multimodal`` from the parsed flags, libraries quiet unless -v (restored after)."""
     from transformers.utils import logging as hf_logging
@@ -97,4 +102,4 @@ def _run(args: argparse.Namespace) -> MultimodalExportReport:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

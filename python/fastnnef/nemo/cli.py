@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from nemo.collections.asr.models import ASRModel
 
-from fastnnef.cli_exit import run_command
+from fastnnef.cli_exit import end_process, run_command
 from fastnnef.exceptions import T2NErrorCheckpoint, T2NErrorNotFoundFile
 from fastnnef.nemo.export import export_nemo_asr_model
 from fastnnef.nemo.subnets import SUBNET_NAMES
@@ -73,5 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command("fastnnef-nemo", export)
 
 
+def script() -> NoReturn:
+    """The console script: ``main`` on the command line, the process ended by ``end_process``."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()

@@ -1,7 +1,5 @@
 """``python -m fastnnef.peft``: the ``fastnnef-peft`` command."""
 
-import sys
+from fastnnef.peft.cli import script
 
-from fastnnef.peft.cli import main
-
-sys.exit(main())
+script()

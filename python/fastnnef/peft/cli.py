@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
-from fastnnef.cli_exit import run_command
+from fastnnef.cli_exit import end_process, run_command
 from fastnnef.peft.export import ARCHIVE_SUFFIX, export_peft
 from fastnnef.peft.mapping import (
     CHECK_MAP_TENSOR_NAME,
@@ -71,5 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command("fastnnef-peft", export)
 
 
+def script() -> NoReturn:
+    """The console script: ``main`` on the command line, the process ended by ``end_process``."""
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    script()
