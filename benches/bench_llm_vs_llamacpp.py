@@ -115,10 +115,12 @@ FASTNNEF_CHILD = BASELINE + """
 import sys
 import torch, transformers  # noqa: F401
 from transformers import LlamaForCausalLM  # noqa: F401 - transformers' lazy module, resolved
-from fastnnef.llm.cli import script
+from fastnnef.llm import cli
 print("baseline", _baseline(), flush=True)
 sys.argv = ["fastnnef-llm", *sys.argv[1:]]
-script()  # as the console script: main, then the process ended by cli_exit.end_process
+# As the console script: main, then the process ended by cli_exit.end_process (a
+# --baseline-python from before that has no script: main, then the interpreter's exit).
+cli.script() if hasattr(cli, "script") else sys.exit(cli.main())
 """
 CONVERTER_CHILD = BASELINE + """
 import sys
