@@ -25,7 +25,9 @@ each child's ``/proc/<pid>/status`` every 20 ms: peak RSS (VmHWM) and peak RssAn
 counts the checkpoint pages a tool maps; RssAnon is the memory it allocates). The baseline
 is measured in the child itself, after its imports (VmHWM and RssAnon then). In the same
 run the bench times ``dd if=/dev/zero bs=1M count=4096 conv=fdatasync`` (the disk's
-sustained write bandwidth) and ``cp -r`` of the checkpoint. Nothing is dropped from the
+sustained write bandwidth) and ``cp -r`` of the checkpoint, before the runs and again at the
+end of each round (the disk's speed moves within minutes: a run's wall is set against its
+own round's copy in the table's last column). Nothing is dropped from the
 page cache; ``sync`` runs, untimed, after each output is deleted, so that no run pays for
 the previous one's writeback. Only one checkpoint and one output exist at a time; a run
 (or the copy) whose output would not fit in the free space, leaving ``--disk-margin-gb``
@@ -366,6 +368,10 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
     print(f"dd bs=1M count={dd_mib} conv=fdatasync: {dd:.0f} MB/s; cp -r of the checkpoint: "
           + (f"{cp:.2f} s ({size / cp / 1e6:.0f} MB/s)" if cp else "-") + f"; load average {os.getloadavg()[0]:.1f}")
     results: dict[str, list[Measure]] = {run: [] for run in runs}
+    # The disk's speed moves by 2-3x within minutes on a shared machine: each round ends
+    # with its own `cp -r`, and a run's wall is set against its round's copy.
+    round_cps: list[float | None] = []
+    rounds: dict[str, list[int]] = {run: [] for run in runs}
     for rep in range(reps):
         for run in runs:
             output = workdir / f"out-{run}"
@@ -376,6 +382,7 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
                 continue
             measure = export(run, checkpoint, output, *converter)
             results[run].append(measure)
+            rounds[run].append(rep)
             shutil.rmtree(output)
             os.sync()
             phases = ", ".join(f"{k} {v:.1f}" for k, v in measure.phases.items())
@@ -384,6 +391,8 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
                   f"(baseline {measure.baseline_rss_mib:.0f}), RssAnon {measure.peak_anon_mib:.0f} MiB (baseline "
                   f"{measure.baseline_anon_mib:.0f}), artefact {measure.artefact_bytes / 1e9:.2f} GB"
                   + (f"; phases {phases} s" if phases else "") + f"; load {os.getloadavg()[0]:.1f}", flush=True)
+        round_cps.append(cp_seconds(checkpoint, workdir, size, margin))
+        print(f"  [{rep + 1}/{reps}] cp -r: " + (f"{round_cps[-1]:.2f} s" if round_cps[-1] else "skipped"), flush=True)
     rows = []
     print(f"\n{'run':<16} {'wall min':>10} {'median':>8} {'peak RSS':>12} {'over base':>10} {'RssAnon':>10} "
           f"{'over base':>10} {'artefact':>10}  export phase")
@@ -401,7 +410,9 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
                 f"{anon.peak_anon_mib - anon.baseline_anon_mib:+10.0f} {measures[0].artefact_bytes / 1e9:7.2f} GB"
                 f"  {phase}")
         print(line)
-        cp_ratio = f"{min(walls) / cp:.2f}" if cp else "-"
+        # Per round: the run's wall over that round's `cp -r` (runs skipped for space have no round).
+        cp_ratio = " / ".join(f"{m.wall / c:.2f}" for m, r in zip(measures, rounds[run], strict=True)
+                              if (c := round_cps[r])) or "-"
         rows.append(f"| {shape} | {run} | {len(walls)} | {min(walls):.1f} / {statistics.median(walls):.1f} | "
                     f"{min(m.cpu for m in measures):.1f} | "
                     f"{worst.peak_rss_mib:,.0f} (+{worst.peak_rss_mib - worst.baseline_rss_mib:,.0f}) | "
@@ -415,7 +426,8 @@ def bench_shape(shape: str, runs: list[str], reps: int, workdir: Path, converter
             theirs_cpu = min(m.cpu for m in results["converter-f16"])
             print(f"f16: {name} {theirs / ours:.2f}x the converter's speed (min walls {ours:.1f} / {theirs:.1f} s; "
                   f"CPU {ours_cpu:.1f} / {theirs_cpu:.1f} s)")
-    print("cp -r " + (f"{cp:.1f} s" if cp else "skipped") + f"; dd {dd:.0f} MB/s")
+    print("cp -r " + (f"{cp:.1f} s" if cp else "skipped") + " before the runs, "
+          + ", ".join(f"{c:.1f} s" if c else "skipped" for c in round_cps) + f" after each round; dd {dd:.0f} MB/s")
     if cleanup:
         shutil.rmtree(checkpoint)
     return rows
@@ -471,7 +483,7 @@ def main() -> None:
             if args.cleanup:
                 shutil.rmtree(args.workdir, ignore_errors=True)
     print("\n| shape | run | n | wall min / median (s) | CPU min (s) | peak RSS MiB (over baseline) | peak RssAnon "
-          "MiB (over baseline) | artefact GB | export phase | wall / cp |")
+          "MiB (over baseline) | artefact GB | export phase | wall / cp, per round |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     print("\n".join(rows))
 
