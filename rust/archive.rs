@@ -617,6 +617,27 @@ impl ArtefactWriter {
         self.member(name, data.len() as u64, &mut |w| w.write_all(data).map_err(|e| Error::io("cannot write", &tmp, e)))
     }
 
+    /// Remove member `name` of a directory, written earlier, so that the name can be
+    /// written again (a tensor file written ahead of the graph that the graph does not
+    /// use as it is). An archive's members are final: refused.
+    pub fn remove_member(&self, name: &str) -> Result<()> {
+        self.check_usable()?;
+        if self.format != Format::Dir {
+            return Err(Error::InvalidArgument(format!(
+                "member '{name}' cannot be removed from a {:?} artefact: only a directory's can",
+                self.format
+            )));
+        }
+        let mut names = self.names.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !names.contains(name) {
+            return Err(Error::InvalidArgument(format!("artefact member '{name}' was not written")));
+        }
+        let path = self.tmp.join(name);
+        fs::remove_file(&path).map_err(|e| Error::io("cannot remove", &path, e))?;
+        names.remove(name);
+        Ok(())
+    }
+
     /// Encode `view` as `encoding` and add it as `<label>.dat`; returns the bytes written
     /// (header included). Limits are checked before anything is written.
     pub fn add_tensor(
@@ -992,8 +1013,16 @@ mod tests {
                     scope.spawn(move || w.add_tensor(&format!("t{t}"), view, Encoding::F16, &EncodeOptions::default()));
                 }
             });
-            // A label taken by another thread is still refused.
+            // A label taken by another thread is still refused; a directory's member can be
+            // removed and written again, an archive's cannot.
             assert!(w.add_tensor("t3", &views[3], Encoding::F16, &EncodeOptions::default()).is_err());
+            if format == Format::Dir {
+                w.remove_member("t3.dat").unwrap();
+                assert!(w.remove_member("t3.dat").is_err());
+                w.add_tensor("t3", &views[3], Encoding::F16, &EncodeOptions::default()).unwrap();
+            } else {
+                assert!(w.remove_member("t3.dat").unwrap_err().to_string().contains("only a directory"));
+            }
             let done = w.finish().unwrap();
             let members: Vec<(String, Vec<u8>)> = match format {
                 Format::Dir => (0..8).map(|t| (format!("t{t}.dat"), fs::read(done.join(format!("t{t}.dat"))).unwrap())).collect(),

@@ -34,6 +34,7 @@ from fastnnef.export import (
     prepare_export,
 )
 from fastnnef.inference_target import TractNNEF
+from fastnnef.nnef.serialize import EarlyFiles
 from tests.helpers import TRACER_ALLOWED
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -340,9 +341,12 @@ def test_a_failed_work_while_writing_leaves_no_artefact(tmp_path: Path, delay: f
 
 
 def _spied_add_tensor(monkeypatch: pytest.MonkeyPatch, fail_label: str | None = None) -> threading.Barrier:
-    """Spy on ``Artefact.add_tensor``: its first two calls wait for each other (they fail
-    with ``BrokenBarrierError`` unless they run at once); ``fail_label``'s write raises."""
+    """Spy on ``Artefact.add_tensor``, with no file written ahead of the graph: its first
+    two calls wait for each other (they fail with ``BrokenBarrierError`` unless they run
+    at once); ``fail_label``'s write raises."""
     from fastnnef.artefact import Artefact
+
+    monkeypatch.setattr(EarlyFiles, "writable", staticmethod(lambda tensor: False))
 
     meet, write = threading.Barrier(2, timeout=20), Artefact.add_tensor
     calls = iter(range(1 << 30))
@@ -374,8 +378,49 @@ def test_a_directorys_files_are_written_two_at_a_time_with_the_archives_bytes(
 def test_a_failed_file_among_those_written_at_once_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, x, prepared = _prepared_stack(tmp_path, 8)
     _spied_add_tensor(monkeypatch, fail_label="3.weight")
+    _, x, prepared = _prepared_stack(tmp_path, 8)
     with pytest.raises(T2NErrorInvalidArgument, match="cannot write 3.weight"):
         finish_export(prepared)
+    assert list(tmp_path.iterdir()) == []
+
+
+class WithUnusedBuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = mlp()
+        self.register_buffer("unused", torch.arange(6.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def test_files_written_during_the_capture_are_kept_only_where_the_graph_writes_the_same(tmp_path: Path) -> None:
+    """A directory's parameter and buffer files are written while the model is captured.
+    Here the writing ahead is let finish, then one parameter is changed in place and one
+    buffer is unused by the graph: the first is written again with its new values, the
+    second removed, the rest kept."""
+    model, x = WithUnusedBuffer().eval(), torch.randn(2, 4)
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    prepared = prepare_export(model, (x,), target, options_of(tmp_path / "m.nnef", compression_level=None))
+    assert prepared.early is not None
+    prepared.early._thread.join()  # everything written ahead
+    assert sorted(prepared.early._written) == ["body.0.bias", "body.0.weight", "body.2.bias", "body.2.weight",
+                                               "unused"]
+    with torch.no_grad():
+        model.body[2].bias.add_(10.0)  # in place: same memory, a new version
+    result, _ = finish_export(prepared)
+    assert all_files(tmp_path) == ["m.nnef", *(f"m.nnef/{name}" for name in [
+        "body.0.bias.dat", "body.0.weight.dat", "body.2.bias.dat", "body.2.weight.dat", "graph.nnef"])]
+    assert_runs_like_torch(result.path, model, [x])  # the changed bias included
+
+
+def test_a_failed_capture_removes_the_files_written_ahead(tmp_path: Path) -> None:
+    class Failing(WithUnusedBuffer):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("the model's own forward failed")
+
+    with pytest.raises(T2NError, match="own forward failed"):
+        export_model_to_nnef(Failing(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest(),
+                             compression_level=None)
     assert list(tmp_path.iterdir()) == []

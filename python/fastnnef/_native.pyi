@@ -145,7 +145,9 @@ class ArtefactWriter:
     existing non-empty directory.
 
     Members are written in the order given; callers pass ``graph.nnef``, ``graph.quant``
-    and then labels in byte order for reproducible output. Archives use fixed metadata
+    and then labels in byte order for reproducible output. Members may be added from
+    several threads at once: a directory's files are written concurrently, an archive's
+    members one at a time; ``finish`` and ``abort`` wait for the members in flight. Archives use fixed metadata
     (mtime 315532800, uid/gid 0, mode 0644) and gzip is one member compressed on all
     cores (deterministic for a given level, whatever the thread count).
     """
@@ -170,6 +172,9 @@ class ArtefactWriter:
         """Add already-packed GGML-order Q4_0 ``blocks`` of a tensor of logical ``shape`` as
         ``<label>.dat`` (no re-quantization; ``q4_0_legacy`` repacks the nibbles); returns
         the bytes written. Raises as ``q4_0_blocks_dat_encode``."""
+    def remove_member(self, name: str) -> None:
+        """Remove member ``name`` (e.g. ``"w.dat"``) of a directory artefact, written
+        earlier, so that it can be written again; an archive's members cannot be removed."""
     def finish(self) -> str:
         """Flush, fsync-free close, atomic rename; returns the final path."""
     def abort(self) -> None:

@@ -193,6 +193,11 @@ class Artefact:
         converted (bf16/f16/f32) or quantized (``"q4_0"``) on the way by Rust."""
         return self._live().add_checkpoint_tensor(label, tensor.checkpoint, tensor.key, encoding)
 
+    def remove(self, name: str) -> None:
+        """Remove member ``name`` of a directory artefact, written earlier (it may then be
+        written again)."""
+        self._live().remove_member(name)
+
     def finish(self) -> str:
         """Finish and rename into place; returns the final path."""
         writer = self._live()

@@ -35,7 +35,7 @@ from fastnnef.inference_target.base import InferenceTarget, UnfoldModelInfo
 from fastnnef.log import export_log_level, get_logger
 from fastnnef.nnef.graph import NNEFGraph
 from fastnnef.nnef.passes import run_passes
-from fastnnef.nnef.serialize import write_artefact
+from fastnnef.nnef.serialize import EarlyFiles, write_artefact
 from fastnnef.op.convert import Converter
 from fastnnef.op.custom_extractors.base import find_extractor
 from fastnnef.op.extras import import_extra_modules
@@ -216,6 +216,7 @@ class PreparedExport:
     input_names: list[str]
     timings: dict[str, float]
     checks: list[str]
+    early: EarlyFiles | None  # a directory's tensor files written during the capture
 
 
 def prepare_export(
@@ -280,18 +281,38 @@ def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, o
             check_io_quantity(len(ir.inputs), len(captured.flat_inputs))
         return convert_to_nnef(captured, ir, inference_target, options.naming, list(options.custom_extensions), model)
 
-    traced, ir, graph = _front_end(options.front_end, model, args, input_names, output_names, names_from,
-                                   inference_target, convert, stage_done, values)
+    early = _write_ahead(model, options)
+    try:
+        traced, ir, graph = _front_end(options.front_end, model, args, input_names, output_names, names_from,
+                                       inference_target, convert, stage_done, values)
+    except BaseException:
+        if early is not None:
+            early.abort()
+        raise
     if options.check_io_names_qte_match:
         checks.append("io_quantity")
     return PreparedExport(model, args, inference_target, options, traced, graph, traced.input_names[: len(ir.inputs)],
-                          timings, checks)
+                          timings, checks, early)
+
+
+def _write_ahead(model: nn.Module, options: ExportOptions) -> EarlyFiles | None:
+    """A directory's tensor files start being written while the model is captured: the
+    parameters and buffers, under their paths (the ``.dat`` labels whatever the naming
+    scheme). The capture is Python, the writing Rust without the GIL, so on two cores
+    the two overlap; what the graph does not write as it is gets removed
+    (``EarlyFiles``). An archive is one stream in its canonical order: nothing ahead."""
+    if options.artefact_format != "dir" or isinstance(model, torch.jit.ScriptModule):
+        return None
+    tensors = [(name, t) for name, t in [*model.named_parameters(), *model.named_buffers()] if EarlyFiles.writable(t)]
+    if not tensors:
+        return None
+    return EarlyFiles(options.path, sorted(tensors, key=lambda item: item[0].encode()))
 
 
 def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -> tuple[ExportResult, R | None]:
     options, traced, timings = prepared.options, prepared.captured, prepared.timings
     start = time.perf_counter()
-    written, job_result = _written_while(options, prepared.graph, while_writing)
+    written, job_result = _written_while(options, prepared.graph, while_writing, prepared.early)
     timings["write"] = time.perf_counter() - start
     in_names = prepared.input_names
     model_info = UnfoldModelInfo(
@@ -317,13 +338,13 @@ def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -
     return result, job_result
 
 
-def _written_while(options: ExportOptions, graph: NNEFGraph,
-                   job: T.Callable[[], R] | None) -> tuple[Path, R | None]:
+def _written_while(options: ExportOptions, graph: NNEFGraph, job: T.Callable[[], R] | None,
+                   early: EarlyFiles | None) -> tuple[Path, R | None]:
     """``write_artefact``, on a second thread while ``job`` runs on this one when there is
     a job (the writer's progress report, a context variable, goes along)."""
     stop = threading.Event()
     write = functools.partial(write_artefact, options.path, options.artefact_format, options.compression_level or 0,
-                              graph, stop)
+                              graph, stop, early)
     if job is None:
         return write(), None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastnnef-writer") as pool:

@@ -394,6 +394,11 @@ impl PyArtefactWriter {
         py.detach(|| self.with(|w| w.add_q4_0_blocks(label, bytes, &shape, enc))).map_err(to_pyerr)
     }
 
+    /// Remove member `name` of a directory artefact (written earlier) so it can be written again.
+    fn remove_member(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.detach(|| self.with(|w| w.remove_member(name))).map_err(to_pyerr)
+    }
+
     fn finish(&self, py: Python<'_>) -> PyResult<String> {
         py.detach(|| {
             let mut guard = self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -15,10 +15,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import ContextVar
 from pathlib import Path
 
-from fastnnef.artefact import Artefact
+import torch
+
+from fastnnef.artefact import PLAIN_ENCODINGS, Artefact
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NAlias, NNEFGraph, NOp
-from fastnnef.nnef.payload import quantized_type_line
+from fastnnef.nnef.payload import PlainPayload, quantized_type_line
 from fastnnef.nnef.writer import graph_text
 
 log = get_logger(__name__)
@@ -37,21 +39,32 @@ class WriteStopped(Exception):
 
 
 def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGraph,
-                   stop: threading.Event | None = None) -> Path:
+                   stop: threading.Event | None = None, early: EarlyFiles | None = None) -> Path:
     """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path.
     ``stop``: set from another thread, the writing ends before the next tensor
-    (``WriteStopped``; nothing left behind)."""
+    (``WriteStopped``; nothing left behind). ``early``: a directory's tensor files written
+    ahead (``EarlyFiles``), kept where the graph writes the same."""
+    ahead = early.take() if early is not None else None
     labels = sorted(graph.variables, key=lambda s: s.encode())
     total = sum(v.payload.nbytes for v in graph.variables.values())
     start = time.perf_counter()
-    for label in labels:  # checkpoint tensors fail (dtype, limits) before any byte is written
-        graph.variables[label].payload.check(label)
     report = _Progress(path, len(labels), total)
-    with Artefact(path, fmt, compression_level) as artefact:
+    try:
+        for label in labels:  # checkpoint tensors fail (dtype, limits) before any byte is written
+            graph.variables[label].payload.check(label)
+    except BaseException:
+        if ahead is not None:
+            ahead[0].abort()
+        raise
+    with ahead[0] if ahead is not None else Artefact(path, fmt, compression_level) as artefact:
+        kept = _keep_early_files(artefact, graph, ahead[1]) if ahead is not None else set()
+        for label in sorted(kept, key=lambda s: s.encode()):
+            report(graph.variables[label].payload.nbytes)
         artefact.add_file("graph.nnef", graph_text(graph))
         quant = quant_text(graph)
         if quant:
             artefact.add_file("graph.quant", quant)
+        labels = [label for label in labels if label not in kept]
         if fmt == "dir":
             _write_files_side_by_side(artefact, graph, labels, path, stop, report)
         else:
@@ -60,9 +73,89 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
                 payload = graph.variables[label].payload
                 payload.write(artefact, label)
                 report(payload.nbytes)
-    log.info("wrote %s (%d tensors, %.1f MiB) in %.2f s", artefact.path, len(labels),
-             total / 2**20, time.perf_counter() - start)
+    log.info("wrote %s (%d tensors, %.1f MiB; %d written ahead) in %.2f s", artefact.path, report.count,
+             total / 2**20, len(kept), time.perf_counter() - start)
     return Path(artefact.path or path)
+
+
+class EarlyFiles:
+    """Tensor files of a directory artefact written ahead, on a thread of their own, while
+    the model is still being captured (Python, mostly under the GIL; the writing is Rust,
+    without it): the module's parameters and buffers under the labels the default naming
+    gives them, their qualified names, each in its dtype's encoding. ``write_artefact``
+    keeps a file only where the graph's variable of that label is the same tensor (same
+    memory, layout and dtype, and unmodified since: torch's version counter) written in
+    the same encoding, removes the others and writes what is missing. A file is written
+    from the tensor's memory, never a copy; ``abort`` (or an export that fails) removes
+    everything."""
+
+    def __init__(self, path: Path, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        self._artefact = Artefact(path, "dir")
+        self._written: dict[str, _Identity] = {}
+        self._failed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._write, args=(tensors,), name="fastnnef-early", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def writable(tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is written from its memory as it is: a plain strided CPU
+        tensor of a dtype with an encoding of its own (a tensor subclass, a quantized or
+        complex one, or one with lazy conjugate or negative bits, is left to the graph)."""
+        return (type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type == "cpu"
+                and tensor.layout == torch.strided and tensor.numel() > 0
+                and (tensor.dtype in PLAIN_ENCODINGS or tensor.dtype == torch.bfloat16)
+                and not tensor.is_conj() and not tensor.is_neg())
+
+    def _write(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        try:
+            for label, tensor in tensors:
+                if self._stop.is_set():
+                    return
+                identity = _identity(tensor)  # before the bytes are read: a change meanwhile shows
+                self._artefact.add_tensor(label, tensor)
+                self._written[label] = identity
+        except Exception:  # noqa: BLE001 - written ahead only: the graph's own writing reports
+            # whatever is wrong with a tensor, from a fresh artefact.
+            log.debug("writing tensors ahead stopped", exc_info=True)
+            self._failed = True
+
+    def take(self) -> tuple[Artefact, dict[str, _Identity]] | None:
+        """Stop after the file in progress; the artefact and what was written in it, or
+        ``None`` (nothing kept) when the writing ahead failed."""
+        self._stop.set()
+        self._thread.join()
+        if self._failed:
+            self._artefact.abort()
+            return None
+        return self._artefact, self._written
+
+    def abort(self) -> None:
+        """Stop and remove everything written. Idempotent."""
+        self._stop.set()
+        self._thread.join()
+        self._artefact.abort()
+
+
+_Identity = tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...], int]
+
+
+def _identity(tensor: torch.Tensor) -> _Identity:
+    """Memory, dtype, layout and version (bumped by every in-place change) of ``tensor``."""
+    return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), tensor._version
+
+
+def _keep_early_files(artefact: Artefact, graph: NNEFGraph, written: dict[str, _Identity]) -> set[str]:
+    """The labels written ahead that the graph writes the same; the other files removed."""
+    kept = set()
+    for label, identity in written.items():
+        variable = graph.variables.get(label)
+        payload = variable.payload if variable is not None else None
+        if isinstance(payload, PlainPayload) and payload.encoding is None and _identity(payload.data) == identity:
+            kept.add(label)
+        else:
+            artefact.remove(f"{label}.dat")
+    return kept
 
 
 #: Tensor files of a directory written at once. Each is its own file, so their writes do
