@@ -12,7 +12,9 @@ The floor of a directory export (the VM's first-write effects, apart from fastnn
 each fastnnef export to a directory, a fresh Python process writes the same files (same
 names, same sizes, bytes from one reused buffer, no fsync, as the exporters) into a new
 directory: ``floor`` is its wall time, ``ours / floor`` how far the export's writing is
-from plain ``write`` calls of the same bytes on this machine at that moment.
+from plain ``write`` calls of the same bytes on this machine at that moment (fastnnef writes
+a directory's parameter files while the model is captured: the export's writing then counts
+only what is left after the capture, the whole call everything).
 
 Per run: wall time of the export call, peak RSS (``VmHWM`` of the worker) and its
 baseline (Python + torch + the library imported, model structure built, weights not yet
@@ -199,8 +201,9 @@ def print_floor(result: dict[str, Any], folder: Path, nbytes: int) -> None:
     shutil.rmtree(folder)
     write = result["write"] or result["wall"]
     print(f"{'':8s} {'dir':6s} {'floor':14s} {floor['wall']:8.2f}  plain writes of the same {floor['files']} files "
-          f"({nbytes / floor['wall'] / 1e6:.0f} MB/s); the export's writing {write:.2f} s = "
-          f"{write / floor['wall']:.2f}x the floor, its whole call {result['wall'] / floor['wall']:.2f}x", flush=True)
+          f"({nbytes / floor['wall'] / 1e6:.0f} MB/s); the export's writing after the capture {write:.2f} s = "
+          f"{write / floor['wall']:.2f}x the floor (the files written during the capture not included), "
+          f"its whole call {result['wall'] / floor['wall']:.2f}x", flush=True)
 
 
 def make_checkpoint(path: Path, size: int) -> None:
