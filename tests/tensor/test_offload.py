@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -658,3 +659,34 @@ def test_export_of_weights_larger_than_the_memory_the_process_may_use(tmp_path):
     for i in range(layers):
         expected = expected @ state[f"{i}.weight"].T
     np.testing.assert_allclose(TractArtefact.load(artefact).run([x])[0], expected.numpy(), rtol=1e-3, atol=1e-3)
+
+
+def test_checkpoint_weights_written_during_the_capture_are_kept(tmp_path, monkeypatch):
+    """A directory export of an offloaded model: each weight's file is streamed from the
+    checkpoint while the model is captured, and the graph's writing keeps every one (the
+    same checkpoint tensor in the same encoding: no file written twice)."""
+    from fastnnef.artefact import Artefact
+    from fastnnef.export import finish_export, options_of, prepare_export
+
+    torch.manual_seed(3)
+    state = state_of(TinyLM(), torch.bfloat16)
+    save_file(state, tmp_path / "model.safetensors")
+    model = load_offloaded_checkpoint(empty_model(), tmp_path / "model.safetensors")
+    writers: list[tuple[str, str]] = []
+    for name in ("add_offloaded", "add_tensor"):
+        method = getattr(Artefact, name)
+
+        def spy(self, label, *args, _method=method, **kwargs):
+            writers.append((label, threading.current_thread().name))
+            return _method(self, label, *args, **kwargs)
+
+        monkeypatch.setattr(Artefact, name, spy)
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    prepared = prepare_export(model, (IDS,), target, options_of(tmp_path / "m.nnef", compression_level=None))
+    assert prepared.early is not None
+    prepared.early._thread.join()  # everything written ahead
+    result, _ = finish_export(prepared)
+    assert sorted(writers) == [(label, "fastnnef-early") for label in ["down.weight", "embed.weight", "up.bias",
+                                                                      "up.weight"]]
+    (got,) = TractArtefact.load(result.path).run([IDS])
+    np.testing.assert_allclose(got, reference_model(state)(IDS).detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -20,8 +20,9 @@ import torch
 from fastnnef.artefact import PLAIN_ENCODINGS, Artefact
 from fastnnef.log import get_logger
 from fastnnef.nnef.graph import NAlias, NNEFGraph, NOp
-from fastnnef.nnef.payload import PlainPayload, quantized_type_line
+from fastnnef.nnef.payload import DATUM_TYPES, OffloadedPayload, PlainPayload, quantized_type_line
 from fastnnef.nnef.writer import graph_text
+from fastnnef.tensor.offload import OffloadedTensor
 
 log = get_logger(__name__)
 
@@ -81,13 +82,14 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
 class EarlyFiles:
     """Tensor files of a directory artefact written ahead, on a thread of their own, while
     the model is still being captured (Python, mostly under the GIL; the writing is Rust,
-    without it): the module's parameters and buffers under the labels the default naming
-    gives them, their qualified names, each in its dtype's encoding. ``write_artefact``
-    keeps a file only where the graph's variable of that label is the same tensor (same
-    memory, layout and dtype, and unmodified since: torch's version counter) written in
-    the same encoding, removes the others and writes what is missing. A file is written
-    from the tensor's memory, never a copy; ``abort`` (or an export that fails) removes
-    everything."""
+    without it): the module's parameters and buffers under their paths (the ``.dat``
+    labels whatever the naming scheme), each as the graph writes it by default: a tensor
+    in memory in its dtype's encoding, from its memory (never a copy); a weight still in
+    its checkpoint streamed from the file in its dtype's. ``write_artefact`` keeps a file
+    only where the graph's variable of that label is the same (``_written_as``: the same
+    memory, layout, dtype and version counter, so an in-place change since shows; or the
+    same checkpoint tensor in the same encoding), removes the others and writes what is
+    missing. ``abort`` (or an export that fails) removes everything."""
 
     def __init__(self, path: Path, tensors: list[tuple[str, torch.Tensor]]) -> None:
         self._artefact = Artefact(path, "dir")
@@ -99,9 +101,12 @@ class EarlyFiles:
 
     @staticmethod
     def writable(tensor: torch.Tensor) -> bool:
-        """Whether ``tensor`` is written from its memory as it is: a plain strided CPU
-        tensor of a dtype with an encoding of its own (a tensor subclass, a quantized or
-        complex one, or one with lazy conjugate or negative bits, is left to the graph)."""
+        """Whether ``tensor`` is written ahead: a plain strided CPU tensor of a dtype with an
+        encoding (not a tensor subclass, a quantized or complex one, or one with lazy
+        conjugate or negative bits), or a whole checkpoint tensor that streams in its
+        dtype's encoding (not Q4_0, not packed, not composed of several)."""
+        if type(tensor) is OffloadedTensor:
+            return not (tensor.q4_0 or tensor.packed) and tensor.streams_as(DATUM_TYPES[tensor.dtype])
         return (type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type == "cpu"
                 and tensor.layout == torch.strided and tensor.numel() > 0
                 and (tensor.dtype in PLAIN_ENCODINGS or tensor.dtype == torch.bfloat16)
@@ -112,8 +117,14 @@ class EarlyFiles:
             for label, tensor in tensors:
                 if self._stop.is_set():
                     return
-                identity = _identity(tensor)  # before the bytes are read: a change meanwhile shows
-                self._artefact.add_tensor(label, tensor)
+                # Taken before the bytes are read: a change meanwhile shows.
+                if isinstance(tensor, OffloadedTensor):
+                    encoding = DATUM_TYPES[tensor.dtype]
+                    identity = _written_as(tensor, encoding)
+                    self._artefact.add_offloaded(label, tensor, encoding)
+                else:
+                    identity = _written_as(tensor, None)
+                    self._artefact.add_tensor(label, tensor)
                 self._written[label] = identity
         except Exception:  # noqa: BLE001 - written ahead only: the graph's own writing reports
             # whatever is wrong with a tensor, from a fresh artefact.
@@ -137,12 +148,27 @@ class EarlyFiles:
         self._artefact.abort()
 
 
-_Identity = tuple[int, torch.dtype, tuple[int, ...], tuple[int, ...], int]
+_Identity = tuple[object, ...]
 
 
-def _identity(tensor: torch.Tensor) -> _Identity:
-    """Memory, dtype, layout and version (bumped by every in-place change) of ``tensor``."""
-    return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), tensor._version
+def _written_as(tensor: torch.Tensor, encoding: str | None) -> _Identity:
+    """What a file written from ``tensor`` as ``encoding`` holds: for a checkpoint tensor,
+    its file's tensor (the checkpoint object, kept alive by the tensor), dtypes and the
+    encoding; for one in memory, its memory, dtype, layout and version (bumped by every
+    in-place change)."""
+    if isinstance(tensor, OffloadedTensor):
+        return tensor.checkpoint, tensor.key, tuple(tensor.shape), tensor.stored_dtype, tensor.dtype, encoding
+    return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), tensor._version, encoding
+
+
+def _graph_writes(payload: object) -> _Identity | None:
+    """What the graph writes for ``payload``, where a file written ahead can hold it."""
+    if isinstance(payload, PlainPayload) and payload.encoding is None and not isinstance(payload.data, OffloadedTensor):
+        return _written_as(payload.data, None)
+    if (isinstance(payload, OffloadedPayload) and type(payload.tensor) is OffloadedTensor
+            and not (payload.tensor.q4_0 or payload.tensor.packed) and payload.tensor.streams_as(payload.encoding)):
+        return _written_as(payload.tensor, payload.encoding)
+    return None
 
 
 def _keep_early_files(artefact: Artefact, graph: NNEFGraph, written: dict[str, _Identity]) -> set[str]:
@@ -150,8 +176,7 @@ def _keep_early_files(artefact: Artefact, graph: NNEFGraph, written: dict[str, _
     kept = set()
     for label, identity in written.items():
         variable = graph.variables.get(label)
-        payload = variable.payload if variable is not None else None
-        if isinstance(payload, PlainPayload) and payload.encoding is None and _identity(payload.data) == identity:
+        if variable is not None and _graph_writes(variable.payload) == identity:
             kept.add(label)
         else:
             artefact.remove(f"{label}.dat")
