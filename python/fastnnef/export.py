@@ -204,8 +204,9 @@ def export_with_options(
 
 @dataclass
 class PreparedExport:
-    """A model captured and converted to its NNEF graph, nothing written yet
-    (``prepare_export``); ``finish_export`` writes and checks it."""
+    """A model captured and converted to its NNEF graph, nothing written yet but a
+    directory's files written ahead in its staging directory (``prepare_export``);
+    ``finish_export`` writes and checks it."""
 
     model: nn.Module
     args: T.Any  # the example inputs as the model takes them (on the CPU)
@@ -224,7 +225,8 @@ def prepare_export(
     reference_outputs: bool = True,
 ) -> PreparedExport:
     """The capture and the conversion of ``export_with_options``, under the options' log
-    level: no byte written yet."""
+    level: nothing written yet at the target (for a directory, its parameters' files are
+    written meanwhile in the staging directory beside it: ``_write_ahead``)."""
     with export_log_level(options.log_level):
         return _prepare(model, args, inference_target, options, reference_outputs)
 
@@ -378,7 +380,8 @@ def _front_end(
     """The model captured, its IR and its NNEF graph (``convert``), by ``front_end``:
     ``"export"`` (``fx_graph/``), ``"jit"`` (``torch_graph/``), or ``"auto"``: torch.export
     unless ``fx_graph/fallback.py``'s rules send the model to the tracer, the reason logged
-    once. Nothing is written yet: a fallback never follows a written artefact."""
+    once. No artefact is written yet: a fallback never follows one (files written ahead
+    for a directory are checked against whichever graph comes out)."""
     declined = declined_before_capture(model) if front_end == "auto" else None
     if front_end != "jit" and declined is None:
         try:
