@@ -162,11 +162,12 @@ def _written_as(tensor: torch.Tensor, encoding: str | None) -> _Identity:
 
 
 def _graph_writes(payload: object) -> _Identity | None:
-    """What the graph writes for ``payload``, where a file written ahead can hold it."""
+    """What the graph writes for ``payload``, where a file written ahead can hold it (the
+    identity holds the encoding, dtypes and shape, so a Q4_0, packed or re-rounded form of
+    a checkpoint tensor never equals what was written ahead)."""
     if isinstance(payload, PlainPayload) and payload.encoding is None and not isinstance(payload.data, OffloadedTensor):
         return _written_as(payload.data, None)
-    if (isinstance(payload, OffloadedPayload) and type(payload.tensor) is OffloadedTensor
-            and not (payload.tensor.q4_0 or payload.tensor.packed) and payload.tensor.streams_as(payload.encoding)):
+    if isinstance(payload, OffloadedPayload) and type(payload.tensor) is OffloadedTensor:
         return _written_as(payload.tensor, payload.encoding)
     return None
 
