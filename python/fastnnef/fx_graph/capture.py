@@ -22,6 +22,9 @@ A submodule that a module extractor exports whole (op/custom_extractors) is one
 ``fastnnef::module_call`` op in the program, as on the jit front end
 (torch_graph/module_calls.py): torch records the call, not the module's internals, and
 the op's fake kernel gives its outputs' sizes.
+
+Inside ``repeats.layers_captured_once`` (the LLM exporters), each group of alike layers
+(an LLM's decoder layers) is captured once and its nodes copied for the others.
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from torch.utils.hooks import RemovableHandle
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.fx_graph.fast_path import nested_encoders_seen, zero_padding_like_eager
+from fastnnef.fx_graph.repeats import active_plan, expand_repeats, repeated_calls
 from fastnnef.fx_graph.sizes import traced_int
+from fastnnef.log import get_logger
 from fastnnef.tensor.offload import on_stand_ins
 from fastnnef.torch_graph.module_calls import ModuleCall, kept_whole
 from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatten_inputs, state_kept
@@ -50,6 +55,7 @@ from fastnnef.torch_graph.trace import FlatIO, eval_mode, expand_io_names, flatt
 # torch names a size of an input after FlatIO.forward's argument: ``L['flat'][0].size()[1]``.
 _INPUT_SIZE = re.compile(r"L\['flat'\]\[(\d+)\]\.size\(\)\[(\d+)\]")
 _EXPORT_LOCK = threading.Lock()
+log = get_logger(__name__)
 
 # {flat input index: {axis: NNEF symbol}} for the flat inputs with these names.
 DynamicAxesOf = Callable[[list[str], list[torch.Tensor]], dict[int, dict[int, str]]]
@@ -107,10 +113,8 @@ def capture_program(
             with _EXPORT_LOCK, kept_whole(model, extractor_of) as module_calls, _rnn_weights_kept(model):
                 with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
                     with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
-                        program = torch.export.export(
-                            wrapper, tuple(flat.tensors), dynamic_shapes=_dims(dynamic_axes, flat.tensors),
-                            strict=False,
-                        )
+                        program = _exported(wrapper, flat.tensors, _dims(dynamic_axes, flat.tensors),
+                                            lambda module: extractor_of(module) is not None)
                     if not eager:  # the outputs the fake run recorded, as values of their traced sizes
                         fakes, out_spec = pytree.tree_flatten(recorded[-1])
                         flat_outputs = [_zeros_like_traced(out) for out in fakes]
@@ -127,6 +131,29 @@ def capture_program(
     out_names = expand_io_names(output_names, top_items, len(flat_outputs), "output", "output")
     return CapturedProgram(program, wrapper, flat.tensors, list(flat_outputs), flat.names, out_names, dynamic_axes,
                            module_calls)
+
+
+def _exported(wrapper: FlatIO, inputs: list[torch.Tensor], dims: tuple[Any, ...] | None,
+              kept_whole: Callable[[nn.Module], bool]) -> torch.export.ExportedProgram:
+    """``torch.export``'s program of ``wrapper``; inside ``layers_captured_once`` each group
+    of alike layers captured once (repeats.py), or, where the layers turn out not alike,
+    captured again layer by layer."""
+    def export() -> torch.export.ExportedProgram:
+        return torch.export.export(wrapper, tuple(inputs), dynamic_shapes=dims, strict=False)
+
+    with repeated_calls(wrapper, active_plan(), kept_whole) as repeats:
+        if not repeats.groups:
+            return export()
+        try:
+            program = export()
+            why = expand_repeats(program, repeats)
+        except Exception as err:  # noqa: BLE001 - whatever failed, the capture layer by layer decides
+            why = f"{type(err).__name__}: {err}"
+    if why is None:
+        log.info("%d alike layers captured once", sum(m.repeated for g in repeats.groups for m in g.members))
+        return program
+    log.info("alike layers captured again one by one: %s", why)
+    return export()
 
 
 @contextlib.contextmanager

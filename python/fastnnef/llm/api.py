@@ -35,6 +35,7 @@ from fastnnef.exceptions import (
 )
 from fastnnef.export import finish_export
 from fastnnef.exporter_run import files_in, staged_export, timed
+from fastnnef.fx_graph.repeats import layers_captured_once
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.architectures import KVLayout, kv_layout, tested_list
@@ -238,7 +239,8 @@ def _dump(options: LLMExportOptions) -> LLMExportReport:
         progress.phase("tracing the model")
         traced_on = runner.example_inputs(tokens, total)
         with (timed(timings, "export"), moe_export_forms(model, target.capabilities()),
-              traceable_mla(model), trace_on_stand_ins(), fast_cpu_kernels(model.dtype)):
+              traceable_mla(model), trace_on_stand_ins(), fast_cpu_kernels(model.dtype),
+              layers_captured_once(wrapper.repeat_plan())):
             prepared = prepare_decoder(wrapper, traced_on, artefact_path, target, wrapper.io_names(),
                                        assertions(layout.max_positions, wrapper.has_past), options)
 

@@ -41,9 +41,10 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from fastnnef.fx_graph.repeats import RepeatPlan, StateAccess
 from fastnnef.llm.alibi import alibi_lengths, alibi_modules
 from fastnnef.llm.architectures import CHUNKED_ATTENTION, KVLayout
-from fastnnef.llm.cache import cache_from_flat, cache_kwarg, flat_from_cache
+from fastnnef.llm.cache import CACHE_ATTRIBUTES, cache_from_flat, cache_kwarg, flat_from_cache
 from fastnnef.llm.linear_attention import (
     LINEAR_ATTENTION,
     GatedDeltaNetOps,
@@ -54,6 +55,7 @@ from fastnnef.llm.linear_attention import (
 )
 from fastnnef.llm.long_rope import long_rope_modules, scale_selected
 from fastnnef.llm.state_space import StateSpaceOps, state_space_forward, state_space_mixers
+from fastnnef.llm.transformers_api import DynamicCache
 
 # transformers' cache layer types of layers that keep states (the mask of a layer that
 # keeps states only is None: it sees only its states).
@@ -105,6 +107,15 @@ def assertions(max_positions: int | None, has_past: bool = True) -> list[str]:
         return ["tract_assert S >= 1"] + ([f"tract_assert S < {max_positions}"] if max_positions is not None else [])
     bound = [f"tract_assert S+P < {max_positions}"] if max_positions is not None else []
     return ["tract_assert P >= 0", "tract_assert S >= 1", *bound, "tract_assert tg: S==1", "tract_assert pp: P==0"]
+
+
+def decoder_layers(lm: nn.Module, n_layers: int) -> nn.ModuleList | None:
+    """The model's decoder layers: its list of ``n_layers`` modules holding the most
+    weights (``model.layers``, ``transformer.h``...), or None."""
+    lists = [m for m in lm.modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
+    if not lists:
+        return None
+    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
 def attention_masks(
@@ -207,6 +218,7 @@ class KVCacheLM(nn.Module):
         # inputs); a model without keys and values (state-space layers only) has no P.
         inputs = self.io_names()[0]
         self._first_key = next((inputs.index(name) - 1 for name in inputs if name.startswith("in_cache_key_")), None)
+        self._past_inputs = [inputs.index(name) - 1 for name in self.dynamic_axes() if name != "input_ids"]
         self.extra_inputs = extra_inputs
 
     def forward(self, input_ids: torch.Tensor, *flat_cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -216,6 +228,13 @@ class KVCacheLM(nn.Module):
             flat_cache, extras = flat_cache[:split], flat_cache[split:]
         new = input_ids.shape[1]
         past = flat_cache[self._first_key].shape[2] if self._first_key is not None else 0
+        if torch.compiler.is_exporting():
+            # Every cache input has the one past length P (the artefact's symbol): said
+            # before the layers run, their inputs have one size, not one symbol per input
+            # until each layer's attention ties it to the mask's (alike layers are then
+            # captured once: fx_graph/repeats.py).
+            for index in self._past_inputs:
+                torch._check(flat_cache[index].shape[2] == past)
         masks: dict[str, Any] = attention_masks(past, new, self.layout.windows, self.compute_dtype)
         fed: dict[str, Any] = {"input_ids": input_ids, "position_ids": torch.arange(past, past + new)[None]}
         extra_outputs: tuple[torch.Tensor, ...] = ()
@@ -253,6 +272,32 @@ class KVCacheLM(nn.Module):
             elif self.linear is not None and i in self.linear_layers:
                 shapes += [self.linear.conv_shape, self.linear.recurrent_shape]
         return [torch.zeros(shape, dtype=dtype) for shape in shapes]
+
+    def repeat_plan(self) -> RepeatPlan | None:
+        """The decoder layers for ``layers_captured_once`` (fx_graph/repeats.py): layers
+        with keys and values, told apart by their layer type (a sliding-window layer is
+        not a full-attention one); layers with states or none of their own are captured
+        as usual. Each layer's state is its entry of the cache object."""
+        layers = decoder_layers(self.model, self.layout.n_layers)
+        if layers is None:
+            return None
+        kinds = [self.layout.layer_types[i] if tuple(names) == KV_STATES else None
+                 for i, names in enumerate(self.layer_names)]
+        return RepeatPlan(list(layers), kinds, self._layer_state)
+
+    def _layer_state(self, index: int, held: Any) -> StateAccess | None:
+        """Layer ``index``'s keys and values in the cache object ``held``, as a getter and
+        a setter; None for any other object."""
+        if not isinstance(held, DynamicCache) or index >= len(held.layers):
+            return None
+        layer = held.layers[index]
+        attributes = [CACHE_ATTRIBUTES[name] for name in self.layer_names[index]]
+
+        def put(tensors: list[torch.Tensor]) -> None:
+            for attribute, tensor in zip(attributes, tensors):
+                setattr(layer, attribute, tensor)
+
+        return (lambda: [getattr(layer, a) for a in attributes]), put
 
     @property
     def has_past(self) -> bool:

@@ -38,6 +38,7 @@ from fastnnef.check import TractArtefact
 from fastnnef.compress import DEFAULT_COMPRESSION_REGISTRY
 from fastnnef.exceptions import T2NErrorInvalidArgument, T2NErrorIOPytorchTractNotISO, T2NErrorNotFoundFile
 from fastnnef.exporter_run import files_in, staged_export, timed
+from fastnnef.fx_graph.repeats import layers_captured_once
 from fastnnef.inference_target.tract import TractCheckTolerance
 from fastnnef.inference_target.tract_cli import TractCli
 from fastnnef.llm.api import LLM_NAMING_SCHEME
@@ -258,7 +259,7 @@ def _dump(options: LLMExportOptions) -> MultimodalExportReport:
         )
         # MoE blocks: one tract_moe_ffn where the target has it, else the dense form.
         with timed(timings, "export decoder"), moe_export_forms(model, target.capabilities()), \
-                progress.writing():
+                progress.writing(), layers_captured_once(wrapper.repeat_plan()):
             exported = export_decoder(wrapper, example_inputs, decoder_path, target,
                                       (io.input_names, io.output_names), assertions(layout.max_positions), options)
         example = Bundle("export", dict(zip(io.input_names, example_inputs)),
