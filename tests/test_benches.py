@@ -33,6 +33,7 @@ RESULT_LINES = {
     "bench_llm_state_space_speed.py": r"^\| mamba2 \| \d+\.\d \(\d+\.\d\) \| \d+\.\d \(\d+\.\d\) \| \d+\.\d\d \|",
     "bench_multimodal.py": r"^\| 0\.00 GB \| fastnnef-multimodal -nv \| \d+\.\d+ \|",
     "bench_llm_moe_memory.py": r"startup \d+ MiB, peak \d+ MiB, above startup -?\d+ MiB, export \d+\.\d+ s$",
+    "bench_llm_capture.py": r"^\s+4 by-layer\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+$",
     "bench_vs_reference.py": r"^\s*\d+\.\d+GB dir\s+fastnnef stream\s+\d+\.\d+\s+\d+",
     "bench_vs_torch_to_nnef.py": r"^mlp 8x32 \(0 MB\)\s+tgz\s+\S+\s+\d+\.\d+",
     "bench_moe_ffn.py": r"^tract_moe_ffn\s+\d+\.\d+\s+\d+\s+\d+\.\d+$",

@@ -69,8 +69,11 @@ def _layer_by_layer(checkpoint: Path, out: Path, monkeypatch: pytest.MonkeyPatch
 
 # family -> (layers, how many are repeats): a group of n alike layers repeats n - 3
 # (its first, second and last are captured and compared); Gemma 2 alternates sliding and
-# full layers (two groups of 4), DeepSeek V3's first layer is dense (5 MoE layers).
-FAMILIES = {"llama": (6, 3), "gpt2": (6, 3), "gemma2": (8, 2), "bloom": (6, 3), "deepseek_v3": (6, 2)}
+# full layers (two groups of 4), DeepSeek V3's first layer is dense (5 MoE layers);
+# Mixtral's experts are one module kept whole per layer (tract_moe_ffn), copied as each
+# layer's own.
+FAMILIES = {"llama": (6, 3), "gpt2": (6, 3), "gemma2": (8, 2), "bloom": (6, 3), "deepseek_v3": (6, 2),
+            "mixtral": (6, 3)}
 # Families whose layers each compute a constant of their own (DeepSeek's router: an arange
 # of its experts), which the repeats share with the second layer: fewer constants, so
 # the others' labels (``.c<n>``) are numbered otherwise; the weights are the same files.

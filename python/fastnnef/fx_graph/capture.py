@@ -114,7 +114,7 @@ def capture_program(
                 with fx_config.patch(backed_size_oblivious=True), _no_stack_traces():  # type: ignore[attr-defined]
                     with zero_padding_like_eager(nested_encoders):  # the encoders' eager fast path (fast_path.py)
                         program = _exported(wrapper, flat.tensors, _dims(dynamic_axes, flat.tensors),
-                                            lambda module: extractor_of(module) is not None)
+                                            module_calls)
                     if not eager:  # the outputs the fake run recorded, as values of their traced sizes
                         fakes, out_spec = pytree.tree_flatten(recorded[-1])
                         flat_outputs = [_zeros_like_traced(out) for out in fakes]
@@ -134,19 +134,19 @@ def capture_program(
 
 
 def _exported(wrapper: FlatIO, inputs: list[torch.Tensor], dims: tuple[Any, ...] | None,
-              kept_whole: Callable[[nn.Module], bool]) -> torch.export.ExportedProgram:
+              module_calls: dict[int, ModuleCall]) -> torch.export.ExportedProgram:
     """``torch.export``'s program of ``wrapper``; inside ``layers_captured_once`` each group
     of alike layers captured once (repeats.py), or, where the layers turn out not alike,
     captured again layer by layer."""
     def export() -> torch.export.ExportedProgram:
         return torch.export.export(wrapper, tuple(inputs), dynamic_shapes=dims, strict=False)
 
-    with repeated_calls(wrapper, active_plan(), kept_whole) as repeats:
+    with repeated_calls(wrapper, active_plan()) as repeats:
         if not repeats.groups:
             return export()
         try:
             program = export()
-            why = expand_repeats(program, repeats)
+            why = expand_repeats(program, repeats, module_calls)
         except Exception as err:  # noqa: BLE001 - whatever failed, the capture layer by layer decides
             why = f"{type(err).__name__}: {err}"
     if why is None:

@@ -43,6 +43,8 @@ from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
 from fastnnef.exceptions import T2NErrorTorchExportFailed
+from fastnnef.torch_graph.module_calls import OP_KIND as MODULE_CALL
+from fastnnef.torch_graph.module_calls import ModuleCall
 
 BEGIN, END, REPEAT = "fastnnef::layer_begin", "fastnnef::layer_end", "fastnnef::layer_repeat"
 
@@ -143,13 +145,12 @@ class Repeats:
 
 
 @contextlib.contextmanager
-def repeated_calls(root: nn.Module, plan: RepeatPlan | None,
-                   excluded: Callable[[nn.Module], bool]) -> Iterator[Repeats]:
+def repeated_calls(root: nn.Module, plan: RepeatPlan | None) -> Iterator[Repeats]:
     """The plan's groups installed on their layers (instance ``forward``s, removed after):
-    ``root`` is the module ``torch.export`` is given (for the layers' paths);
-    ``excluded``: a layer holding such a submodule is captured in full (a module kept
-    whole for its extractor: its op names its module)."""
-    groups = _groups(plan, excluded) if plan is not None else []
+    ``root`` is the module ``torch.export`` is given (for the layers' paths). A layer
+    kept whole itself (its extractor's instance ``forward``) is not repeated; submodules
+    kept whole inside a layer are (their ops name their module: see ``_expand``)."""
+    groups = _groups(plan) if plan is not None else []
     assert plan is not None or not groups
     paths_of = {id(m): path for path, m in root.named_modules(remove_duplicate=False)}
     by_key = {m.key: (g, m) for g in groups for m in g.members}
@@ -173,10 +174,10 @@ def repeated_calls(root: nn.Module, plan: RepeatPlan | None,
                 _live.pop(key, None)
 
 
-def _groups(plan: RepeatPlan, excluded: Callable[[nn.Module], bool]) -> list[_Group]:
+def _groups(plan: RepeatPlan) -> list[_Group]:
     by_signature: dict[Any, list[int]] = {}
     for i, (layer, kind) in enumerate(zip(plan.layers, plan.kinds)):
-        if kind is None or "forward" in layer.__dict__ or any(excluded(m) for m in layer.modules()):
+        if kind is None or "forward" in layer.__dict__:
             continue
         signature = _signature(layer)
         if signature is not None:
@@ -222,15 +223,16 @@ def _signature(layer: nn.Module) -> tuple[Any, ...] | None:
 
 def _value(value: Any, owner: nn.Module) -> Any:
     """An attribute's value as compared between layers: plain values by value, containers
-    of them item by item, a method bound to its module by its function, any other object
+    of them item by item, a method by its function and its object's type, any other object
     by identity (one config shared by all layers is alike; an object per layer is not);
     None for a tensor held outside parameters and buffers."""
     if isinstance(value, torch.Tensor):
         return None
     if isinstance(value, _PLAIN):
         return ("=", value)
-    if isinstance(value, types.MethodType) and value.__self__ is owner:
-        return ("method", id(value.__func__))
+    if isinstance(value, types.MethodType):  # a forward put on the instance (a module kept whole)
+        bound = "self" if value.__self__ is owner else type(value.__self__)
+        return ("method", id(value.__func__), bound)
     if isinstance(value, functools.partial):  # an activation's partial(gelu, approximate="tanh")
         bound = _value((value.args, value.keywords), owner)
         return None if bound is None else ("partial", id(value.func), bound)
@@ -399,12 +401,15 @@ class _Span:
     inputs: dict[fx.Node, int]  # the begin op's outputs (getitem nodes) -> their index
     body: list[fx.Node]  # the nodes computed from the inputs or the layer's tensors, in order
     tensors: dict[fx.Node, str]  # the layer's parameter/buffer placeholders -> name in the layer
+    calls: dict[int, str]  # module_call keys of the submodules kept whole -> their path in the layer
 
 
-def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats) -> str | None:
+def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats,
+                   module_calls: dict[int, ModuleCall]) -> str | None:
     """The repeat ops replaced by copies of their template's nodes and the markers by their
     inputs (the module docstring); returns why not, when the layers turn out not alike
-    (the program is then unusable: capture again without repeats)."""
+    (the program is then unusable: capture again without repeats). ``module_calls``: the
+    call each ``fastnnef::module_call`` key names (torch_graph/module_calls.py)."""
     graph = program.graph
     ops = {BEGIN: {}, END: {}, REPEAT: {}}  # type: dict[str, dict[int, fx.Node]]
     for node in graph.nodes:
@@ -419,7 +424,9 @@ def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats) -> s
     constants = {by_name[spec.arg.name]: program.constants[spec.target]
                  for spec in program.graph_signature.input_specs
                  if spec.kind == InputKind.CONSTANT_TENSOR and spec.target in program.constants}
-    spans = {key: _span(node, ops[END][key], placeholders.get(key, {})) for key, node in ops[BEGIN].items()}
+    calls = {key: _calls_in(member.module, module_calls) for key, (_, member) in repeats.by_key.items()}
+    spans = {key: _span(node, ops[END][key], placeholders.get(key, {}), calls[key])
+             for key, node in ops[BEGIN].items()}
     layered: set[fx.Node] = set()  # what any layer computes: another layer reads it as an argument only
     for span in spans.values():
         layered |= {span.begin, span.end, *span.body, *span.inputs, *span.end.users}
@@ -437,8 +444,9 @@ def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats) -> s
                 return f"layer {member.index} (alike layers captured once from layer {group.template.index}): {why}"
         for member in group.members:
             if member.repeated:
-                _expand(graph, template, ops[REPEAT][member.key], member, repeats.paths[group.template.key],
-                        repeats.paths[member.key])
+                own_calls = {path: module_calls[key] for key, path in calls[member.key].items()}
+                _expand(graph, template, ops[REPEAT][member.key], member, own_calls, module_calls,
+                        repeats.paths[group.template.key], repeats.paths[member.key])
     for span_ops in (ops[BEGIN], ops[END]):
         for node in span_ops.values():
             _unmark(graph, node)
@@ -461,7 +469,12 @@ def _layer_tensors(program: torch.export.ExportedProgram, repeats: Repeats) -> d
     return found
 
 
-def _span(begin: fx.Node, end: fx.Node, tensors: dict[fx.Node, str]) -> _Span:
+def _calls_in(layer: nn.Module, module_calls: dict[int, ModuleCall]) -> dict[int, str]:
+    paths = {id(module): path for path, module in layer.named_modules(remove_duplicate=False)}
+    return {key: paths[id(call.module)] for key, call in module_calls.items() if id(call.module) in paths}
+
+
+def _span(begin: fx.Node, end: fx.Node, tensors: dict[fx.Node, str], calls: dict[int, str]) -> _Span:
     inputs = {user: user.args[1] for user in begin.users}
     body: list[fx.Node] = []
     reached = set(inputs) | set(tensors)
@@ -471,7 +484,7 @@ def _span(begin: fx.Node, end: fx.Node, tensors: dict[fx.Node, str]) -> _Span:
             reached.add(node)
             body.append(node)
         node = node.next
-    return _Span(begin, end, inputs, body, tensors)  # type: ignore[arg-type]
+    return _Span(begin, end, inputs, body, tensors, calls)  # type: ignore[arg-type]
 
 
 def _not_isolated(span: _Span, layered: set[fx.Node]) -> str | None:
@@ -506,7 +519,13 @@ def _differs(a: _Span, b: _Span, constants: dict[fx.Node, torch.Tensor]) -> str 
     for x, y in zip(a.body, b.body):
         if x.op != y.op or x.target != y.target:
             return f"{y.name} ({y.target}) where the template has {x.name} ({x.target})"
-        if not _same_args((x.args, x.kwargs), (y.args, y.kwargs), mapping, constants):
+        if _is_module_call(x):  # its key names its module: the same submodule of each layer
+            if a.calls.get(x.args[1]) is None or a.calls.get(x.args[1]) != b.calls.get(y.args[1]):  # type: ignore[arg-type]
+                return f"{y.name} calls another module kept whole than {x.name}"
+            same = _same_args(x.args[0], y.args[0], mapping, constants)
+        else:
+            same = _same_args((x.args, x.kwargs), (y.args, y.kwargs), mapping, constants)
+        if not same:
             return f"{y.name} ({y.target}) has other arguments than {x.name}"
         mapping[x] = y
     if not _same_args(a.end.args[0], b.end.args[0], mapping, constants):
@@ -544,9 +563,10 @@ def _same_args(x: Any, y: Any, mapping: dict[fx.Node, fx.Node], constants: dict[
     return type(x) is type(y) and x == y
 
 
-def _expand(graph: fx.Graph, template: _Span, repeat: fx.Node, member: _Member, template_path: str,
-            path: str) -> None:
-    """``repeat`` replaced by the template's nodes on its inputs and the layer's tensors."""
+def _expand(graph: fx.Graph, template: _Span, repeat: fx.Node, member: _Member, calls: dict[str, ModuleCall],
+            module_calls: dict[int, ModuleCall], template_path: str, path: str) -> None:
+    """``repeat`` replaced by the template's nodes on its inputs and the layer's tensors, a
+    module kept whole called as the layer's own (``calls``: its path in the layer -> its call)."""
     given: list[fx.Node] = list(repeat.args[0])  # type: ignore[arg-type]
     n_inputs = len(given) - len(member.names)
     env: dict[fx.Node, Any] = {node: given[index] for node, index in template.inputs.items()}
@@ -555,6 +575,10 @@ def _expand(graph: fx.Graph, template: _Span, repeat: fx.Node, member: _Member, 
     with graph.inserting_before(repeat):
         for node in template.body:
             copy = graph.node_copy(node, lambda arg: env.get(arg, arg))
+            if _is_module_call(node):
+                own = calls[template.calls[node.args[1]]]  # type: ignore[index]
+                own.called_as(module_calls[node.args[1]])  # type: ignore[index]
+                copy.args = (copy.args[0], own.key)
             stack = copy.meta.get("nn_module_stack")
             if stack:
                 copy.meta["nn_module_stack"] = {
@@ -566,6 +590,10 @@ def _expand(graph: fx.Graph, template: _Span, repeat: fx.Node, member: _Member, 
         user.replace_all_uses_with(env.get(result, result))
         graph.erase_node(user)
     graph.erase_node(repeat)
+
+
+def _is_module_call(node: fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target._schema.name == MODULE_CALL
 
 
 def _moved(module_path: str, template_path: str, path: str) -> str:

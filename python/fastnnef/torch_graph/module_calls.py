@@ -60,6 +60,11 @@ class ModuleCall:
         template, out_spec = self._out
         return pytree.tree_unflatten([next(outs) if t is None else t for t in template], out_spec)
 
+    def called_as(self, other: ModuleCall) -> None:
+        """This module's call is a copy of ``other``'s (an alike layer's, fx_graph/repeats.py):
+        the same non-tensor arguments, for a run of the op again (a functionalization)."""
+        self._args = other._args
+
     def run(self, tensors: list[torch.Tensor], fake: bool = False) -> list[torch.Tensor]:
         """The op's kernel: the module's own forward on the call's arguments; ``fake``
         (torch.export's fake tensors): the extractor's ``fake_forward``, which gives the
