@@ -64,6 +64,8 @@ STATE_LAYER_TYPES = (LINEAR_ATTENTION, "conv", HYBRID)
 STATE_ONLY_LAYER_TYPES = (LINEAR_ATTENTION, "conv")
 
 KV_STATES = ("key", "value")
+# torch >= 2.6 says when torch.export captures (older ones: never, and every layer is captured).
+_exporting = getattr(torch.compiler, "is_exporting", lambda: False)
 LINEAR_STATES = ("conv", "recurrent")
 
 
@@ -228,7 +230,7 @@ class KVCacheLM(nn.Module):
             flat_cache, extras = flat_cache[:split], flat_cache[split:]
         new = input_ids.shape[1]
         past = flat_cache[self._first_key].shape[2] if self._first_key is not None else 0
-        if torch.compiler.is_exporting():
+        if _exporting():
             # Every cache input has the one past length P (the artefact's symbol): said
             # before the layers run, their inputs have one size, not one symbol per input
             # until each layer's attention ties it to the mask's (alike layers are then
