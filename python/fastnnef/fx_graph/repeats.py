@@ -1,4 +1,4 @@
-"""Identical layers captured once: a deep stack of alike blocks costs the capture of a few.
+"""Alike layers captured once: a deep stack of alike blocks costs the capture of a few.
 
 ``torch.export`` records a model by running it on fake tensors with symbolic sizes, and
 that costs the same for every decoder layer of an LLM (0.6 s a layer on this project's
@@ -19,8 +19,9 @@ After the capture (:func:`expand_repeats`) the first and last layers' nodes are 
 with the second's, node by node, parameters matched by their name in the layer: the same
 ops on the same constants, so a layer whose index changes what it computes (a scale by
 depth, a first or last layer of its own) shows. Then each repeat op is replaced by a copy
-of the second layer's nodes on that layer's inputs and parameters, and the markers by
-their inputs: the program is the one a full capture records. Where the comparison fails,
+of the second layer's nodes on that layer's inputs and parameters (a submodule kept whole
+for its extractor, ``fastnnef::module_call``, called as that layer's own), and the
+markers by their inputs: the program is the one a full capture records. Where the comparison fails,
 the caller captures again without repeats (``capture.py``). A call whose arguments differ
 from the second layer's (sizes, non-tensor arguments) runs as usual.
 """
@@ -151,7 +152,7 @@ def repeated_calls(root: nn.Module, plan: RepeatPlan | None) -> Iterator[Repeats
     kept whole itself (its extractor's instance ``forward``) is not repeated; submodules
     kept whole inside a layer are (their ops name their module: see ``_expand``)."""
     groups = _groups(plan) if plan is not None else []
-    assert plan is not None or not groups
+    state_of = plan.state if plan is not None else None
     paths_of = {id(m): path for path, m in root.named_modules(remove_duplicate=False)}
     by_key = {m.key: (g, m) for g in groups for m in g.members}
     repeats = Repeats(groups, by_key, {m.key: paths_of.get(id(m.module), "") for g in groups for m in g.members})
@@ -163,7 +164,7 @@ def repeated_calls(root: nn.Module, plan: RepeatPlan | None) -> Iterator[Repeats
     try:
         for group in groups:
             for member in group.members:
-                member.module.__dict__["forward"] = _forward_of(group, member, plan)  # type: ignore[arg-type]
+                member.module.__dict__["forward"] = _forward_of(group, member, state_of)
         yield repeats
     finally:
         for group in groups:
@@ -252,12 +253,14 @@ def _is_leaf(value: Any) -> bool:
     return not isinstance(value, (tuple, list, dict))
 
 
-def _forward_of(group: _Group, member: _Member, plan: RepeatPlan) -> Callable[..., Any]:
+def _forward_of(group: _Group, member: _Member, state_of: LayerState | None) -> Callable[..., Any]:
+    """The instance ``forward`` of a group's layer: marked (first, second, last), one repeat
+    op (the others, where the call matches the second's), or the layer's own."""
     module = member.module
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_leaf)
-        state = _state(plan.state, member.index, leaves)
+        state = _state(state_of, member.index, leaves)
         if state is None:
             return type(module).forward(module, *args, **kwargs)
         if member.role == "repeat":
@@ -433,6 +436,11 @@ def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats,
     for node in ops[REPEAT].values():
         layered |= {node, *node.users}
     for group in repeats.groups:
+        if not any(member.repeated for member in group.members):
+            continue  # its marked layers stay as captured; only the markers go
+        unmarked = [m.index for m in group.members if m.role != "repeat" and m.key not in spans]
+        if unmarked:  # called with an object the plan does not know: nothing to compare with
+            return f"layers {unmarked} ran unmarked, alike layers of theirs repeated"
         template = spans[group.template.key]
         for member in group.members:
             if member.role == "repeat":
