@@ -64,9 +64,9 @@ STATE_LAYER_TYPES = (LINEAR_ATTENTION, "conv", HYBRID)
 STATE_ONLY_LAYER_TYPES = (LINEAR_ATTENTION, "conv")
 
 KV_STATES = ("key", "value")
+LINEAR_STATES = ("conv", "recurrent")
 # torch >= 2.6 says when torch.export captures (older ones: never, and every layer is captured).
 _exporting = getattr(torch.compiler, "is_exporting", lambda: False)
-LINEAR_STATES = ("conv", "recurrent")
 
 
 def layer_cache_names(n_layers: int, linear_layers: Collection[int] = (), shared_layers: Collection[int] = (),
