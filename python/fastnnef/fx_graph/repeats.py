@@ -422,8 +422,8 @@ def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats,
                 ops[name][node.args[1]] = node
     if not ops[BEGIN]:
         return None
-    placeholders = _layer_tensors(program, repeats)
     by_name = {n.name: n for n in graph.nodes if n.op == "placeholder"}
+    placeholders = _layer_tensors(program, repeats, by_name)
     constants = {by_name[spec.arg.name]: program.constants[spec.target]
                  for spec in program.graph_signature.input_specs
                  if spec.kind == InputKind.CONSTANT_TENSOR and spec.target in program.constants}
@@ -463,10 +463,11 @@ def expand_repeats(program: torch.export.ExportedProgram, repeats: Repeats,
     return None
 
 
-def _layer_tensors(program: torch.export.ExportedProgram, repeats: Repeats) -> dict[int, dict[fx.Node, str]]:
-    """Each marked layer's parameter and buffer placeholders, by their name in the layer."""
+def _layer_tensors(program: torch.export.ExportedProgram, repeats: Repeats,
+                   by_name: dict[str, fx.Node]) -> dict[int, dict[fx.Node, str]]:
+    """Each marked layer's parameter and buffer placeholders (``by_name``: the program's
+    placeholders by name), by their name in the layer."""
     prefixes = {f"{path}.": key for key, path in repeats.paths.items()}
-    by_name = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     found: dict[int, dict[fx.Node, str]] = {}
     for spec in program.graph_signature.input_specs:
         if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER) or spec.target is None:
