@@ -415,12 +415,95 @@ def test_files_written_during_the_capture_are_kept_only_where_the_graph_writes_t
     assert_runs_like_torch(result.path, model, [x])  # the changed bias included
 
 
-def test_a_failed_capture_removes_the_files_written_ahead(tmp_path: Path) -> None:
+def members_of(path: Path) -> list[tuple[str, bytes]]:
+    with tarfile.open(path) as archive:
+        return [(m.name, archive.extractfile(m).read()) for m in archive.getmembers()]  # type: ignore[union-attr]
+
+
+class ConvBatchNorm(nn.Module):
+    """Parameters, and buffers of which the graph leaves one unused (the batch count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.norm, self.head = nn.Conv1d(3, 8, 3), nn.BatchNorm1d(8), nn.Linear(6, 2)
+        with torch.no_grad():
+            self.norm.running_mean.uniform_(-1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.conv(x)))
+
+
+def test_an_archives_parameters_are_written_during_the_capture_then_the_rest_and_the_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive's parameters are written while the model is captured (its buffers are
+    not: a stream cannot drop the batch count the graph leaves unused); the graph's other
+    tensors follow, then graph.nnef. The members are those of an export written after the
+    capture, byte for byte, and the archive runs in tract like the model."""
+    model, x = ConvBatchNorm().eval(), torch.randn(2, 3, 8)
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    prepared = prepare_export(model, (x,), target, options_of(tmp_path / "a.nnef", compression_level=0))
+    assert prepared.early is not None
+    prepared.early._thread.join()
+    parameters = ["conv.bias", "conv.weight", "head.bias", "head.weight", "norm.bias", "norm.weight"]
+    assert list(prepared.early._written) == parameters
+    ahead = members_of(finish_export(prepared)[0].path)
+    assert [name for name, _ in ahead] == [*(f"{p}.dat" for p in parameters), "norm.running_mean.dat",
+                                           "norm.running_var.dat", "graph.nnef"]
+    monkeypatch.setattr(EarlyFiles, "writable", staticmethod(lambda tensor: False))
+    after = members_of(export_model_to_nnef(model, (x,), tmp_path / "b.nnef", TractNNEF.latest(), compression_level=0))
+    assert [name for name, _ in after] == sorted(name for name, _ in after if name != "graph.nnef") + ["graph.nnef"]
+    assert dict(ahead) == dict(after)
+    assert_runs_like_torch(tmp_path / "a.nnef.tar", model, [x])
+
+
+def test_an_archives_bytes_do_not_depend_on_whether_the_capture_or_the_writing_ahead_ends_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastnnef.artefact import Artefact
+
+    model, x = ConvBatchNorm().eval(), torch.randn(2, 3, 8)
+    first = export_model_to_nnef(model, (x,), tmp_path / "a.nnef", TractNNEF.latest(), compression_level=1)
+    write = Artefact.add_tensor
+
+    def slow(self: Artefact, label: str, *args: Any, **kwargs: Any) -> int:
+        if threading.current_thread().name == "fastnnef-early":
+            time.sleep(0.3)  # the capture (and the check) ends long before the writing ahead
+        return write(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(Artefact, "add_tensor", slow)
+    second = export_model_to_nnef(model, (x,), tmp_path / "b.nnef", TractNNEF.latest(), compression_level=1)
+    assert first.read_bytes() == second.read_bytes()
+
+
+def test_an_archive_whose_graph_writes_a_parameter_otherwise_is_written_again_whole(tmp_path: Path) -> None:
+    """A parameter changed in place after it was written ahead: the archive cannot drop
+    that member, so it is discarded and the graph's writing starts afresh: each member
+    once, the new values, the bytes of an export of the changed model."""
+    model, x = mlp(), torch.randn(2, 4)
+    target = TractNNEF(TractNNEF.latest_version(), check_io=False)
+    prepared = prepare_export(model, (x,), target, options_of(tmp_path / "a.nnef", compression_level=0))
+    assert prepared.early is not None
+    prepared.early._thread.join()
+    with torch.no_grad():
+        model[2].bias.add_(10.0)
+    written = finish_export(prepared)[0].path
+    assert [name for name, _ in members_of(written)] == ["0.bias.dat", "0.weight.dat", "2.bias.dat", "2.weight.dat",
+                                                         "graph.nnef"]
+    assert_runs_like_torch(written, model, [x])
+    fresh = export_model_to_nnef(model, (x,), tmp_path / "b.nnef", TractNNEF.latest(), compression_level=0)
+    assert written.read_bytes() == fresh.read_bytes()
+    assert all_files(tmp_path) == ["a.nnef.tar", "b.nnef.tar"]
+
+
+@pytest.mark.parametrize("level", [None, 0])
+def test_a_failed_capture_removes_the_files_written_ahead(tmp_path: Path, level: int | None) -> None:
     class Failing(WithUnusedBuffer):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             raise ValueError("the model's own forward failed")
 
     with pytest.raises(T2NError, match="own forward failed"):
         export_model_to_nnef(Failing(), (torch.randn(2, 4),), tmp_path / "m.nnef", TractNNEF.latest(),
-                             compression_level=None)
+                             compression_level=level)
     assert list(tmp_path.iterdir()) == []

@@ -204,8 +204,8 @@ def export_with_options(
 
 @dataclass
 class PreparedExport:
-    """A model captured and converted to its NNEF graph, nothing written yet but a
-    directory's files written ahead in its staging directory (``prepare_export``);
+    """A model captured and converted to its NNEF graph, nothing written yet but the
+    tensor files written ahead under the artefact's temporary name (``prepare_export``);
     ``finish_export`` writes and checks it."""
 
     model: nn.Module
@@ -217,7 +217,7 @@ class PreparedExport:
     input_names: list[str]
     timings: dict[str, float]
     checks: list[str]
-    early: EarlyFiles | None  # a directory's tensor files written during the capture
+    early: EarlyFiles | None  # the tensor files written during the capture
 
 
 def prepare_export(
@@ -225,8 +225,8 @@ def prepare_export(
     reference_outputs: bool = True,
 ) -> PreparedExport:
     """The capture and the conversion of ``export_with_options``, under the options' log
-    level: nothing written yet at the target (for a directory, its parameters' files are
-    written meanwhile in the staging directory beside it: ``_write_ahead``)."""
+    level: nothing written yet at the target (its parameters' files are written meanwhile
+    under the artefact's temporary name beside it: ``_write_ahead``)."""
     with export_log_level(options.log_level):
         return _prepare(model, args, inference_target, options, reference_outputs)
 
@@ -298,17 +298,19 @@ def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, o
 
 
 def _write_ahead(model: nn.Module, options: ExportOptions) -> EarlyFiles | None:
-    """A directory's tensor files start being written while the model is captured: the
-    parameters and buffers, under their paths (the ``.dat`` labels whatever the naming
-    scheme). The capture is Python, the writing Rust without the GIL, so on two cores
-    the two overlap; what the graph does not write as it is gets removed
-    (``EarlyFiles``). An archive is one stream in its canonical order: nothing ahead."""
-    if options.artefact_format != "dir" or isinstance(model, torch.jit.ScriptModule):
+    """The artefact's tensor files start being written while the model is captured: the
+    parameters (and a directory's buffers, which an archive could not drop when the graph
+    leaves them unused, as it does a batch norm's count), under their paths (the ``.dat``
+    labels whatever the naming scheme). The capture is Python, the writing Rust without
+    the GIL, so on two cores the two overlap; what the graph does not write as it is is
+    removed, or for an archive the whole written again (``EarlyFiles``)."""
+    if isinstance(model, torch.jit.ScriptModule):
         return None
-    tensors = [(name, t) for name, t in [*model.named_parameters(), *model.named_buffers()] if EarlyFiles.writable(t)]
+    named = [*model.named_parameters(), *(model.named_buffers() if options.artefact_format == "dir" else ())]
+    tensors = sorted(((name, t) for name, t in named if EarlyFiles.writable(t)), key=lambda item: item[0].encode())
     if not tensors:
         return None
-    return EarlyFiles(options.path, sorted(tensors, key=lambda item: item[0].encode()))
+    return EarlyFiles(options.path, options.artefact_format, options.compression_level or 0, tensors)
 
 
 def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -> tuple[ExportResult, R | None]:

@@ -1,9 +1,11 @@
 """Stream an ``NNEFGraph`` into an artefact through the Rust sink, in canonical order.
 
-Members: ``graph.nnef``, ``graph.quant`` (if any), then every variable's ``<label>.dat``
-in byte order of the label, so two exports of one model give identical bytes. Weights go
-to Rust as views of the torch storage (no copy, GIL released): one at a time into an
-archive, ``DIR_WRITERS`` files at a time into a directory.
+Members: every variable's ``<label>.dat``, those written during the capture first
+(``EarlyFiles``: the module's parameters, and for a directory its buffers), each group in
+byte order of the label, then ``graph.nnef`` and ``graph.quant`` (if any): two exports of
+one model give identical bytes. Weights go to Rust as views of the torch storage (no copy,
+GIL released): one at a time into an archive, ``DIR_WRITERS`` files at a time into a
+directory.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
     ``stop``: set from another thread, the writing ends before the next tensor
     (``WriteStopped``; nothing left behind). ``early``: a directory's tensor files written
     ahead (``EarlyFiles``), kept where the graph writes the same."""
-    ahead = early.take() if early is not None else None
+    ahead = early.settle(graph) if early is not None else None
     labels = sorted(graph.variables, key=lambda s: s.encode())
     total = sum(v.payload.nbytes for v in graph.variables.values())
     start = time.perf_counter()
@@ -57,15 +59,11 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
         if ahead is not None:
             ahead[0].abort()
         raise
-    with ahead[0] if ahead is not None else Artefact(path, fmt, compression_level) as artefact:
-        kept = _keep_early_files(artefact, graph, ahead[1]) if ahead is not None else set()
-        for label in sorted(kept, key=lambda s: s.encode()):
+    artefact, kept = ahead if ahead is not None else (Artefact(path, fmt, compression_level), [])
+    with artefact:
+        for label in kept:
             report(graph.variables[label].payload.nbytes)
-        artefact.add_file("graph.nnef", graph_text(graph))
-        quant = quant_text(graph)
-        if quant:
-            artefact.add_file("graph.quant", quant)
-        labels = [label for label in labels if label not in kept]
+        labels = [label for label in labels if label not in frozenset(kept)]
         if fmt == "dir":
             _write_files_side_by_side(artefact, graph, labels, path, stop, report)
         else:
@@ -74,29 +72,39 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
                 payload = graph.variables[label].payload
                 payload.write(artefact, label)
                 report(payload.nbytes)
+        artefact.add_file("graph.nnef", graph_text(graph))
+        quant = quant_text(graph)
+        if quant:
+            artefact.add_file("graph.quant", quant)
     log.info("wrote %s (%d tensors, %.1f MiB; %d written ahead) in %.2f s", artefact.path, report.count,
              total / 2**20, len(kept), time.perf_counter() - start)
     return Path(artefact.path or path)
 
 
 class EarlyFiles:
-    """Tensor files of a directory artefact written ahead, on a thread of their own, while
-    the model is still being captured (Python, mostly under the GIL; the writing is Rust,
-    without it): the module's parameters and buffers under their paths (the ``.dat``
-    labels whatever the naming scheme), each as the graph writes it by default: a tensor
-    in memory in its dtype's encoding, from its memory (never a copy); a weight still in
-    its checkpoint streamed from the file in its dtype's. ``write_artefact`` keeps a file
-    only where the graph's variable of that label is the same (``_written_as``: the same
-    memory, layout, dtype and version counter, so an in-place change since shows; or the
-    same checkpoint tensor in the same encoding), removes the others and writes what is
-    missing. ``abort`` (or an export that fails) removes everything."""
+    """Tensor files written ahead, on a thread of their own, while the model is still being
+    captured (Python, mostly under the GIL; the writing is Rust, without it): the module's
+    parameters (and a directory's buffers) under their paths (the ``.dat`` labels whatever
+    the naming scheme), each as the graph writes it by default: a tensor in memory in its
+    dtype's encoding, from its memory (never a copy); a weight still in its checkpoint
+    streamed from the file in its dtype's. ``settle`` keeps what the graph's variable of
+    that label writes the same (``_written_as``: the same memory, layout, dtype and version
+    counter, so an in-place change since shows; or the same checkpoint tensor in the same
+    encoding). A directory's other files are removed and the writing stops after the file
+    in progress. An archive is one stream that cannot drop a member, and its members'
+    order must not depend on how far the writing got: it is kept only if the graph writes
+    every tensor of the list the same, and then the list is written to its end; otherwise
+    it is discarded whole and the graph's writing starts afresh. ``abort`` (or an export
+    that fails) removes everything."""
 
-    def __init__(self, path: Path, tensors: list[tuple[str, torch.Tensor]]) -> None:
-        self._artefact = Artefact(path, "dir")
+    def __init__(self, path: Path, fmt: str, compression_level: int, tensors: list[tuple[str, torch.Tensor]]) -> None:
+        self._artefact = Artefact(path, fmt, compression_level)
+        self._archive = fmt != "dir"
+        self._tensors = tensors
         self._written: dict[str, _Identity] = {}
         self._failed = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._write, args=(tensors,), name="fastnnef-early", daemon=True)
+        self._thread = threading.Thread(target=self._write, name="fastnnef-early", daemon=True)
         self._thread.start()
 
     @staticmethod
@@ -112,18 +120,15 @@ class EarlyFiles:
                 and (tensor.dtype in PLAIN_ENCODINGS or tensor.dtype == torch.bfloat16)
                 and not tensor.is_conj() and not tensor.is_neg())
 
-    def _write(self, tensors: list[tuple[str, torch.Tensor]]) -> None:
+    def _write(self) -> None:
         try:
-            for label, tensor in tensors:
+            for label, tensor in self._tensors:
                 if self._stop.is_set():
                     return
-                # Taken before the bytes are read: a change meanwhile shows.
+                identity = _ahead_identity(tensor)  # taken before the bytes are read: a change meanwhile shows
                 if isinstance(tensor, OffloadedTensor):
-                    encoding = DATUM_TYPES[tensor.dtype]
-                    identity = _written_as(tensor, encoding)
-                    self._artefact.add_offloaded(label, tensor, encoding)
+                    self._artefact.add_offloaded(label, tensor, DATUM_TYPES[tensor.dtype])
                 else:
-                    identity = _written_as(tensor, None)
                     self._artefact.add_tensor(label, tensor)
                 self._written[label] = identity
         except Exception:  # noqa: BLE001 - written ahead only: the graph's own writing reports
@@ -131,15 +136,35 @@ class EarlyFiles:
             log.debug("writing tensors ahead stopped", exc_info=True)
             self._failed = True
 
-    def take(self) -> tuple[Artefact, dict[str, _Identity]] | None:
-        """Stop after the file in progress; the artefact and what was written in it, or
-        ``None`` (nothing kept) when the writing ahead failed."""
-        self._stop.set()
+    def settle(self, graph: NNEFGraph) -> tuple[Artefact, list[str]] | None:
+        """The artefact and the labels written ahead that it keeps for ``graph`` (in the
+        order written), or ``None`` (nothing kept, nothing left) when the writing ahead
+        failed or, for an archive, when the graph writes any tensor of the list otherwise."""
+        def graph_writes_the_same(label: str, identity: _Identity) -> bool:
+            variable = graph.variables.get(label)
+            return variable is not None and _graph_writes(variable.payload) == identity
+
+        if self._archive:
+            differ = [label for label, tensor in self._tensors
+                      if not graph_writes_the_same(label, _ahead_identity(tensor))]
+            if differ:
+                self.abort()
+                log.info("the graph writes %d of the %d tensors written ahead otherwise (%s): the archive is "
+                         "written again from its start", len(differ), len(self._tensors), ", ".join(differ[:3]))
+                return None
+        else:
+            self._stop.set()
         self._thread.join()
-        if self._failed:
+        if self._failed or (self._archive and len(self._written) < len(self._tensors)):
             self._artefact.abort()
             return None
-        return self._artefact, self._written
+        kept = [label for label, identity in self._written.items() if graph_writes_the_same(label, identity)]
+        if self._archive and len(kept) < len(self._written):  # changed while it was written
+            self._artefact.abort()
+            return None
+        for label in self._written.keys() - set(kept):
+            self._artefact.remove(f"{label}.dat")
+        return self._artefact, kept
 
     def abort(self) -> None:
         """Stop and remove everything written. Idempotent."""
@@ -161,6 +186,12 @@ def _written_as(tensor: torch.Tensor, encoding: str | None) -> _Identity:
     return tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()), tensor._version, encoding
 
 
+def _ahead_identity(tensor: torch.Tensor) -> _Identity:
+    """What ``EarlyFiles`` writes for ``tensor``: a checkpoint tensor in its dtype's
+    encoding, one in memory as it is."""
+    return _written_as(tensor, DATUM_TYPES[tensor.dtype] if isinstance(tensor, OffloadedTensor) else None)
+
+
 def _graph_writes(payload: object) -> _Identity | None:
     """What the graph writes for ``payload``, where a file written ahead can hold it (the
     identity holds the encoding, dtypes and shape, so a Q4_0, packed or re-rounded form of
@@ -170,18 +201,6 @@ def _graph_writes(payload: object) -> _Identity | None:
     if isinstance(payload, OffloadedPayload) and type(payload.tensor) is OffloadedTensor:
         return _written_as(payload.tensor, payload.encoding)
     return None
-
-
-def _keep_early_files(artefact: Artefact, graph: NNEFGraph, written: dict[str, _Identity]) -> set[str]:
-    """The labels written ahead that the graph writes the same; the other files removed."""
-    kept = set()
-    for label, identity in written.items():
-        variable = graph.variables.get(label)
-        if variable is not None and _graph_writes(variable.payload) == identity:
-            kept.add(label)
-        else:
-            artefact.remove(f"{label}.dat")
-    return kept
 
 
 #: Tensor files of a directory written at once. Each is its own file, so their writes do
