@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextvars import ContextVar
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -45,10 +46,10 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
                    stop: threading.Event | None = None, early: EarlyFiles | None = None) -> Path:
     """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path.
     ``stop``: set from another thread, the writing ends before the next tensor
-    (``WriteStopped``; nothing left behind). ``early``: a directory's tensor files written
-    ahead (``EarlyFiles``), kept where the graph writes the same."""
-    ahead = early.settle(graph) if early is not None else None
+    (``WriteStopped``; nothing left behind). ``early``: tensor files written ahead
+    (``EarlyFiles``), kept where the graph writes the same."""
     labels = sorted(graph.variables, key=lambda s: s.encode())
+    ahead = early.settle(graph) if early is not None else Ahead(None, [], [])
     total = sum(v.payload.nbytes for v in graph.variables.values())
     start = time.perf_counter()
     report = _Progress(path, len(labels), total)
@@ -56,14 +57,15 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
         for label in labels:  # checkpoint tensors fail (dtype, limits) before any byte is written
             graph.variables[label].payload.check(label)
     except BaseException:
-        if ahead is not None:
-            ahead[0].abort()
+        if ahead.artefact is not None:
+            ahead.artefact.abort()
         raise
-    artefact, kept = ahead if ahead is not None else (Artefact(path, fmt, compression_level), [])
+    artefact = ahead.artefact or Artefact(path, fmt, compression_level)
     with artefact:
-        for label in kept:
+        for label in ahead.kept:
             report(graph.variables[label].payload.nbytes)
-        labels = [label for label in labels if label not in frozenset(kept)]
+        first = frozenset(ahead.first)
+        labels = ahead.first[len(ahead.kept):] + [label for label in labels if label not in first]
         if fmt == "dir":
             _write_files_side_by_side(artefact, graph, labels, path, stop, report)
         else:
@@ -77,25 +79,37 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
         if quant:
             artefact.add_file("graph.quant", quant)
     log.info("wrote %s (%d tensors, %.1f MiB; %d written ahead) in %.2f s", artefact.path, report.count,
-             total / 2**20, len(kept), time.perf_counter() - start)
+             total / 2**20, len(ahead.kept), time.perf_counter() - start)
     return Path(artefact.path or path)
+
+
+class Ahead(NamedTuple):
+    """What ``EarlyFiles.settle`` leaves for the graph's writing: the artefact with the
+    files it keeps (``None``: a fresh one is written), the labels kept (in the order
+    written), and the labels the artefact holds first, before the graph's others in byte
+    order: the list written ahead less what the graph writes otherwise; ``kept`` is a
+    prefix of it."""
+
+    artefact: Artefact | None
+    kept: list[str]
+    first: list[str]
 
 
 class EarlyFiles:
     """Tensor files written ahead, on a thread of their own, while the model is still being
     captured (Python, mostly under the GIL; the writing is Rust, without it): the module's
     parameters (and a directory's buffers) under their paths (the ``.dat`` labels whatever
-    the naming scheme), each as the graph writes it by default: a tensor in memory in its
-    dtype's encoding, from its memory (never a copy); a weight still in its checkpoint
-    streamed from the file in its dtype's. ``settle`` keeps what the graph's variable of
-    that label writes the same (``_written_as``: the same memory, layout, dtype and version
-    counter, so an in-place change since shows; or the same checkpoint tensor in the same
-    encoding). A directory's other files are removed and the writing stops after the file
-    in progress. An archive is one stream that cannot drop a member, and its members'
-    order must not depend on how far the writing got: it is kept only if the graph writes
-    every tensor of the list the same, and then the list is written to its end; otherwise
-    it is discarded whole and the graph's writing starts afresh. ``abort`` (or an export
-    that fails) removes everything."""
+    the naming scheme), in byte order of the label, each as the graph writes it by default:
+    a tensor in memory in its dtype's encoding, from its memory (never a copy); a weight
+    still in its checkpoint streamed from the file in its dtype's. ``settle`` stops the
+    writing after the file in progress and keeps what the graph's variable of that label
+    writes the same (``_written_as``: the same memory, layout, dtype and version counter,
+    so an in-place change since shows; or the same checkpoint tensor in the same
+    encoding). A directory's other files are removed. An archive is one stream that cannot
+    drop a member, and its order must not depend on how far the writing got: it holds the
+    list's tensors that the graph writes the same first, whatever was written ahead, so it
+    is kept when what was written is a prefix of those, and written afresh otherwise.
+    ``abort`` (or an export that fails) removes everything."""
 
     def __init__(self, path: Path, fmt: str, compression_level: int, tensors: list[tuple[str, torch.Tensor]]) -> None:
         self._artefact = Artefact(path, fmt, compression_level)
@@ -136,35 +150,30 @@ class EarlyFiles:
             log.debug("writing tensors ahead stopped", exc_info=True)
             self._failed = True
 
-    def settle(self, graph: NNEFGraph) -> tuple[Artefact, list[str]] | None:
-        """The artefact and the labels written ahead that it keeps for ``graph`` (in the
-        order written), or ``None`` (nothing kept, nothing left) when the writing ahead
-        failed or, for an archive, when the graph writes any tensor of the list otherwise."""
+    def settle(self, graph: NNEFGraph) -> Ahead:
+        """Stop the writing ahead; what it leaves for ``graph``'s writing (``Ahead``)."""
         def graph_writes_the_same(label: str, identity: _Identity) -> bool:
             variable = graph.variables.get(label)
             return variable is not None and _graph_writes(variable.payload) == identity
 
-        if self._archive:
-            differ = [label for label, tensor in self._tensors
-                      if not graph_writes_the_same(label, _ahead_identity(tensor))]
-            if differ:
-                self.abort()
-                log.info("the graph writes %d of the %d tensors written ahead otherwise (%s): the archive is "
-                         "written again from its start", len(differ), len(self._tensors), ", ".join(differ[:3]))
-                return None
-        else:
-            self._stop.set()
+        self._stop.set()
         self._thread.join()
-        if self._failed or (self._archive and len(self._written) < len(self._tensors)):
-            self._artefact.abort()
-            return None
+        first = [label for label, tensor in self._tensors if graph_writes_the_same(label, _ahead_identity(tensor))]
         kept = [label for label, identity in self._written.items() if graph_writes_the_same(label, identity)]
-        if self._archive and len(kept) < len(self._written):  # changed while it was written
+        if not self._archive:
+            if self._failed:
+                self._artefact.abort()
+                return Ahead(None, [], [])
+            for label in self._written.keys() - set(kept):
+                self._artefact.remove(f"{label}.dat")
+            return Ahead(self._artefact, kept, kept)
+        if self._failed or len(kept) < len(self._written) or kept != first[: len(kept)]:
             self._artefact.abort()
-            return None
-        for label in self._written.keys() - set(kept):
-            self._artefact.remove(f"{label}.dat")
-        return self._artefact, kept
+            if not self._failed:
+                log.info("the graph writes %d of the %d tensors written ahead otherwise: the archive is written "
+                         "again from its start", len(self._written) - len(kept), len(self._written))
+            return Ahead(None, [], first)
+        return Ahead(self._artefact, kept, first)
 
     def abort(self) -> None:
         """Stop and remove everything written. Idempotent."""
