@@ -301,13 +301,18 @@ def _write_ahead(model: nn.Module, options: ExportOptions) -> EarlyFiles | None:
     """The artefact's tensor files start being written while the model is captured: the
     parameters (and a directory's buffers, which an archive could not drop when the graph
     leaves them unused, as it does a batch norm's count), under their paths (the ``.dat``
-    labels whatever the naming scheme). The capture is Python, the writing Rust without
-    the GIL, so on two cores the two overlap; what the graph does not write as it is is
-    removed, or for an archive the whole written again (``EarlyFiles``)."""
+    labels whatever the naming scheme), but those of modules an extractor keeps whole (it
+    writes them in forms of its own: a MoE's fused gate and up projections in halves).
+    The capture is Python, the writing Rust without the GIL, so on two cores the two
+    overlap; what the graph does not write as it is is removed, or for an archive written
+    again (``EarlyFiles``)."""
     if isinstance(model, torch.jit.ScriptModule):
         return None
+    kept_whole = {id(p) for module in model.modules() if find_extractor(module) is not None
+                  for p in module.parameters()}
     named = [*model.named_parameters(), *(model.named_buffers() if options.artefact_format == "dir" else ())]
-    tensors = sorted(((name, t) for name, t in named if EarlyFiles.writable(t)), key=lambda item: item[0].encode())
+    tensors = sorted(((name, t) for name, t in named if id(t) not in kept_whole and EarlyFiles.writable(t)),
+                     key=lambda item: item[0].encode())
     if not tensors:
         return None
     return EarlyFiles(options.path, options.artefact_format, options.compression_level or 0, tensors)
