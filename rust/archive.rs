@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use crate::checkpoint::Checkpoint;
 use crate::dat::{self, EncodeOptions, Encoding, TensorView, HEADER_LEN};
 use crate::deflate::{self, Encoder};
+use crate::direct::DirectFile;
 use crate::error::{Error, Result};
 
 /// Modification time of every archive member: 1980-01-01, as tract's deterministic mode.
@@ -363,8 +364,8 @@ fn pax_record(key: &str, value: &str) -> Vec<u8> {
 
 enum Sink {
     Dir,
-    Tar(TarStream<BufWriter<File>>),
-    Tgz(TarStream<ParallelGz<BufWriter<File>>>),
+    Tar(TarStream<DirectFile>),
+    Tgz(TarStream<ParallelGz<DirectFile>>),
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -478,7 +479,7 @@ impl ArtefactWriter {
         let tmp = temp_beside(&target)?;
         remove_stale_temps(&target);
         let mut unnamed = false;
-        let mut open_file = || -> Result<BufWriter<File>> {
+        let mut open_file = || -> Result<DirectFile> {
             let file = match create_unnamed(&target) {
                 Some(f) => {
                     unnamed = true;
@@ -486,7 +487,7 @@ impl ArtefactWriter {
                 }
                 None => create_new(&tmp)?,
             };
-            Ok(BufWriter::with_capacity(1 << 20, file))
+            Ok(DirectFile::new(file, u64::MAX))
         };
         let sink = match format {
             Format::Dir => {
@@ -578,9 +579,9 @@ impl ArtefactWriter {
                     if let Some(parent) = path.parent() {
                         fs::create_dir_all(parent).map_err(|e| Error::io("cannot create directory", parent, e))?;
                     }
-                    let mut file = BufWriter::with_capacity(1 << 20, create_new(&path)?);
+                    let mut file = DirectFile::new(create_new(&path)?, size);
                     let written = counted(&mut file, body)?;
-                    file.flush().map_err(io_err)?;
+                    file.finish().map_err(io_err)?;
                     written
                 }
                 Sink::Tar(t) => {
@@ -716,7 +717,7 @@ impl ArtefactWriter {
         self.check_usable()?;
         let sink = self.sink.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take().expect("checked usable");
         let tmp = self.tmp.clone();
-        let into_file = |w: BufWriter<File>| w.into_inner().map_err(|e| e.into_error());
+        let into_file = DirectFile::finish;
         let closed = match sink {
             Sink::Dir => Ok(None),
             Sink::Tar(t) => t.finish().and_then(into_file).map(Some),

@@ -18,6 +18,7 @@ pub mod archive;
 pub mod checkpoint;
 pub mod dat;
 pub mod deflate;
+pub mod direct;
 pub mod error;
 pub mod quant;
 pub mod safetensors_write;

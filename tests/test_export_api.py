@@ -437,16 +437,16 @@ class ConvBatchNorm(nn.Module):
 def test_an_archives_parameters_are_written_during_the_capture_then_the_rest_and_the_graph(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An archive's parameters are written while the model is captured (its buffers are
-    not: a stream cannot drop the batch count the graph leaves unused); the graph's other
-    tensors follow, then graph.nnef. The members are those of an export written after the
+    """An archive's parameters are written while the model is captured, in the module's
+    order (its buffers are not: a stream cannot drop the batch count the graph leaves
+    unused); the graph's other tensors follow in byte order, then graph.nnef. The members are those of an export written after the
     capture, byte for byte, and the archive runs in tract like the model."""
     model, x = ConvBatchNorm().eval(), torch.randn(2, 3, 8)
     target = TractNNEF(TractNNEF.latest_version(), check_io=False)
     prepared = prepare_export(model, (x,), target, options_of(tmp_path / "a.nnef", compression_level=0))
     assert prepared.early is not None
     prepared.early._thread.join()
-    parameters = ["conv.bias", "conv.weight", "head.bias", "head.weight", "norm.bias", "norm.weight"]
+    parameters = ["conv.weight", "conv.bias", "norm.weight", "norm.bias", "head.weight", "head.bias"]  # module order
     assert list(prepared.early._written) == parameters
     ahead = members_of(finish_export(prepared)[0].path)
     assert [name for name, _ in ahead] == [*(f"{p}.dat" for p in parameters), "norm.running_mean.dat",
@@ -461,7 +461,7 @@ def test_an_archives_parameters_are_written_during_the_capture_then_the_rest_and
 class WithUnusedParameter(ConvBatchNorm):
     def __init__(self) -> None:
         super().__init__()
-        self.draft = nn.Parameter(torch.ones(4))  # between conv and head in byte order, unused
+        self.draft = nn.Linear(4, 4)  # last in the module's order, unused
 
 
 def test_an_archives_bytes_do_not_depend_on_how_far_the_writing_ahead_got(
@@ -477,7 +477,7 @@ def test_an_archives_bytes_do_not_depend_on_how_far_the_writing_ahead_got(
     prepared = prepare_export(model, (x,), target, options_of(tmp_path / "a.nnef", compression_level=1))
     assert prepared.early is not None
     prepared.early._thread.join()
-    assert "draft" in prepared.early._written
+    assert "draft.weight" in prepared.early._written
     written_through = finish_export(prepared)[0].path
 
     write, calls = Artefact.add_tensor, []
@@ -490,9 +490,9 @@ def test_an_archives_bytes_do_not_depend_on_how_far_the_writing_ahead_got(
 
     monkeypatch.setattr(Artefact, "add_tensor", slow)
     stopped_early = export_model_to_nnef(model, (x,), tmp_path / "b.nnef", TractNNEF.latest(), compression_level=1)
-    assert calls and "draft" not in calls
+    assert calls and "draft.weight" not in calls
     assert written_through.read_bytes() == stopped_early.read_bytes()
-    assert "draft.dat" not in dict(members_of(stopped_early))
+    assert "draft.weight.dat" not in dict(members_of(stopped_early))
     assert_runs_like_torch(stopped_early, model, [x])
 
 
@@ -508,7 +508,7 @@ def test_an_archive_whose_graph_writes_a_parameter_otherwise_is_written_again_wh
     with torch.no_grad():
         model[2].bias.add_(10.0)
     written = finish_export(prepared)[0].path
-    assert [name for name, _ in members_of(written)] == ["0.bias.dat", "0.weight.dat", "2.bias.dat", "2.weight.dat",
+    assert [name for name, _ in members_of(written)] == ["0.weight.dat", "0.bias.dat", "2.weight.dat", "2.bias.dat",
                                                          "graph.nnef"]
     assert_runs_like_torch(written, model, [x])
     fresh = export_model_to_nnef(model, (x,), tmp_path / "b.nnef", TractNNEF.latest(), compression_level=0)

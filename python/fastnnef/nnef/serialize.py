@@ -1,9 +1,10 @@
 """Stream an ``NNEFGraph`` into an artefact through the Rust sink, in canonical order.
 
-Members: every variable's ``<label>.dat``, those written during the capture first
-(``EarlyFiles``: the module's parameters, and for a directory its buffers), each group in
-byte order of the label, then ``graph.nnef`` and ``graph.quant`` (if any): two exports of
-one model give identical bytes. Weights go to Rust as views of the torch storage (no copy,
+Members: every variable's ``<label>.dat``, first those of the tensors written during the
+capture (``EarlyFiles``: the module's parameters, and for a directory its buffers) that
+the graph writes the same, in the module's order, then the others in byte order of the
+label, then ``graph.nnef`` and ``graph.quant`` (if any): two exports of one model give
+identical bytes. Weights go to Rust as views of the torch storage (no copy,
 GIL released): one at a time into an archive, ``DIR_WRITERS`` files at a time into a
 directory.
 """
@@ -99,7 +100,7 @@ class EarlyFiles:
     """Tensor files written ahead, on a thread of their own, while the model is still being
     captured (Python, mostly under the GIL; the writing is Rust, without it): the module's
     parameters (and a directory's buffers) under their paths (the ``.dat`` labels whatever
-    the naming scheme), in byte order of the label, each as the graph writes it by default:
+    the naming scheme), in the module's order, each as the graph writes it by default:
     a tensor in memory in its dtype's encoding, from its memory (never a copy); a weight
     still in its checkpoint streamed from the file in its dtype's. ``settle`` stops the
     writing after the file in progress and keeps what the graph's variable of that label
