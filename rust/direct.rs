@@ -17,6 +17,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::Mutex;
 
 /// Alignment of `O_DIRECT` offsets, lengths and buffers: the largest logical block size.
 pub const ALIGN: usize = 4096;
@@ -31,21 +32,32 @@ struct Page([u8; ALIGN]);
 /// (see the module docs). [`DirectFile::finish`] writes what is left; dropping it without
 /// that loses the buffered bytes (the artefact is being aborted then).
 pub struct DirectFile {
-    file: File,
+    file: Option<File>,
     pages: Vec<Page>,
     filled: usize,
     offset: u64,
     direct: bool,
 }
 
+/// Files smaller than this go through the cache in one write.
+const MIN_DIRECT: u64 = 1 << 20;
+/// Buffers of [`BUFFER`] bytes kept for the next files: fresh memory costs its first touch
+/// (on this VM about as much as writing it), and a directory writes one file after another.
+const KEPT_BUFFERS: usize = 2;
+static SPARE_BUFFERS: Mutex<Vec<Vec<Page>>> = Mutex::new(Vec::new());
+
 impl DirectFile {
     /// Write into `file` (open for writing, empty), which will hold about `expected` bytes
-    /// (`u64::MAX` when unknown): a file smaller than [`BUFFER`] gets a buffer of its size
-    /// and is written through the cache in one write.
+    /// (`u64::MAX` when unknown): a file under [`MIN_DIRECT`] gets a buffer of its size and
+    /// is written through the cache in one write.
     pub fn new(file: File, expected: u64) -> Self {
-        let pages = (expected.min(BUFFER as u64) as usize).div_ceil(ALIGN).max(1);
-        let direct = pages * ALIGN == BUFFER && set_direct(&file, true).is_ok();
-        DirectFile { file, pages: vec![Page([0; ALIGN]); pages], filled: 0, offset: 0, direct }
+        let (pages, direct) = if expected >= MIN_DIRECT {
+            let spare = SPARE_BUFFERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
+            (spare.unwrap_or_else(|| vec![Page([0; ALIGN]); BUFFER / ALIGN]), set_direct(&file, true).is_ok())
+        } else {
+            (vec![Page([0; ALIGN]); (expected as usize).div_ceil(ALIGN).max(1)], false)
+        };
+        DirectFile { file: Some(file), pages, filled: 0, offset: 0, direct }
     }
 
     fn capacity(&self) -> usize {
@@ -59,42 +71,55 @@ impl DirectFile {
         unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), len) }
     }
 
-    fn filled_bytes(&self) -> &[u8] {
-        // SAFETY: as in `buffer`, borrowed shared with `self`; `filled <= capacity`.
-        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.filled) }
-    }
-
-    /// Write the buffered bytes at the file's end: directly when they are whole pages and
-    /// the file takes it, else through the cache (and the file stays so from then on).
-    fn write_out(&mut self) -> io::Result<()> {
-        let (len, offset) = (self.filled, self.offset);
-        if self.direct && len % ALIGN != 0 {
+    /// Write the first `len` buffered bytes at the file's end: directly when they are whole
+    /// pages and the file takes it, else through the cache (and the file stays so from
+    /// then on); the rest moves to the buffer's start.
+    fn write_out(&mut self, len: usize) -> io::Result<()> {
+        let file = self.file.as_ref().expect("not finished");
+        if self.direct && !len.is_multiple_of(ALIGN) {
             self.direct = false; // the tail: O_DIRECT would refuse its length
-            set_direct(&self.file, false)?;
+            set_direct(file, false)?;
         }
-        let direct = self.direct;
-        let result = write_all_at(&self.file, self.filled_bytes(), offset);
-        match result {
-            Err(_) if direct => {
-                // Refused by this filesystem after all (EINVAL, EOPNOTSUPP...): the same
-                // bytes through the cache, whose error, if any, is the one reported.
-                self.direct = false;
-                set_direct(&self.file, false)?;
-                write_all_at(&self.file, self.filled_bytes(), offset)?;
+        let (bytes, offset) = (leading_bytes(&self.pages, len), self.offset);
+        if let Err(e) = write_all_at(file, bytes, offset) {
+            if !self.direct {
+                return Err(e);
             }
-            other => other?,
+            // Refused by this filesystem after all (EINVAL, EOPNOTSUPP...): the same bytes
+            // through the cache, whose error, if any, is the one reported.
+            self.direct = false;
+            set_direct(file, false)?;
+            write_all_at(file, bytes, offset)?;
         }
+        let filled = self.filled;
+        self.buffer().copy_within(len..filled, 0);
         self.offset += len as u64;
-        self.filled = 0;
+        self.filled -= len;
         Ok(())
     }
 
-    /// Write what is buffered; returns the file.
+    /// Write what is buffered (its whole pages directly where the file takes it, the tail
+    /// through the cache); returns the file.
     pub fn finish(mut self) -> io::Result<File> {
-        if self.filled > 0 {
-            self.write_out()?;
+        let head = self.filled / ALIGN * ALIGN;
+        if self.direct && head > 0 {
+            self.write_out(head)?;
         }
-        Ok(self.file)
+        if self.filled > 0 {
+            self.write_out(self.filled)?;
+        }
+        Ok(self.file.take().expect("finished once"))
+    }
+}
+
+impl Drop for DirectFile {
+    fn drop(&mut self) {
+        if self.pages.len() == BUFFER / ALIGN {
+            let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if spare.len() < KEPT_BUFFERS {
+                spare.push(std::mem::take(&mut self.pages));
+            }
+        }
     }
 }
 
@@ -105,7 +130,7 @@ impl Write for DirectFile {
         self.buffer()[start..start + n].copy_from_slice(&data[..n]);
         self.filled += n;
         if self.filled == self.capacity() {
-            self.write_out()?;
+            self.write_out(self.filled)?;
         }
         Ok(n)
     }
@@ -114,6 +139,14 @@ impl Write for DirectFile {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// The first `len` bytes of `pages`.
+fn leading_bytes(pages: &[Page], len: usize) -> &[u8] {
+    assert!(len <= pages.len() * ALIGN);
+    // SAFETY: `pages` is initialised, contiguous `u8` arrays (`Page` is `repr(C)` around
+    // one) of at least `len` bytes, borrowed for the result's lifetime.
+    unsafe { std::slice::from_raw_parts(pages.as_ptr().cast::<u8>(), len) }
 }
 
 #[cfg(unix)]
@@ -172,9 +205,17 @@ mod tests {
 
     #[test]
     fn bytes_written_whole_whatever_the_pieces() {
-        // Here (/tmp on this project's VM: ext4) the file is direct; on tmpfs or another
-        // system it is not, and the bytes must be the same either way.
-        let dir = std::env::temp_dir().join(format!("fastnnef-direct-{}", std::process::id()));
+        // Under /tmp on this project's VM (ext4) the files are direct; on tmpfs (/dev/shm)
+        // or another system they may not be, and the bytes must be the same either way.
+        for root in [std::env::temp_dir(), std::path::PathBuf::from("/dev/shm")] {
+            if root.is_dir() {
+                written_whole_under(&root);
+            }
+        }
+    }
+
+    fn written_whole_under(root: &std::path::Path) {
+        let dir = root.join(format!("fastnnef-direct-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for pieces in [vec![], vec![1], vec![BUFFER], vec![BUFFER, 1], vec![3 * BUFFER + 517, 12, BUFFER - 12, 4096],
                        vec![1 << 20; 20]] {
@@ -184,6 +225,10 @@ mod tests {
         }
         let (got, want, direct) = written(&[1000, 24], 1024, &dir);
         assert!(got == want && !direct, "a small file: one write through the cache");
+        for size in [MIN_DIRECT as usize, MIN_DIRECT as usize + 100, 3 * ALIGN * 1000 + 5] {
+            let (got, want, _) = written(&[size / 3, size - size / 3], size as u64, &dir);
+            assert!(got == want, "a file of {size} bytes: whole pages directly, the tail through the cache");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -439,8 +439,9 @@ def test_an_archives_parameters_are_written_during_the_capture_then_the_rest_and
 ) -> None:
     """An archive's parameters are written while the model is captured, in the module's
     order (its buffers are not: a stream cannot drop the batch count the graph leaves
-    unused); the graph's other tensors follow in byte order, then graph.nnef. The members are those of an export written after the
-    capture, byte for byte, and the archive runs in tract like the model."""
+    unused); the graph's other tensors follow in byte order, then graph.nnef. The members
+    are those of an export written after the capture, byte for byte, and the archive runs
+    in tract like the model."""
     model, x = ConvBatchNorm().eval(), torch.randn(2, 3, 8)
     target = TractNNEF(TractNNEF.latest_version(), check_io=False)
     prepared = prepare_export(model, (x,), target, options_of(tmp_path / "a.nnef", compression_level=0))
@@ -461,7 +462,7 @@ def test_an_archives_parameters_are_written_during_the_capture_then_the_rest_and
 class WithUnusedParameter(ConvBatchNorm):
     def __init__(self) -> None:
         super().__init__()
-        self.draft = nn.Linear(4, 4)  # last in the module's order, unused
+        self.add_module("draft", nn.Linear(4, 4))  # last in the module's order, unused
 
 
 def test_an_archives_bytes_do_not_depend_on_how_far_the_writing_ahead_got(
