@@ -92,7 +92,7 @@ fn archive_benches(c: &mut Criterion) {
     let per = n / 16;
     let write = |format: Format, level: u32| {
         let path = dir.path().join("bench.nnef");
-        let w = ArtefactWriter::create(&path, format, level).unwrap();
+        let w = ArtefactWriter::create(&path, format, level, false).unwrap();
         w.add_file("graph.nnef", b"version 1.0;\n").unwrap();
         for (i, chunk) in data.chunks(per * 4).enumerate() {
             let view = TensorView::contiguous(chunk, SrcDtype::F32, &[chunk.len() / 4]).unwrap();

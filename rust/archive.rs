@@ -462,6 +462,8 @@ pub struct ArtefactWriter {
     failed: AtomicBool,
     /// The archive is an unnamed file (`O_TMPFILE`): `tmp` is only the name it gets at `finish`.
     unnamed: bool,
+    /// Large files written past the page cache (`create`).
+    past_cache: bool,
 }
 
 /// Receives a `.dat` payload piece by piece (bounded chunks, never the whole tensor).
@@ -469,7 +471,10 @@ type PieceSink<'a> = dyn FnMut(&[u8]) -> Result<()> + 'a;
 
 impl ArtefactWriter {
     /// Start an artefact at `path`. `level` is the gzip level (tgz only, 0..=9).
-    pub fn create(path: impl Into<PathBuf>, format: Format, level: u32) -> Result<Self> {
+    /// `past_cache`: write large files past the page cache where the filesystem allows it
+    /// ([`DirectFile`]), for an artefact nothing reads right after (reading a gigabyte back
+    /// from the disk cost this VM more than caching it as it was written).
+    pub fn create(path: impl Into<PathBuf>, format: Format, level: u32, past_cache: bool) -> Result<Self> {
         let target: PathBuf = path.into();
         if level > 9 || (format != Format::Tgz && level != 0) {
             return Err(Error::InvalidArgument(format!(
@@ -487,7 +492,7 @@ impl ArtefactWriter {
                 }
                 None => create_new(&tmp)?,
             };
-            Ok(DirectFile::new(file, u64::MAX))
+            Ok(DirectFile::new(file, u64::MAX, past_cache))
         };
         let sink = match format {
             Format::Dir => {
@@ -516,6 +521,7 @@ impl ArtefactWriter {
             names: Mutex::new(HashSet::new()),
             failed: AtomicBool::new(false),
             unnamed,
+            past_cache,
         })
     }
 
@@ -579,7 +585,7 @@ impl ArtefactWriter {
                     if let Some(parent) = path.parent() {
                         fs::create_dir_all(parent).map_err(|e| Error::io("cannot create directory", parent, e))?;
                     }
-                    let mut file = DirectFile::new(create_new(&path)?, size);
+                    let mut file = DirectFile::new(create_new(&path)?, size, self.past_cache);
                     let written = counted(&mut file, body)?;
                     file.finish().map_err(io_err)?;
                     written
@@ -967,7 +973,7 @@ mod tests {
     fn tar_members_parse_with_the_tar_crate() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("m.nnef.tar");
-        let w = ArtefactWriter::create(&target, Format::Tar, 0).unwrap();
+        let w = ArtefactWriter::create(&target, Format::Tar, 0, false).unwrap();
         w.add_file("graph.nnef", b"version 1.0;").unwrap();
         let vals: Vec<u8> = (0..10u8).collect();
         let view = TensorView::contiguous(&vals, dat::SrcDtype::U8, &[2, 5]).unwrap();
@@ -1007,7 +1013,7 @@ mod tests {
             .collect();
         for format in [Format::Dir, Format::Tar] {
             let target = dir.path().join(format!("m-{format:?}"));
-            let w = ArtefactWriter::create(&target, format, 0).unwrap();
+            let w = ArtefactWriter::create(&target, format, 0, false).unwrap();
             std::thread::scope(|scope| {
                 for (t, view) in views.iter().enumerate() {
                     let w = &w;
@@ -1053,7 +1059,7 @@ mod tests {
         let vals: Vec<u8> = (0..4 * 64).flat_map(|i| ((i as f32) * 0.19).cos().to_le_bytes()).collect();
         let view = TensorView::contiguous(&vals, dat::SrcDtype::F32, &[4, 64]).unwrap();
         let direct = dat::encode("a", &view, Encoding::Q4_0, &EncodeOptions::default()).unwrap();
-        let w = ArtefactWriter::create(&target, Format::Dir, 0).unwrap();
+        let w = ArtefactWriter::create(&target, Format::Dir, 0, false).unwrap();
         w.add_tensor("a", &view, Encoding::Q4_0Legacy, &EncodeOptions::default()).unwrap();
         let size = w.add_q4_0_blocks("b", &direct[HEADER_LEN..], &[4, 64], Encoding::Q4_0Legacy).unwrap();
         assert_eq!(size, (HEADER_LEN + 8 * crate::quant::BLOCK_BYTES) as u64);
@@ -1084,14 +1090,14 @@ mod tests {
              ("w", &w, Encoding::F32)];
         for (key, view, enc) in cases {
             let target = dir.path().join(format!("{key}-{enc}"));
-            let writer = ArtefactWriter::create(&target, Format::Dir, 0).unwrap();
+            let writer = ArtefactWriter::create(&target, Format::Dir, 0, false).unwrap();
             writer.add_checkpoint_tensor("x", &ckpt, key, enc, &opts).unwrap();
             writer.finish().unwrap();
             let expected = dat::encode("x", view, enc, &opts).unwrap();
             assert!(fs::read(target.join("x.dat")).unwrap() == expected, "{key} as {enc}");
         }
         // A conversion the encoder has no plan for fails before anything is written.
-        let writer = ArtefactWriter::create(dir.path().join("bad"), Format::Tar, 0).unwrap();
+        let writer = ArtefactWriter::create(dir.path().join("bad"), Format::Tar, 0, false).unwrap();
         let err = writer.add_checkpoint_tensor("x", &ckpt, "w", Encoding::I8, &opts).unwrap_err().to_string();
         assert!(err.contains("encoding 'i8' cannot take a float32 array"), "{err}");
     }
@@ -1148,7 +1154,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("m.tgz");
         fs::write(&target, b"old").unwrap();
-        let w = ArtefactWriter::create(&target, Format::Tgz, 1).unwrap();
+        let w = ArtefactWriter::create(&target, Format::Tgz, 1, false).unwrap();
         w.add_file("graph.nnef", b"x").unwrap();
         let bad = [0u8; 4];
         let view = TensorView::contiguous(&bad, dat::SrcDtype::F32, &[1]).unwrap();
@@ -1160,7 +1166,7 @@ mod tests {
         let d = dir.path().join("out");
         fs::create_dir(&d).unwrap();
         fs::write(d.join("keep"), b"k").unwrap();
-        let w = ArtefactWriter::create(&d, Format::Dir, 0).unwrap();
+        let w = ArtefactWriter::create(&d, Format::Dir, 0, false).unwrap();
         w.add_file("graph.nnef", b"x").unwrap();
         assert!(w.finish().is_err());
         assert_eq!(fs::read_dir(&d).unwrap().count(), 1);

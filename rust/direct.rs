@@ -48,14 +48,14 @@ static SPARE_BUFFERS: Mutex<Vec<Vec<Page>>> = Mutex::new(Vec::new());
 
 impl DirectFile {
     /// Write into `file` (open for writing, empty), which will hold about `expected` bytes
-    /// (`u64::MAX` when unknown): a file under [`MIN_DIRECT`] gets a buffer of its size and
-    /// is written through the cache in one write.
-    pub fn new(file: File, expected: u64) -> Self {
-        let (pages, direct) = if expected >= MIN_DIRECT {
+    /// (`u64::MAX` when unknown), past the cache if `past_cache`: a file under
+    /// [`MIN_DIRECT`], or through the cache, gets a buffer of its size (at most [`BUFFER`]).
+    pub fn new(file: File, expected: u64, past_cache: bool) -> Self {
+        let (pages, direct) = if past_cache && expected >= MIN_DIRECT {
             let spare = SPARE_BUFFERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
             (spare.unwrap_or_else(|| vec![Page([0; ALIGN]); BUFFER / ALIGN]), set_direct(&file, true).is_ok())
         } else {
-            (vec![Page([0; ALIGN]); (expected as usize).div_ceil(ALIGN).max(1)], false)
+            (vec![Page([0; ALIGN]); (expected.min(BUFFER as u64) as usize).div_ceil(ALIGN).max(1)], false)
         };
         DirectFile { file: Some(file), pages, filled: 0, offset: 0, direct }
     }
@@ -191,7 +191,7 @@ mod tests {
 
     fn written(pieces: &[usize], expected: u64, dir: &std::path::Path) -> (Vec<u8>, Vec<u8>, bool) {
         let path = dir.join(format!("f-{}-{expected}", pieces.len()));
-        let mut out = DirectFile::new(File::create(&path).unwrap(), expected);
+        let mut out = DirectFile::new(File::create(&path).unwrap(), expected, true);
         let direct = out.direct;
         let mut all = Vec::new();
         for (i, &n) in pieces.iter().enumerate() {
@@ -225,6 +225,8 @@ mod tests {
         }
         let (got, want, direct) = written(&[1000, 24], 1024, &dir);
         assert!(got == want && !direct, "a small file: one write through the cache");
+        let cached = DirectFile::new(File::create(dir.join("cached")).unwrap(), u64::MAX, false);
+        assert!(!cached.direct && cached.capacity() == BUFFER, "through the cache when asked");
         for size in [MIN_DIRECT as usize, MIN_DIRECT as usize + 100, 3 * ALIGN * 1000 + 5] {
             let (got, want, _) = written(&[size / 3, size - size / 3], size as u64, &dir);
             assert!(got == want, "a file of {size} bytes: whole pages directly, the tail through the cache");

@@ -144,17 +144,19 @@ class ArtefactWriter:
     archive file, and refuses (FileExistsError-like T2NErrorArtefactIO) to replace an
     existing non-empty directory.
 
-    Members are written in the order given; callers pass ``graph.nnef``, ``graph.quant``
-    and then labels in byte order for reproducible output. Members may be added from
+    Members are written in the order given; callers pass them in a fixed order for
+    reproducible output. Members may be added from
     several threads at once: a directory's files are written concurrently, an archive's
     members one at a time; ``finish`` and ``abort`` wait for the members in flight. Archives use fixed metadata
     (mtime 315532800, uid/gid 0, mode 0644) and gzip is one member compressed on all
     cores (deterministic for a given level, whatever the thread count).
     """
 
-    def __new__(cls, path: str, format: str, compression_level: int = 0) -> ArtefactWriter:
+    def __new__(cls, path: str, format: str, compression_level: int = 0, past_cache: bool = False) -> ArtefactWriter:
         """``format`` is ``"dir"``, ``"tar"`` or ``"tgz"``; ``compression_level`` 0..9
-        (tgz only; 0 = stored deflate blocks)."""
+        (tgz only; 0 = stored deflate blocks). ``past_cache``: large files are written past
+        the page cache (``O_DIRECT``, 8 MiB aligned writes, the tail through the cache)
+        where the filesystem allows it, for an artefact nothing reads right after."""
     def add_file(self, name: str, data: bytes) -> None:
         """Add a member with the given bytes (``graph.nnef``, ``graph.quant``)."""
     def add_tensor(self, label: str, array: npt.NDArray, encoding: str, bf16: bool = False,

@@ -143,16 +143,19 @@ def quant_format_line(identifier: str, qtype: QuantizedDtype, scale: float, zero
 
 
 class Artefact:
-    """Context manager writing one artefact (``"dir"``, ``"tar"`` or ``"tgz"``).
+    """Context manager writing one artefact (``"dir"``, ``"tar"`` or ``"tgz"``); with
+    ``past_cache``, its large files past the page cache where the filesystem allows it
+    (for an artefact nothing reads right after: ``ArtefactWriter``).
 
     On normal exit the artefact is finished and renamed into place (``.path`` holds the
     final path); on ANY exception, ``KeyboardInterrupt`` included, it is aborted: the
     temporary is removed and an existing target is left untouched.
     """
 
-    def __init__(self, path: str | os.PathLike, format: str, compression_level: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike, format: str, compression_level: int = 0,
+                 past_cache: bool = False) -> None:
         self._writer: _native.ArtefactWriter | None = _native.ArtefactWriter(
-            os.fspath(path), format, compression_level
+            os.fspath(path), format, compression_level, past_cache
         )
         self.path: str | None = None
 

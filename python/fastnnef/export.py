@@ -218,17 +218,22 @@ class PreparedExport:
     timings: dict[str, float]
     checks: list[str]
     early: EarlyFiles | None  # the tensor files written during the capture
+    past_cache: bool  # large files written past the page cache: nothing reads them right after
 
 
 def prepare_export(
     model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions,
-    reference_outputs: bool = True,
+    reference_outputs: bool = True, read_back: bool = False,
 ) -> PreparedExport:
     """The capture and the conversion of ``export_with_options``, under the options' log
     level: nothing written yet at the target (its parameters' files are written meanwhile
-    under the artefact's temporary name beside it: ``_write_ahead``)."""
+    under the artefact's temporary name beside it: ``_write_ahead``). ``read_back``: the
+    caller loads the artefact right after (the LLM exporter's verification), so it goes
+    through the page cache, as when the target checks it; otherwise its large files are
+    written past the cache (on this project's VM the cache copy cost more CPU than the
+    disk took time; reading a gigabyte back from the disk cost more than caching it)."""
     with export_log_level(options.log_level):
-        return _prepare(model, args, inference_target, options, reference_outputs)
+        return _prepare(model, args, inference_target, options, reference_outputs, read_back)
 
 
 def finish_export(
@@ -244,7 +249,7 @@ def finish_export(
 
 
 def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, options: ExportOptions,
-             reference_outputs: bool) -> PreparedExport:
+             reference_outputs: bool, read_back: bool) -> PreparedExport:
     if not isinstance(model, nn.Module):
         raise T2NErrorInvalidArgument(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(inference_target, InferenceTarget):
@@ -283,7 +288,8 @@ def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, o
             check_io_quantity(len(ir.inputs), len(captured.flat_inputs))
         return convert_to_nnef(captured, ir, inference_target, options.naming, list(options.custom_extensions), model)
 
-    early = _write_ahead(model, options)
+    past_cache = not (read_back or inference_target.reads_artefact())
+    early = _write_ahead(model, options, past_cache)
     try:
         traced, ir, graph = _front_end(options.front_end, model, args, input_names, output_names, names_from,
                                        inference_target, convert, stage_done, values)
@@ -294,10 +300,10 @@ def _prepare(model: nn.Module, args: T.Any, inference_target: InferenceTarget, o
     if options.check_io_names_qte_match:
         checks.append("io_quantity")
     return PreparedExport(model, args, inference_target, options, traced, graph, traced.input_names[: len(ir.inputs)],
-                          timings, checks, early)
+                          timings, checks, early, past_cache)
 
 
-def _write_ahead(model: nn.Module, options: ExportOptions) -> EarlyFiles | None:
+def _write_ahead(model: nn.Module, options: ExportOptions, past_cache: bool) -> EarlyFiles | None:
     """The artefact's tensor files start being written while the model is captured: the
     parameters (and a directory's buffers, which an archive could not drop when the graph
     leaves them unused, as it does a batch norm's count), under their paths (the ``.dat``
@@ -317,13 +323,13 @@ def _write_ahead(model: nn.Module, options: ExportOptions) -> EarlyFiles | None:
     tensors = [(name, t) for name, t in named if id(t) not in kept_whole and EarlyFiles.writable(t)]
     if not tensors:
         return None
-    return EarlyFiles(options.path, options.artefact_format, options.compression_level or 0, tensors)
+    return EarlyFiles(options.path, options.artefact_format, options.compression_level or 0, tensors, past_cache)
 
 
 def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -> tuple[ExportResult, R | None]:
     options, traced, timings = prepared.options, prepared.captured, prepared.timings
     start = time.perf_counter()
-    written, job_result = _written_while(options, prepared.graph, while_writing, prepared.early)
+    written, job_result = _written_while(options, prepared.graph, while_writing, prepared.early, prepared.past_cache)
     timings["write"] = time.perf_counter() - start
     in_names = prepared.input_names
     model_info = UnfoldModelInfo(
@@ -350,12 +356,12 @@ def _finish(prepared: PreparedExport, while_writing: T.Callable[[], R] | None) -
 
 
 def _written_while(options: ExportOptions, graph: NNEFGraph, job: T.Callable[[], R] | None,
-                   early: EarlyFiles | None) -> tuple[Path, R | None]:
+                   early: EarlyFiles | None, past_cache: bool) -> tuple[Path, R | None]:
     """``write_artefact``, on a second thread while ``job`` runs on this one when there is
     a job (the writer's progress report, a context variable, goes along)."""
     stop = threading.Event()
     write = functools.partial(write_artefact, options.path, options.artefact_format, options.compression_level or 0,
-                              graph, stop, early)
+                              graph, stop, early, past_cache)
     if job is None:
         return write(), None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastnnef-writer") as pool:

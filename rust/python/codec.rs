@@ -334,10 +334,11 @@ impl PyArtefactWriter {
 #[pymethods]
 impl PyArtefactWriter {
     #[new]
-    #[pyo3(signature = (path, format, compression_level = 0))]
-    fn new(py: Python<'_>, path: PathBuf, format: &str, compression_level: u32) -> PyResult<Self> {
+    #[pyo3(signature = (path, format, compression_level = 0, past_cache = false))]
+    fn new(py: Python<'_>, path: PathBuf, format: &str, compression_level: u32, past_cache: bool) -> PyResult<Self> {
         let format: Format = format.parse().map_err(to_pyerr)?;
-        let writer = py.detach(|| ArtefactWriter::create(path, format, compression_level)).map_err(to_pyerr)?;
+        let writer =
+            py.detach(|| ArtefactWriter::create(path, format, compression_level, past_cache)).map_err(to_pyerr)?;
         Ok(PyArtefactWriter { inner: RwLock::new(Some(writer)) })
     }
 

@@ -161,6 +161,12 @@ class InferenceTarget:
         capture runs no eager forward, when the caller does not ask for the outputs either."""
         return self.check_io
 
+    def reads_artefact(self) -> bool:
+        """Whether ``post_export`` loads the written artefact (with ``check_io``): it is
+        then written through the page cache, from which that load reads it; otherwise its
+        large files go past the cache (``Artefact``'s ``past_cache``)."""
+        return self.check_io
+
     def post_export(
         self,
         model_info: UnfoldModelInfo,

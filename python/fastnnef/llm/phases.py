@@ -108,7 +108,8 @@ def prepare_decoder(
         log_level=get_logger().getEffectiveLevel(), nnef_variable_naming_scheme=options.naming,
         custom_extensions=extensions, front_end=options.front_end,
     )
-    return prepare_export(wrapper, example_inputs, target, export_options)
+    # Verified, the artefact is loaded in tract right after: written through the page cache.
+    return prepare_export(wrapper, example_inputs, target, export_options, read_back=not options.no_verify)
 
 
 def show_generation(generation: GenerationCheck | None, options: LLMExportOptions) -> None:

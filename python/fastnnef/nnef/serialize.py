@@ -44,11 +44,13 @@ class WriteStopped(Exception):
 
 
 def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGraph,
-                   stop: threading.Event | None = None, early: EarlyFiles | None = None) -> Path:
+                   stop: threading.Event | None = None, early: EarlyFiles | None = None,
+                   past_cache: bool = False) -> Path:
     """Write ``graph`` to ``path`` as ``dir``/``tar``/``tgz``; return the final path.
     ``stop``: set from another thread, the writing ends before the next tensor
     (``WriteStopped``; nothing left behind). ``early``: tensor files written ahead
-    (``EarlyFiles``), kept where the graph writes the same."""
+    (``EarlyFiles``), kept where the graph writes the same. ``past_cache``: large files
+    past the page cache (``Artefact``), for an artefact nothing reads right after."""
     labels = sorted(graph.variables, key=lambda s: s.encode())
     ahead = early.settle(graph) if early is not None else Ahead(None, [], [])
     total = sum(v.payload.nbytes for v in graph.variables.values())
@@ -61,7 +63,7 @@ def write_artefact(path: Path, fmt: str, compression_level: int, graph: NNEFGrap
         if ahead.artefact is not None:
             ahead.artefact.abort()
         raise
-    artefact = ahead.artefact or Artefact(path, fmt, compression_level)
+    artefact = ahead.artefact or Artefact(path, fmt, compression_level, past_cache)
     with artefact:
         for label in ahead.kept:
             report(graph.variables[label].payload.nbytes)
@@ -112,8 +114,9 @@ class EarlyFiles:
     is kept when what was written is a prefix of those, and written afresh otherwise.
     ``abort`` (or an export that fails) removes everything."""
 
-    def __init__(self, path: Path, fmt: str, compression_level: int, tensors: list[tuple[str, torch.Tensor]]) -> None:
-        self._artefact = Artefact(path, fmt, compression_level)
+    def __init__(self, path: Path, fmt: str, compression_level: int, tensors: list[tuple[str, torch.Tensor]],
+                 past_cache: bool = False) -> None:
+        self._artefact = Artefact(path, fmt, compression_level, past_cache)
         self._archive = fmt != "dir"
         self._tensors = tensors
         self._written: dict[str, _Identity] = {}
