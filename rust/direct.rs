@@ -39,8 +39,10 @@ pub struct DirectFile {
     direct: bool,
 }
 
-/// Files smaller than this go through the cache in one write.
+/// Files smaller than this go through the cache.
 const MIN_DIRECT: u64 = 1 << 20;
+/// The buffer of a file written through the cache (`BufWriter`'s role before).
+const CACHED_BUFFER: usize = 1 << 20;
 /// Buffers of [`BUFFER`] bytes kept for the next files: fresh memory costs its first touch
 /// (on this VM about as much as writing it), and a directory writes one file after another.
 const KEPT_BUFFERS: usize = 2;
@@ -48,14 +50,17 @@ static SPARE_BUFFERS: Mutex<Vec<Vec<Page>>> = Mutex::new(Vec::new());
 
 impl DirectFile {
     /// Write into `file` (open for writing, empty), which will hold about `expected` bytes
-    /// (`u64::MAX` when unknown), past the cache if `past_cache`: a file under
-    /// [`MIN_DIRECT`], or through the cache, gets a buffer of its size (at most [`BUFFER`]).
+    /// (`u64::MAX` when unknown), past the cache if `past_cache` and the file takes it. A
+    /// file through the cache (under [`MIN_DIRECT`], or not `past_cache`) gets a buffer of
+    /// its size up to [`CACHED_BUFFER`] that only gathers small writes: larger ones go
+    /// straight to the file, as `BufWriter` does (no copy of the tensor bytes).
     pub fn new(file: File, expected: u64, past_cache: bool) -> Self {
-        let (pages, direct) = if past_cache && expected >= MIN_DIRECT {
+        let direct = past_cache && expected >= MIN_DIRECT && set_direct(&file, true).is_ok();
+        let pages = if direct {
             let spare = SPARE_BUFFERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
-            (spare.unwrap_or_else(|| vec![Page([0; ALIGN]); BUFFER / ALIGN]), set_direct(&file, true).is_ok())
+            spare.unwrap_or_else(|| vec![Page([0; ALIGN]); BUFFER / ALIGN])
         } else {
-            (vec![Page([0; ALIGN]); (expected.min(BUFFER as u64) as usize).div_ceil(ALIGN).max(1)], false)
+            vec![Page([0; ALIGN]); (expected.min(CACHED_BUFFER as u64) as usize).div_ceil(ALIGN).max(1)]
         };
         DirectFile { file: Some(file), pages, filled: 0, offset: 0, direct }
     }
@@ -125,6 +130,17 @@ impl Drop for DirectFile {
 
 impl Write for DirectFile {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if !self.direct && self.filled + data.len() > self.capacity() {
+            if self.filled > 0 {
+                self.write_out(self.filled)?;
+            }
+            if data.len() >= self.capacity() {
+                // Through the cache, a large piece needs no gathering: straight to the file.
+                write_all_at(self.file.as_ref().expect("not finished"), data, self.offset)?;
+                self.offset += data.len() as u64;
+                return Ok(data.len());
+            }
+        }
         let start = self.filled;
         let n = data.len().min(self.capacity() - start);
         self.buffer()[start..start + n].copy_from_slice(&data[..n]);
@@ -225,8 +241,18 @@ mod tests {
         }
         let (got, want, direct) = written(&[1000, 24], 1024, &dir);
         assert!(got == want && !direct, "a small file: one write through the cache");
-        let cached = DirectFile::new(File::create(dir.join("cached")).unwrap(), u64::MAX, false);
-        assert!(!cached.direct && cached.capacity() == BUFFER, "through the cache when asked");
+        let mut cached = DirectFile::new(File::create(dir.join("cached")).unwrap(), u64::MAX, false);
+        assert!(!cached.direct && cached.capacity() == CACHED_BUFFER, "through the cache when asked");
+        let pieces: Vec<Vec<u8>> = [5, CACHED_BUFFER + 3, 7, CACHED_BUFFER - 1, 2 * CACHED_BUFFER]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 13 + j * 3) as u8).collect())
+            .collect();
+        for piece in &pieces {
+            cached.write_all(piece).unwrap();
+        }
+        cached.finish().unwrap();
+        assert!(std::fs::read(dir.join("cached")).unwrap() == pieces.concat(), "large pieces straight through");
         for size in [MIN_DIRECT as usize, MIN_DIRECT as usize + 100, 3 * ALIGN * 1000 + 5] {
             let (got, want, _) = written(&[size / 3, size - size / 3], size as u64, &dir);
             assert!(got == want, "a file of {size} bytes: whole pages directly, the tail through the cache");
