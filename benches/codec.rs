@@ -78,6 +78,15 @@ fn encode_benches(c: &mut Criterion) {
             })
         });
     }
+    // What a Q4_0 export's test bundles compute with: a bf16 checkpoint's weights through
+    // Q4_0 and back to bf16 (one core: the writer has the other).
+    let bf16: Vec<u8> = data.chunks(4).flat_map(|b| [b[2], b[3]]).collect();
+    let mut back = vec![0u8; bf16.len()];
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function("round_trip_bf16_1thread", |b| {
+        b.iter(|| one.install(|| quant::round_trip_q4_0(&bf16, FloatKind::Bf16, FloatKind::Bf16, 1.0, 0, &mut back)).unwrap())
+    });
     group.finish();
 }
 

@@ -70,6 +70,7 @@ impl FloatKind {
 
     /// Widen one block of little-endian values to f32 (the match is outside the loop; f16
     /// goes through `half`'s slice conversion, F16C where the CPU has it).
+    #[inline(always)]
     fn load_block(self, bytes: &[u8]) -> [f32; BLOCK] {
         let mut x = [0f32; BLOCK];
         match self {
@@ -86,8 +87,9 @@ impl FloatKind {
                 h.convert_to_f32_slice(&mut x);
             }
             FloatKind::Bf16 => {
-                for (v, b) in x.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *v = f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16);
+                let bytes = &bytes[..2 * BLOCK];
+                for (i, v) in x.iter_mut().enumerate() {
+                    *v = f32::from_bits(u32::from(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])) << 16);
                 }
             }
         }
@@ -97,6 +99,7 @@ impl FloatKind {
     /// Round each value to this type (nearest even, as torch's `.to(dtype)`), in f32.
     /// The values must be finite (bf16 is rounded without `half`'s NaN branch, so the loop
     /// vectorizes; an overflow still gives infinity, as `half` does).
+    #[inline(always)]
     fn round_block(self, values: &mut [f32; BLOCK]) {
         match self {
             FloatKind::F32 => {}
@@ -115,6 +118,7 @@ impl FloatKind {
 
     /// Store one block of finite `values` as little-endian values of this type (rounded to
     /// nearest even).
+    #[inline(always)]
     fn store_block(self, values: &[f32; BLOCK], out: &mut [u8]) {
         match self {
             FloatKind::F32 => {
@@ -130,16 +134,30 @@ impl FloatKind {
                 }
             }
             FloatKind::Bf16 => {
-                for (o, v) in out.chunks_exact_mut(2).zip(values) {
-                    o.copy_from_slice(&bf16_bits(*v).to_le_bytes());
+                let out = &mut out[..2 * BLOCK];
+                for (i, v) in values.iter().enumerate() {
+                    let [lo, hi] = bf16_bits(*v).to_le_bytes();
+                    (out[2 * i], out[2 * i + 1]) = (lo, hi);
                 }
             }
         }
     }
 }
 
+/// `f` of each value of a block: `[T; N]::map`, which is not inlined, so its loop would run
+/// out of line in the baseline instruction set, one value at a time.
+#[inline(always)]
+fn each<T: Copy, U: Copy + Default, const N: usize>(values: &[T; N], f: impl Fn(T) -> U) -> [U; N] {
+    let mut out = [U::default(); N];
+    for (o, &v) in out.iter_mut().zip(values) {
+        *o = f(v);
+    }
+    out
+}
+
 /// The bf16 bits of a finite `v`, rounded to nearest even: `half`'s rule without its NaN
 /// branch (the carry of a value that rounds past bf16's largest gives infinity, as there).
+#[inline(always)]
 fn bf16_bits(v: f32) -> u16 {
     let bits = v.to_bits();
     ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
@@ -168,6 +186,7 @@ fn quantile_sorted(sorted: &[f32; BLOCK], percentile: f32) -> f32 {
 }
 
 /// Pack 32 codes (each 0..=15) into 16 bytes in the given order.
+#[inline(always)]
 pub fn pack_nibbles(q: &[u8; BLOCK], order: NibbleOrder) -> [u8; 16] {
     let mut out = [0u8; 16];
     for (j, byte) in out.iter_mut().enumerate() {
@@ -198,12 +217,14 @@ pub fn unpack_nibbles(bytes: &[u8], order: NibbleOrder) -> [u8; BLOCK] {
     q
 }
 
-/// The scale and the 32 codes of one block of values (already widened to f32).
+/// The scale and the 32 codes (whole floats 0 to 15) of one block of values (already
+/// widened to f32).
 /// `block_index` only serves error messages. Written so the loops vectorize: the largest
 /// `|x|` and the finiteness test are one integer maximum over the values' magnitude bits
 /// (for floats of one sign, the bits order as the values do, and every NaN or infinity
 /// lies above the largest finite value).
-fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: usize) -> Result<(f16, [u8; BLOCK])> {
+#[inline(always)]
+fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: usize) -> Result<(f16, [f32; BLOCK])> {
     let top = x.iter().fold(0u32, |top, v| top.max(v.to_bits() & 0x7fff_ffff));
     if top >= f32::INFINITY.to_bits() {
         let v = x.iter().find(|v| !v.is_finite()).copied().unwrap_or(f32::NAN);
@@ -214,7 +235,7 @@ fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: 
     }
     let mut amax = f32::from_bits(top);
     if percentile < 1.0 {
-        let mut sorted = x.map(f32::abs);
+        let mut sorted = each(x, f32::abs);
         sorted.sort_unstable_by(f32::total_cmp);
         amax = quantile_sorted(&sorted, percentile);
     }
@@ -228,27 +249,41 @@ fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: 
     }
     let recip = if scale.to_f32() == 0.0 { scale } else { f16::from_f32(1.0 / scale.to_f32()) };
     let r = recip.to_f32();
-    let mut shifted = x.map(|v| v * r);
+    let mut shifted = each(x, |v| v * r);
     if kind == FloatKind::F16 {
         // f16 tensor * f16 scalar stays f16 in torch: round after the product and the sum.
         // (Not `round_block`: a subnormal scale has an infinite reciprocal, so NaN can occur.)
         let mut h = [f16::ZERO; BLOCK];
         h.convert_from_f32_slice(&shifted);
         h.convert_to_f32_slice(&mut shifted);
-        shifted = shifted.map(|v| v + 8.5);
+        shifted = each(&shifted, |v| v + 8.5);
         h.convert_from_f32_slice(&shifted);
         h.convert_to_f32_slice(&mut shifted);
     } else {
-        shifted = shifted.map(|v| v + 8.5);
+        shifted = each(&shifted, |v| v + 8.5);
     }
-    // Clamping first makes `as u8` (truncation) equal floor: same result as
-    // clamp(floor(v), 0, 15) without a libm floor call per value (NaN gives 0, as there).
-    Ok((scale, shifted.map(|v| v.clamp(0.0, 15.0) as u8)))
+    // Clamping first makes truncation equal floor: same result as clamp(floor(v), 0, 15)
+    // without a libm floor call per value. The compare-selects map NaN to 0, as there, and
+    // leave a value in 0..=15, so the unchecked conversion (one vector instruction; `as`
+    // saturates value by value) is exact. The codes stay floats: the round trip computes
+    // with them as such.
+    Ok((
+        scale,
+        each(&shifted, |v| {
+            let v = if v > 0.0 { v } else { 0.0 };
+            let v = if v < 15.0 { v } else { 15.0 };
+            // SAFETY: v is finite and in 0..=15, so it fits an i32.
+            unsafe { v.to_int_unchecked::<i32>() as f32 }
+        }),
+    ))
 }
 
 /// Quantize one block of 32 values (already widened to f32) into 18 bytes.
+#[inline(always)]
 fn quantize_block(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, order: NibbleOrder, block_index: usize, out: &mut [u8]) -> Result<()> {
-    let (scale, q) = block_codes(x, kind, percentile, block_index)?;
+    let (scale, codes) = block_codes(x, kind, percentile, block_index)?;
+    // SAFETY: the codes are whole floats in 0..=15.
+    let q = each(&codes, |c| unsafe { c.to_int_unchecked::<i32>() as u8 });
     out[..2].copy_from_slice(&scale.to_le_bytes());
     out[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
     Ok(())
@@ -257,6 +292,32 @@ fn quantize_block(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, order: Nib
 /// Blocks one rayon task quantizes in a row: enough to make a task's cost negligible, few
 /// enough that a 1 MiB piece of a tensor still splits over the cores.
 const TASK_BLOCKS: usize = 256;
+
+/// Calls `$f($task)` (`$task` of type `$ty`), an `#[inline(always)]` loop over blocks, compiled for AVX2 and F16C
+/// where the CPU has them (x86-64's baseline, SSE2, vectorizes these loops poorly: 4 lanes,
+/// no unsigned maximum, no f16 conversion) and for the baseline elsewhere. The arithmetic
+/// is the same IEEE operations either way (no fused multiply-add), so the bytes are too.
+macro_rules! with_best_instructions {
+    ($f:ident($task:expr) as $ty:ty) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx2,f16c")]
+            fn wide(task: $ty) -> Result<()> {
+                $f(task)
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+                // SAFETY: the CPU has the features `wide` was compiled for.
+                unsafe { wide($task) }
+            } else {
+                $f($task)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            $f($task)
+        }
+    }};
+}
 
 /// The number of Q4_0 blocks in `src` (little-endian values of `kind`), or the error
 /// naming how many values it holds when they do not fill whole blocks.
@@ -294,13 +355,29 @@ pub fn quantize_q4_0(
     }
     src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(BLOCK_BYTES * TASK_BLOCKS)).enumerate().try_for_each(
         |(task, (src, out))| {
-            let first = first_block + task * TASK_BLOCKS;
-            for (i, (block, dst)) in src.chunks_exact(block_src).zip(out.chunks_exact_mut(BLOCK_BYTES)).enumerate() {
-                quantize_block(&kind.load_block(block), kind, percentile, order, first + i, dst)?;
-            }
-            Ok(())
+            let task = QuantizeTask { src, out, kind, percentile, order, first: first_block + task * TASK_BLOCKS };
+            with_best_instructions!(quantize_blocks(task) as QuantizeTask)
         },
     )
+}
+
+/// One rayon task of [`quantize_q4_0`]: consecutive blocks and where they go.
+struct QuantizeTask<'a> {
+    src: &'a [u8],
+    out: &'a mut [u8],
+    kind: FloatKind,
+    percentile: f32,
+    order: NibbleOrder,
+    first: usize,
+}
+
+#[inline(always)]
+fn quantize_blocks(t: QuantizeTask) -> Result<()> {
+    let block_src = BLOCK * t.kind.size();
+    for (i, (block, dst)) in t.src.chunks_exact(block_src).zip(t.out.chunks_exact_mut(BLOCK_BYTES)).enumerate() {
+        quantize_block(&t.kind.load_block(block), t.kind, t.percentile, t.order, t.first + i, dst)?;
+    }
+    Ok(())
 }
 
 /// Quantize `src` (little-endian values of `kind`, a whole number of blocks) to Q4_0 and
@@ -333,24 +410,42 @@ pub fn round_trip_q4_0(
     }
     src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(block_out * TASK_BLOCKS)).enumerate().try_for_each(
         |(task, (src, out))| {
-            let first = first_block + task * TASK_BLOCKS;
-            for (i, (block, dst)) in src.chunks_exact(block_src).zip(out.chunks_exact_mut(block_out)).enumerate() {
-                // The codes straight back to values: what packing then unpacking them gives.
-                let (scale, q) = block_codes(&kind.load_block(block), kind, percentile, first + i)?;
-                let d = scale.to_f32();
-                let mut values = q.map(|q| (f32::from(q) - 8.0) * d);
-                kind.round_block(&mut values);
-                target.store_block(&values, dst);
-            }
-            Ok(())
+            let task = RoundTripTask { src, out, kind, target, percentile, first: first_block + task * TASK_BLOCKS };
+            with_best_instructions!(round_trip_blocks(task) as RoundTripTask)
         },
     )
+}
+
+/// One rayon task of [`round_trip_q4_0`]: consecutive blocks and where their values go.
+struct RoundTripTask<'a> {
+    src: &'a [u8],
+    out: &'a mut [u8],
+    kind: FloatKind,
+    target: FloatKind,
+    percentile: f32,
+    first: usize,
+}
+
+#[inline(always)]
+fn round_trip_blocks(t: RoundTripTask) -> Result<()> {
+    let (block_src, block_out) = (BLOCK * t.kind.size(), BLOCK * t.target.size());
+    for (i, (block, dst)) in t.src.chunks_exact(block_src).zip(t.out.chunks_exact_mut(block_out)).enumerate() {
+        // The codes straight back to values: what packing then unpacking them gives.
+        let (scale, codes) = block_codes(&t.kind.load_block(block), t.kind, t.percentile, t.first + i)?;
+        let d = scale.to_f32();
+        let mut values = each(&codes, |c| (c - 8.0) * d);
+        if t.target != t.kind {
+            t.kind.round_block(&mut values); // storing as `kind` rounds the same way
+        }
+        t.target.store_block(&values, dst);
+    }
+    Ok(())
 }
 
 /// One block's values: `(q - 8) * scale`, in f32.
 fn dequantize_block(block: &[u8], order: NibbleOrder) -> [f32; BLOCK] {
     let d = f16::from_le_bytes([block[0], block[1]]).to_f32();
-    unpack_nibbles(&block[2..], order).map(|q| (f32::from(q) - 8.0) * d)
+    each(&unpack_nibbles(&block[2..], order), |q| (f32::from(q) - 8.0) * d)
 }
 
 /// Dequantize Q4_0 blocks into little-endian values of `target` (f32 values rounded to
@@ -541,6 +636,40 @@ mod tests {
         dequantize_q4_0(&blocks, NibbleOrder::Ggml, &mut values).unwrap();
         let rounded: Vec<f32> = values.iter().map(|&v| round_one(v, kind)).collect();
         bytes_of(&rounded, target)
+    }
+
+    #[test]
+    fn baseline_instructions_give_the_bytes_of_the_wide_ones() {
+        // The loops called directly run in the baseline instruction set; the public
+        // functions in AVX2 + F16C where this CPU has them (elsewhere both are the baseline).
+        let vals: Vec<f32> = (0..BLOCK * 500)
+            .map(|i| match (i / BLOCK) % 5 {
+                0 => 0.0,
+                1 => (i as f32 * 0.377).sin() * 1e-7,
+                2 => (i % 17) as f32 * 0.5 - 4.0,
+                _ => (i as f32 * 0.731).sin() * 10f32.powi((i % 5) as i32 - 2),
+            })
+            .collect();
+        let kinds = [FloatKind::F32, FloatKind::F16, FloatKind::Bf16];
+        for kind in kinds {
+            let src = bytes_of(&vals, kind);
+            for percentile in [1.0, 0.9] {
+                let mut wide = vec![0u8; vals.len() / BLOCK * BLOCK_BYTES];
+                quantize_q4_0(&src, kind, percentile, NibbleOrder::Ggml, 0, &mut wide).unwrap();
+                let mut base = vec![0u8; wide.len()];
+                let order = NibbleOrder::Ggml;
+                quantize_blocks(QuantizeTask { src: &src, out: &mut base, kind, percentile, order, first: 0 }).unwrap();
+                assert_eq!(base, wide, "quantize {kind:?} at {percentile}");
+            }
+            for target in kinds {
+                let mut wide = vec![0u8; vals.len() * target.size()];
+                round_trip_q4_0(&src, kind, target, 1.0, 0, &mut wide).unwrap();
+                let mut base = vec![0u8; wide.len()];
+                round_trip_blocks(RoundTripTask { src: &src, out: &mut base, kind, target, percentile: 1.0, first: 0 })
+                    .unwrap();
+                assert_eq!(base, wide, "round trip {kind:?} -> {target:?}");
+            }
+        }
     }
 
     #[test]
