@@ -278,17 +278,6 @@ fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: 
     ))
 }
 
-/// Quantize one block of 32 values (already widened to f32) into 18 bytes.
-#[inline(always)]
-fn quantize_block(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, order: NibbleOrder, block_index: usize, out: &mut [u8]) -> Result<()> {
-    let (scale, codes) = block_codes(x, kind, percentile, block_index)?;
-    // SAFETY: the codes are whole floats in 0..=15.
-    let q = each(&codes, |c| unsafe { c.to_int_unchecked::<i32>() as u8 });
-    out[..2].copy_from_slice(&scale.to_le_bytes());
-    out[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
-    Ok(())
-}
-
 /// Blocks one rayon task quantizes in a row: enough to make a task's cost negligible, few
 /// enough that a 1 MiB piece of a tensor still splits over the cores.
 const TASK_BLOCKS: usize = 256;
@@ -343,41 +332,7 @@ pub fn quantize_q4_0(
     first_block: usize,
     out: &mut [u8],
 ) -> Result<()> {
-    check_percentile(percentile)?;
-    let block_src = BLOCK * kind.size();
-    let n_blocks = whole_blocks(src, kind)?;
-    if out.len() != n_blocks * BLOCK_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "Q4_0 output buffer holds {} bytes, {n_blocks} blocks need {}",
-            out.len(),
-            n_blocks * BLOCK_BYTES
-        )));
-    }
-    src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(BLOCK_BYTES * TASK_BLOCKS)).enumerate().try_for_each(
-        |(task, (src, out))| {
-            let task = QuantizeTask { src, out, kind, percentile, order, first: first_block + task * TASK_BLOCKS };
-            with_best_instructions!(quantize_blocks(task) as QuantizeTask)
-        },
-    )
-}
-
-/// One rayon task of [`quantize_q4_0`]: consecutive blocks and where they go.
-struct QuantizeTask<'a> {
-    src: &'a [u8],
-    out: &'a mut [u8],
-    kind: FloatKind,
-    percentile: f32,
-    order: NibbleOrder,
-    first: usize,
-}
-
-#[inline(always)]
-fn quantize_blocks(t: QuantizeTask) -> Result<()> {
-    let block_src = BLOCK * t.kind.size();
-    for (i, (block, dst)) in t.src.chunks_exact(block_src).zip(t.out.chunks_exact_mut(BLOCK_BYTES)).enumerate() {
-        quantize_block(&t.kind.load_block(block), t.kind, t.percentile, t.order, t.first + i, dst)?;
-    }
-    Ok(())
+    for_each_block(src, kind, percentile, BlockOutput::Packed(order), first_block, out)
 }
 
 /// Quantize `src` (little-endian values of `kind`, a whole number of blocks) to Q4_0 and
@@ -396,48 +351,85 @@ pub fn round_trip_q4_0(
     first_block: usize,
     out: &mut [u8],
 ) -> Result<()> {
-    check_percentile(percentile)?;
-    let block_src = BLOCK * kind.size();
-    let block_out = BLOCK * target.size();
-    let n_blocks = whole_blocks(src, kind)?;
-    if out.len() != n_blocks * block_out {
-        return Err(Error::InvalidArgument(format!(
-            "Q4_0 round-trip output buffer holds {} bytes, {n_blocks} blocks of {:?} need {}",
-            out.len(),
-            target,
-            n_blocks * block_out
-        )));
-    }
-    src.par_chunks(block_src * TASK_BLOCKS).zip(out.par_chunks_mut(block_out * TASK_BLOCKS)).enumerate().try_for_each(
-        |(task, (src, out))| {
-            let task = RoundTripTask { src, out, kind, target, percentile, first: first_block + task * TASK_BLOCKS };
-            with_best_instructions!(round_trip_blocks(task) as RoundTripTask)
-        },
-    )
+    for_each_block(src, kind, percentile, BlockOutput::Values(target), first_block, out)
 }
 
-/// One rayon task of [`round_trip_q4_0`]: consecutive blocks and where their values go.
-struct RoundTripTask<'a> {
+/// What a pass over Q4_0 blocks writes of each block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockOutput {
+    /// Its 18 bytes: the f16 scale and the codes packed in this order.
+    Packed(NibbleOrder),
+    /// Its 32 values again, quantized and dequantized, as this type.
+    Values(FloatKind),
+}
+
+impl BlockOutput {
+    fn bytes(self) -> usize {
+        match self {
+            BlockOutput::Packed(_) => BLOCK_BYTES,
+            BlockOutput::Values(target) => BLOCK * target.size(),
+        }
+    }
+}
+
+/// Quantize each block of `src` and write it to `out` as `output` says, in parallel over
+/// rayon tasks of [`TASK_BLOCKS`] blocks.
+fn for_each_block(
+    src: &[u8],
+    kind: FloatKind,
+    percentile: f32,
+    output: BlockOutput,
+    first_block: usize,
+    out: &mut [u8],
+) -> Result<()> {
+    check_percentile(percentile)?;
+    let n_blocks = whole_blocks(src, kind)?;
+    if out.len() != n_blocks * output.bytes() {
+        return Err(Error::InvalidArgument(format!(
+            "Q4_0 output buffer holds {} bytes, {n_blocks} blocks as {output:?} need {}",
+            out.len(),
+            n_blocks * output.bytes()
+        )));
+    }
+    let src_tasks = src.par_chunks(BLOCK * kind.size() * TASK_BLOCKS);
+    src_tasks.zip(out.par_chunks_mut(output.bytes() * TASK_BLOCKS)).enumerate().try_for_each(|(task, (src, out))| {
+        let task = BlockTask { src, out, kind, percentile, output, first: first_block + task * TASK_BLOCKS };
+        with_best_instructions!(blocks(task) as BlockTask)
+    })
+}
+
+/// One rayon task of [`for_each_block`]: consecutive blocks and where they go.
+struct BlockTask<'a> {
     src: &'a [u8],
     out: &'a mut [u8],
     kind: FloatKind,
-    target: FloatKind,
     percentile: f32,
+    output: BlockOutput,
     first: usize,
 }
 
 #[inline(always)]
-fn round_trip_blocks(t: RoundTripTask) -> Result<()> {
-    let (block_src, block_out) = (BLOCK * t.kind.size(), BLOCK * t.target.size());
+fn blocks(t: BlockTask) -> Result<()> {
+    let (block_src, block_out) = (BLOCK * t.kind.size(), t.output.bytes());
     for (i, (block, dst)) in t.src.chunks_exact(block_src).zip(t.out.chunks_exact_mut(block_out)).enumerate() {
-        // The codes straight back to values: what packing then unpacking them gives.
         let (scale, codes) = block_codes(&t.kind.load_block(block), t.kind, t.percentile, t.first + i)?;
-        let d = scale.to_f32();
-        let mut values = each(&codes, |c| (c - 8.0) * d);
-        if t.target != t.kind {
-            t.kind.round_block(&mut values); // storing as `kind` rounds the same way
+        match t.output {
+            BlockOutput::Packed(order) => {
+                // SAFETY: the codes are whole floats in 0..=15.
+                let q = each(&codes, |c| unsafe { c.to_int_unchecked::<i32>() as u8 });
+                dst[..2].copy_from_slice(&scale.to_le_bytes());
+                dst[2..BLOCK_BYTES].copy_from_slice(&pack_nibbles(&q, order));
+            }
+            BlockOutput::Values(target) => {
+                // The codes straight back to values: what packing then unpacking them gives.
+                let d = scale.to_f32();
+                let mut values = each(&codes, |c| (c - 8.0) * d);
+                if target != t.kind {
+                    t.kind.round_block(&mut values); // storing as `kind` rounds the same way
+                }
+                target.store_block(&values, dst);
+            }
         }
-        t.target.store_block(&values, dst);
     }
     Ok(())
 }
@@ -657,16 +649,16 @@ mod tests {
                 let mut wide = vec![0u8; vals.len() / BLOCK * BLOCK_BYTES];
                 quantize_q4_0(&src, kind, percentile, NibbleOrder::Ggml, 0, &mut wide).unwrap();
                 let mut base = vec![0u8; wide.len()];
-                let order = NibbleOrder::Ggml;
-                quantize_blocks(QuantizeTask { src: &src, out: &mut base, kind, percentile, order, first: 0 }).unwrap();
+                let output = BlockOutput::Packed(NibbleOrder::Ggml);
+                blocks(BlockTask { src: &src, out: &mut base, kind, percentile, output, first: 0 }).unwrap();
                 assert_eq!(base, wide, "quantize {kind:?} at {percentile}");
             }
             for target in kinds {
                 let mut wide = vec![0u8; vals.len() * target.size()];
                 round_trip_q4_0(&src, kind, target, 1.0, 0, &mut wide).unwrap();
                 let mut base = vec![0u8; wide.len()];
-                round_trip_blocks(RoundTripTask { src: &src, out: &mut base, kind, target, percentile: 1.0, first: 0 })
-                    .unwrap();
+                let output = BlockOutput::Values(target);
+                blocks(BlockTask { src: &src, out: &mut base, kind, percentile: 1.0, output, first: 0 }).unwrap();
                 assert_eq!(base, wide, "round trip {kind:?} -> {target:?}");
             }
         }
