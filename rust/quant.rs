@@ -282,10 +282,11 @@ fn block_codes(x: &[f32; BLOCK], kind: FloatKind, percentile: f32, block_index: 
 /// enough that a 1 MiB piece of a tensor still splits over the cores.
 const TASK_BLOCKS: usize = 256;
 
-/// Calls `$f($task)` (`$task` of type `$ty`), an `#[inline(always)]` loop over blocks, compiled for AVX2 and F16C
-/// where the CPU has them (x86-64's baseline, SSE2, vectorizes these loops poorly: 4 lanes,
-/// no unsigned maximum, no f16 conversion) and for the baseline elsewhere. The arithmetic
-/// is the same IEEE operations either way (no fused multiply-add), so the bytes are too.
+/// Calls `$f($task)` (`$task` of type `$ty`), an `#[inline(always)]` loop over blocks,
+/// compiled for AVX2 and F16C where the CPU has them (x86-64's baseline, SSE2, vectorizes
+/// these loops poorly: 4 lanes, no unsigned maximum, no f16 conversion) and for the
+/// baseline elsewhere. The arithmetic is the same IEEE operations either way (no fused
+/// multiply-add), so the bytes are too.
 macro_rules! with_best_instructions {
     ($f:ident($task:expr) as $ty:ty) => {{
         #[cfg(target_arch = "x86_64")]

@@ -260,8 +260,8 @@ def _qwen3_5(moe: bool = False) -> tuple[Any, Any]:
             spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16,
             # The dense model's image embeddings nearer the text embeddings' scale: at INIT they
             # came out 25x larger (RMS 7 against 0.3), and one small key element among large ones
-            # then moved by f32 rounding beyond the elementwise tolerance (3e-4 on 0.07, 8e-5 of
-            # its vector), as much between PyTorch's own AVX2 and AVX-512 kernels as by tract.
+            # then moved by f32 rounding beyond the elementwise tolerance (tract 3.1e-4 from PyTorch
+            # on 0.07, 8e-5 of its vector; PyTorch's own AVX2 and AVX-512 runs 6.5e-4 apart).
             # Not the MoE model's: at INIT / 2 PyTorch's two forwards of it (our wrapper and Hugging
             # Face's) then differ by 1.5e-3 on the image prompt (not investigated; a near tie of
             # two experts' routing scores would do it).
