@@ -10,8 +10,10 @@ written (level 0) and checked in tract (``check_io``). Models:
 - ``attn64-dyn``: the same with a dynamic sequence axis (``S``), where torch's symbolic
   shapes do work;
 - ``mobilenet_v2``: torchvision's MobileNetV2, random weights, [1, 3, 96, 96] (a mid-size
-  conv net: 52 convolutions with batch norms), its ReLU6s out of place (ResNet's ``out +=``
-  makes torch.export functionalize the graph, which no handler reads yet).
+  conv net: 52 convolutions with batch norms), its ReLU6s out of place (as first measured);
+- ``resnet18``: torchvision's ResNet-18 as it is built, random weights, [1, 3, 96, 96]: its
+  ``ReLU(inplace=True)`` and ``out += identity`` write in place, into memory nothing else
+  shares (fx_graph/fresh_writes.py makes them functional without a second trace).
 
 ``--cold`` times instead the first export of a fresh process (what a script that exports
 one model pays: torch.export's first call imports and sets up much of torch._dynamo), one
@@ -77,10 +79,14 @@ def attention(blocks: int, dynamic: bool) -> tuple[nn.Module, torch.Tensor, Trac
 
 def mobilenet_v2() -> tuple[nn.Module, torch.Tensor, TractNNEF]:
     model = torchvision.models.mobilenet_v2(weights=None).eval()
-    for module in model.modules():  # an in-place write makes torch.export functionalize, which
-        if isinstance(module, nn.ReLU6):  # rewrites batch_norm into a kind no handler reads yet
+    for module in model.modules():  # out of place, as the figures in benches/README were measured
+        if isinstance(module, nn.ReLU6):
             module.inplace = False
     return model, torch.randn(1, 3, 96, 96), TractNNEF.latest()
+
+
+def resnet18() -> tuple[nn.Module, torch.Tensor, TractNNEF]:
+    return torchvision.models.resnet18(weights=None).eval(), torch.randn(1, 3, 96, 96), TractNNEF.latest()
 
 
 MODELS: dict[str, Callable[[], tuple[nn.Module, torch.Tensor, TractNNEF]]] = {
@@ -88,6 +94,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, torch.Tensor, TractNNEF]]] = {
     "attn64": lambda: attention(64, False),
     "attn64-dyn": lambda: attention(64, True),
     "mobilenet_v2": mobilenet_v2,
+    "resnet18": resnet18,
 }
 
 

@@ -15,8 +15,10 @@ dtypes (their metadata only) and nothing is read; the outputs are zeros of the t
 Dynamic axes become ``torch.export.Dim.DYNAMIC`` axes (``lower.py`` names torch's symbols
 after the NNEF ones). Nothing is decomposed: every op stays as the user called it
 (``linear``, ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``gelu``...),
-the kinds the handlers read and what tract runs natively. A graph that writes in place
-is functionalized (``run_decompositions`` with an empty table).
+the kinds the handlers read and what tract runs natively. A write into a tensor the graph
+made and nothing else shares (``relu_``, ``out += x``) becomes its functional op where it
+stands (fresh_writes.py); a graph that still writes in place (into a view, an input, a
+buffer) is functionalized (``run_decompositions`` with an empty table).
 
 A submodule that a module extractor exports whole (op/custom_extractors) is one
 ``fastnnef::module_call`` op in the program, as on the jit front end
@@ -45,6 +47,7 @@ from torch.utils.hooks import RemovableHandle
 
 from fastnnef.exceptions import T2NError, T2NErrorInvalidArgument, T2NErrorTorchExportFailed
 from fastnnef.fx_graph.fast_path import nested_encoders_seen, zero_padding_like_eager
+from fastnnef.fx_graph.fresh_writes import make_fresh_writes_functional
 from fastnnef.fx_graph.repeats import active_plan, expand_repeats, repeated_calls
 from fastnnef.fx_graph.sizes import traced_int
 from fastnnef.log import get_logger
@@ -118,6 +121,8 @@ def capture_program(
                     if not eager:  # the outputs the fake run recorded, as values of their traced sizes
                         fakes, out_spec = pytree.tree_flatten(recorded[-1])
                         flat_outputs = [_zeros_like_traced(out) for out in fakes]
+                    if made := make_fresh_writes_functional(program):
+                        log.debug("%d in-place writes made functional where they stand", made)
                     if _writes_in_place(program):  # module calls run again (fake): still kept whole
                         program = program.run_decompositions({})
         except T2NError:
@@ -254,8 +259,8 @@ def _zeros_like_traced(fake: torch.Tensor) -> torch.Tensor:
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:
-    """Whether the captured graph writes into a tensor (``x[:, 0] = 0``, ``add_``): only
-    then is it functionalized. ``run_decompositions`` also rewrites what needs no rewriting
+    """Whether the captured graph still writes into a tensor (``x[:, 0] = 0``, into a view):
+    only then is it functionalized. ``run_decompositions`` also rewrites what needs no rewriting
     (``batch_norm`` into ``_native_batch_norm_legit_no_training``), so a graph without
     writes is lowered as captured, every op as the user called it."""
     return any(
