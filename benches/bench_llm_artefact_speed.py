@@ -11,8 +11,13 @@ empty cache) and decode tokens/s (``--decode`` one-token steps feeding the growi
 back), from the CPU time of this process (tract runs on the calling thread; on a shared
 machine wall time, printed in brackets, also counts the waits for a core). The ratio is
 ours / the reference's speed (above 1: ours is faster). The greedy tokens of both are
-compared and reported. Parameters a fresh model holds at exactly 1 or 0 (norm weights,
-biases) get noise first: the reference drops multiplications by ones.
+compared and reported, and each artefact's last-token logits against PyTorch's in f32
+(``from_pretrained``, eager attention) on ``--drift-prompts`` random prompts, in a child
+process: the mean absolute difference and how often the argmax agrees. With random
+weights an f16 artefact's greedy tokens part from the other side's after a few steps
+(rounding flips a top-2 expert choice): that column says which side stays nearer PyTorch.
+Parameters a fresh model holds at exactly 1 or 0 (norm weights, biases) get noise first:
+the reference drops multiplications by ones.
 
 torch_to_nnef_llm is not a dependency; install it apart (see bench_llm_vs_torch_to_nnef.py):
     PYTHONPATH=python .venv/bin/python benches/bench_llm_artefact_speed.py --reference /tmp/t2n-bench
@@ -242,15 +247,23 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=64, help="decode steps")
     parser.add_argument("--repeats", type=int, default=3, help="best of, interleaved")
     parser.add_argument("--reuse", action="store_true", help="time the artefacts a previous run left, if any")
+    parser.add_argument("--drift-prompts", type=int, default=8,
+                        help="prompts on which each artefact's logits are compared with PyTorch f32 (0: none)")
     parser.add_argument("--cleanup", action="store_true", help="delete the checkpoints and artefacts afterwards")
     parser.add_argument("--smoke", action="store_true", help="tiny llama f32 and mixtral Q4_0, in a temp dir")
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the checkpoint-building child
+    parser.add_argument("--drift", nargs="+", help=argparse.SUPPRESS)  # the child comparing with PyTorch
     args = parser.parse_args()
     if args.build:
         _build(args.build, args.families, args.smoke)
         return
+    if args.drift:
+        checkpoint, vocab, *artefacts = args.drift
+        drift_child(Path(checkpoint), int(vocab), [Path(a) for a in artefacts], args.drift_prompts, args.prompt)
+        return
     if args.smoke:
         args.families, args.prompt, args.decode, args.repeats = [f for f, _ in SMOKE_ROWS], 8, 4, 1
+        args.drift_prompts = min(args.drift_prompts, 1)
     reference: Exporter | None = None
     if not args.skip_reference:
         if args.reference is None and args.reference_python == sys.executable and (missing := reference_missing()):
@@ -276,8 +289,9 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None)
     print(f"prefill {args.prompt} tokens, decode {args.decode} steps, best of {args.repeats}, interleaved; "
           "tok/s from CPU time (wall in brackets); ratio: ours / the reference's speed (> 1: ours faster), "
           "[the median of the rounds' own CPU ratios]")
-    lines = ["| family | form | side | export s | load s | prefill tok/s | decode tok/s | greedy tokens equal |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| family | form | side | export s | load s | prefill tok/s | decode tok/s | greedy tokens equal "
+             "| logits vs PyTorch f32: mean abs diff, argmax equal |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     pairs = SMOKE_ROWS if args.smoke else [(family, form) for family in args.families for form in args.forms]
     for family, form in pairs:
         source = workdir / "checkpoints" / family
@@ -293,7 +307,9 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None)
             except SystemExit as failure:  # the reference cannot export every family
                 print(f"{family} {form}: {exporter.name} export failed: {str(failure)[-600:]}")
         timings = measure(paths, prompt, args.decode, args.repeats)
-        rows = [row(family, form, side, export_s[side], t, args.prompt, args.decode) for side, t in timings.items()]
+        drift = logits_drift(source / family, vocab, paths, args.drift_prompts, args.prompt)
+        rows = [row(family, form, side, export_s[side], t, args.prompt, args.decode, drift.get(side))
+                for side, t in timings.items()]
         if len(timings) == 2:
             rows.append(ratio_row(family, form, export_s, timings))
         lines += rows
@@ -301,11 +317,13 @@ def compare(args: argparse.Namespace, workdir: Path, reference: Exporter | None)
     print("\n".join(lines))
 
 
-def row(family: str, form: str, side: str, export_s: float, t: Timings, prompt: int, steps: int) -> str:
+def row(family: str, form: str, side: str, export_s: float, t: Timings, prompt: int, steps: int,
+        drift: dict[str, float] | None) -> str:
     rates = [f"{n / t.best(what, 'cpu'):.1f} ({n / t.best(what, 'wall'):.1f})"
              for what, n in (("prefill", prompt), ("decode", steps))]
+    near = f"{drift['mean_abs']:.4f}, {drift['argmax_equal']:.0f}/{drift['prompts']:.0f}" if drift else ""
     return (f"| {family} | {form} | {side} | {export_s:.2f} | {t.best('load', 'cpu'):.2f} | {rates[0]} | {rates[1]} "
-            "| |")
+            f"| | {near} |")
 
 
 def paired(ours: Timings, ref: Timings, what: str) -> float:
@@ -323,7 +341,44 @@ def ratio_row(family: str, form: str, export_s: dict[str, float], timings: dict[
              for what in ("prefill", "decode")]
     agree = np.mean(np.equal(ours.tokens, ref.tokens))
     return (f"| {family} | {form} | ratio | {export_s['reference'] / export_s['fastnnef']:.2f}× "
-            f"| {ref.best('load', 'cpu') / ours.best('load', 'cpu'):.2f}× | {speed[0]} | {speed[1]} | {agree:.0%} |")
+            f"| {ref.best('load', 'cpu') / ours.best('load', 'cpu'):.2f}× | {speed[0]} | {speed[1]} | {agree:.0%} | |")
+
+
+def logits_drift(checkpoint: Path, vocab: int, paths: dict[str, Path], prompts: int,
+                 length: int) -> dict[str, dict[str, float]]:
+    """Per side, its last-token logits against PyTorch f32's (``drift_child``, a separate
+    process: this one holds no model while it times)."""
+    if prompts <= 0 or not paths:
+        return {}
+    out = subprocess.run([sys.executable, __file__, "--drift", str(checkpoint), str(vocab), *map(str, paths.values()),
+                          "--drift-prompts", str(prompts), "--prompt", str(length)],
+                         check=True, capture_output=True, text=True).stdout
+    return dict(zip(paths, json.loads(out.strip().splitlines()[-1])))
+
+
+def drift_child(checkpoint: Path, vocab: int, artefacts: list[Path], prompts: int, length: int) -> None:
+    """Prints, as one JSON line, per artefact the mean absolute difference of its last-token
+    logits from PyTorch f32's (``from_pretrained``, eager attention) over random prompts, and
+    on how many of them both take the same argmax."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
+    sessions = [Session(path) for path in artefacts]
+    diffs: list[list[float]] = [[] for _ in sessions]
+    equal = [0 for _ in sessions]
+    for k in range(prompts):
+        ids = np.random.default_rng(1000 + k).integers(3, vocab, (1, length))
+        with torch.no_grad():
+            expected = model(torch.from_numpy(ids)).logits[0, -1].numpy()
+        for i, session in enumerate(sessions):
+            logits, *_ = session.artefact.run([ids.astype(np.int64), *session.empty])
+            got = logits.reshape(-1, logits.shape[-1])[-1].astype(np.float32)
+            diffs[i].append(float(np.abs(got - expected).mean()))
+            equal[i] += int(got.argmax() == expected.argmax())
+    print(json.dumps([{"mean_abs": float(np.mean(d)), "argmax_equal": e, "prompts": prompts}
+                      for d, e in zip(diffs, equal)]))
 
 
 if __name__ == "__main__":
