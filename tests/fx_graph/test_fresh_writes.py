@@ -1,8 +1,10 @@
-"""In-place writes under torch.export (fx_graph/fresh_writes.py): a write into memory the
-graph made and nothing else shares becomes its functional op where it stands, without the
-second trace of ``run_decompositions``; a write into a view, or into memory a view made
-before the write reads, is left to torch's functionalization. Each case is exported and
-run in tract against torch, and the captured program shows which way it went."""
+"""In-place writes under torch.export (fx_graph/fresh_writes.py): writes into memory the
+program made are replayed functionally where they stand, without the second trace of
+``run_decompositions`` (through slices and selects by ``slice_scatter``/``select_scatter``,
+a view made before a write made again after it); a write through a view of another kind,
+into an input, or beside an op of unknown aliasing is left to torch's functionalization.
+Each case is exported and run in tract against torch, and the captured program shows which
+way it went."""
 
 from __future__ import annotations
 
@@ -74,11 +76,40 @@ def write_into_view(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def interleaved(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3.5's interleaved mRoPE: two writes through strided slices of one selected row,
+    the row read after both; a write into a select of a select."""
+    freqs = torch.stack([x, x * 2, x * 3])
+    row = freqs[0]
+    for dim, offset in ((1, 1), (2, 2)):
+        row[..., offset:6:3] = freqs[dim, ..., offset:6:3]
+    grid = x * 1
+    grid[1][2].fill_(-7.0)
+    return row * 1, grid
+
+
+def view_of_a_view_then_writes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Views taken before, between and after writes, each read after the last write."""
+    y = x * 1
+    head = y[:2]
+    tail = y[:, 3:]
+    y[0, 0] = 100.0
+    middle = y[1:].t()
+    y[:, 4:].mul_(-1.0)
+    return head * 1, tail * 1, middle * 1, y
+
+
 def write_into_split(x: torch.Tensor) -> torch.Tensor:
     """split's results are views (``Tensor(a)[]``): the write shows in the whole."""
     y = x * 1
     head, _ = y.split(3, dim=1)
     head.neg_()
+    return y
+
+
+def write_through_transpose(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1
+    y.t()[0].add_(5.0)
     return y
 
 
@@ -93,9 +124,12 @@ CASES: list[tuple[str, Callable[[], nn.Module], list[str]]] = [
     ("router", lambda: Fn(router), []),
     ("chained", lambda: Fn(chained), []),
     ("view_after_write", lambda: Fn(view_after_write), []),
-    ("view_then_write", lambda: Fn(view_then_write), ["aten.mul_.Tensor"]),
-    ("write_into_view", lambda: Fn(write_into_view), ["aten.add_.Tensor"]),
+    ("view_then_write", lambda: Fn(view_then_write), []),
+    ("write_into_view", lambda: Fn(write_into_view), []),
+    ("interleaved", lambda: Fn(interleaved), []),
+    ("view_of_a_view_then_writes", lambda: Fn(view_of_a_view_then_writes), []),
     ("write_into_split", lambda: Fn(write_into_split), ["aten.neg_.default"]),
+    ("write_through_transpose", lambda: Fn(write_through_transpose), ["aten.add_.Tensor"]),
 ]
 
 

@@ -15,10 +15,11 @@ dtypes (their metadata only) and nothing is read; the outputs are zeros of the t
 Dynamic axes become ``torch.export.Dim.DYNAMIC`` axes (``lower.py`` names torch's symbols
 after the NNEF ones). Nothing is decomposed: every op stays as the user called it
 (``linear``, ``layer_norm``, ``batch_norm``, ``scaled_dot_product_attention``, ``gelu``...),
-the kinds the handlers read and what tract runs natively. A write into a tensor the graph
-made and nothing else shares (``relu_``, ``out += x``) becomes its functional op where it
-stands (fresh_writes.py); a graph that still writes in place (into a view, an input, a
-buffer) is functionalized (``run_decompositions`` with an empty table).
+the kinds the handlers read and what tract runs natively. Writes into memory the program
+made (``relu_``, ``out += x``, ``y[:, 1:3] = z``) are replayed functionally where they
+stand (fresh_writes.py); a program that still writes in place (into an input or a buffer,
+through a view other than a slice or a select) is functionalized (``run_decompositions``
+with an empty table).
 
 A submodule that a module extractor exports whole (op/custom_extractors) is one
 ``fastnnef::module_call`` op in the program, as on the jit front end
@@ -259,7 +260,7 @@ def _zeros_like_traced(fake: torch.Tensor) -> torch.Tensor:
 
 
 def _writes_in_place(program: torch.export.ExportedProgram) -> bool:
-    """Whether the captured graph still writes into a tensor (``x[:, 0] = 0``, into a view):
+    """Whether the captured graph still writes into a tensor (a buffer, ``x.t()[0] += 1``):
     only then is it functionalized. ``run_decompositions`` also rewrites what needs no rewriting
     (``batch_norm`` into ``_native_batch_norm_legit_no_training``), so a graph without
     writes is lowered as captured, every op as the user called it."""

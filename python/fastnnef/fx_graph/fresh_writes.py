@@ -1,80 +1,175 @@
-"""In-place writes into tensors that nothing else shares, made functional where they stand.
+"""In-place writes into memory the program made itself, made functional where they stand.
 
 torch.export records the in-place ops a model calls (``relu(inplace=True)``, ``out += x``,
-Mixtral's router ``weights /= weights.sum(...)``) as they are, and a graph that writes is
-functionalized by ``run_decompositions({})``: a second trace of the whole program (3.0 of
-the 5.6 s export step of a 4-layer Mixtral, for the one ``div_`` of each layer's router),
-which also rewrites what needs no rewriting (``batch_norm`` and the like).
+Mixtral's router ``weights /= weights.sum(...)``, ``freqs_t[..., idx] = ...``) as they are,
+and a program that writes is functionalized by ``run_decompositions({})``: a second trace
+of the whole program (3.0 of the 5.6 s export step of a 4-layer Mixtral, for the one
+``div_`` of each layer's router; every layer again where repeats.py captured alike layers
+once), which also rewrites what needs no rewriting (``batch_norm`` and the like).
 
-A write into memory the graph made itself (not an input, weight or constant), which no view
-made before the write reads, computes what the op's functional form computes on the same
-arguments, and every later reader reads that value: such writes get their functional op in
-place (same node, same name), and the readers after them read it. Who shares memory with
-whom is read from the ops' schemas (``Tensor(a)`` results are views of their ``Tensor(a)``
-argument), not from the fake values: the copied layers of repeats.py share those. The
-writes left (into views, inputs, buffers, or where an op of unknown aliasing reads the
-memory) are functionalized by torch as before; ``capture.py`` decides.
+Here, per block of memory that an op of the program made (not an input, weight or
+constant), its writes are replayed functionally in graph order: a write becomes its
+functional op (``div_`` → ``div``, same node) on the written view's current value; a write
+through ``slice``/``select`` views goes back into the block by ``slice_scatter`` /
+``select_scatter``; every later reader of the block, of a view of it or of a write's result
+reads the current value (a view made before a write is made again on the new block). Who
+shares memory with whom is read from the ops' schemas (``Tensor(a)`` results are views of
+their ``Tensor(a)`` argument), not from the fake values: the copied layers of repeats.py
+share those. A block is left to torch's functionalization (``capture.py`` decides) when an
+op whose aliasing the schema does not tell reads it, a view of it is not made from its
+first argument (``split``'s items), or a write goes through a view that is neither a slice
+nor a select, or has no functional form.
 """
 
 from __future__ import annotations
 
 import operator
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import torch
 from torch import fx
 
 _OpOverload = torch._ops.OpOverload
+_aten = torch.ops.aten
+# The view ops a write may go through, and the op that puts the written view back.
+_SCATTER: dict[_OpOverload, _OpOverload] = {
+    _aten.slice.Tensor: _aten.slice_scatter.default,
+    _aten.select.int: _aten.select_scatter.default,
+}
 
 
 def make_fresh_writes_functional(program: torch.export.ExportedProgram) -> int:
-    """Rewrite the program's writes into fresh unshared memory as functional ops; returns
-    how many were rewritten."""
+    """Replay the writes into the program's own memory functionally; returns how many
+    writes were rewritten."""
     graph = program.graph
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    memory, unknown = _memory_of(graph)
-    sharing: dict[fx.Node, list[fx.Node]] = defaultdict(list)
-    for node, root in memory.items():
-        sharing[root].append(node)
-    rewritten = 0
-    for root, members in sharing.items():
-        if root in unknown or not _makes_fresh_memory(root):
-            continue
-        writes = {node: op for node in members if (op := _functional_form(node)) is not None}
-        if not writes:
-            continue
-        last_write = max(order[write] for write in writes)
-        views = [node for node in members if node is not root and node not in writes]
-        if any(_writes(view) or order[view] < last_write for view in views):
-            continue  # a view that sees a write, or a write that torch's functionalization handles
-        for write, op in writes.items():
-            written = write.args[0]
-            assert isinstance(written, fx.Node)
-            write.target = op
-            for reader in list(written.users):
-                if reader is not write and order[reader] > order[write]:
-                    reader.replace_input_with(written, write)
-            rewritten += 1
-    if rewritten:
-        program.graph_module.recompile()
-    return rewritten
+    blocks = _blocks(graph)
+    if not blocks:
+        return 0
+    block_of = {member: block for block in blocks for member in block.path}
+    for node in list(graph.nodes):
+        for value in node.all_input_nodes:  # each reads its block's current value
+            block = block_of.get(value)
+            if block is not None and block.version_of[value] != block.version:
+                node.replace_input_with(value, block.now(value, node))
+        block = block_of.get(node)
+        if block is not None and node in block.writes:
+            block.write(node)
+        elif block is not None:
+            block.version_of[node] = block.version
+    program.graph_module.recompile()
+    return sum(len(block.writes) for block in blocks)
 
 
-def _memory_of(graph: fx.Graph) -> tuple[dict[fx.Node, fx.Node], set[fx.Node]]:
-    """Each tensor node's memory, as the node that made it (a view's and a write's: their
-    argument's); and the memory that an op of unknown aliasing reads or gives."""
+@dataclass
+class _Block:
+    """One block of memory the program made: its maker, the views and writes of it, and
+    while replaying, which version of the block each member's node holds."""
+
+    graph: fx.Graph
+    root: fx.Node
+    # member -> the views from the root to it (a write: those to the view it writes)
+    path: dict[fx.Node, list[fx.Node]]
+    writes: dict[fx.Node, _OpOverload]  # write -> its functional form
+    current: fx.Node = field(init=False)
+    version: int = 0
+    version_of: dict[fx.Node, int] = field(default_factory=dict)
+    made: dict[tuple[fx.Node, int], fx.Node] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.current = self.root
+        self.version_of[self.root] = 0
+
+    def now(self, member: fx.Node, before: fx.Node) -> fx.Node:
+        """``member``'s current value: its views made again on the current block (inserted
+        before ``before``), once per member and version."""
+        key = (member, self.version)
+        if key not in self.made:
+            self.made[key] = self._views(self.path[member], before)[-1]
+        return self.made[key]
+
+    def write(self, write: fx.Node) -> None:
+        """The write as its functional op (on the written view's current value, which the
+        caller gave it), then that value put back into the block through the views."""
+        write.target = self.writes[write]
+        views = self.path[write]
+        bases = self._views(views[:-1], write)
+        value = write
+        for view, base in zip(reversed(views), reversed(bases)):
+            with self.graph.inserting_after(value):
+                scatter = _SCATTER[view.target]  # type: ignore[index]  # _blocks kept only these
+                value = _like(self.graph.call_function(scatter, (base, value, *view.args[1:]), dict(view.kwargs)), base)
+        self.current = value
+        self.version += 1
+        self.version_of[write] = self.version
+
+    def _views(self, views: list[fx.Node], before: fx.Node) -> list[fx.Node]:
+        """The current block, then each of ``views`` made again on the one before."""
+        made = [self.current]
+        with self.graph.inserting_before(before):
+            for view in views:
+                op = view.target
+                assert callable(op)
+                made.append(_like(self.graph.call_function(op, (made[-1], *view.args[1:]), dict(view.kwargs)), view))
+        return made
+
+
+def _like(node: fx.Node, template: fx.Node) -> fx.Node:
+    """A new node's metadata (its fake value's shape and dtype): those of one alike."""
+    node.meta = dict(template.meta)
+    return node
+
+
+def _blocks(graph: fx.Graph) -> list[_Block]:
+    """The blocks of memory that ops of the program made, with their views and writes,
+    that can be replayed (at least one write; see the module's docstring)."""
     memory: dict[fx.Node, fx.Node] = {}
-    unknown: set[fx.Node] = set()
+    refused: set[fx.Node] = set()
+    members: dict[fx.Node, list[fx.Node]] = defaultdict(list)
     for node in graph.nodes:
         if node.op in ("placeholder", "get_attr"):
-            memory[node] = node  # not fresh: _makes_fresh_memory says no
+            memory[node] = node
+            refused.add(node)  # an input, weight or constant: not the program's own memory
         elif node.op == "call_function":
-            made = _aliased(node, memory)
-            memory[node] = made if isinstance(made, fx.Node) else node
-            if made is _UNKNOWN:
-                unknown.add(node)
-                unknown.update(memory[arg] for arg in node.all_input_nodes if arg in memory)
-    return memory, unknown
+            base = _aliased(node, memory)
+            written = _written(node)
+            if isinstance(base, _Unknown) or (base is not None and node.args[0] is not base) or (
+                    written and written != [base]):
+                memory[node] = node
+                refused.update(memory[arg] for arg in (node, *node.all_input_nodes) if arg in memory)
+                continue
+            memory[node] = node if base is None else memory[base]
+            members[memory[node]].append(node)
+    blocks = []
+    for root, nodes in members.items():
+        if root in refused:
+            continue
+        path: dict[fx.Node, list[fx.Node]] = {root: []}
+        writes: dict[fx.Node, _OpOverload] = {}
+        for node in nodes[1:]:
+            view_of = node.args[0]
+            assert isinstance(view_of, fx.Node)
+            if _written(node):
+                functional = _functional_form(node)
+                if functional is None or any(view.target not in _SCATTER for view in path[view_of]):
+                    break
+                writes[node] = functional
+                path[node] = path[view_of]
+            else:
+                path[node] = [*path[view_of], node]
+        else:
+            if writes:
+                blocks.append(_Block(graph, root, path, writes))
+    return blocks
+
+
+def _written(node: fx.Node) -> list[object]:
+    """The arguments an op writes into."""
+    if not isinstance(node.target, _OpOverload) or not node.target._schema.is_mutable:
+        return []
+    arguments = node.target._schema.arguments
+    return [node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            for i, arg in enumerate(arguments) if arg.alias_info is not None and arg.alias_info.is_write]
 
 
 class _Unknown:
@@ -85,8 +180,8 @@ _UNKNOWN = _Unknown()
 
 
 def _aliased(node: fx.Node, memory: dict[fx.Node, fx.Node]) -> fx.Node | _Unknown | None:
-    """The memory that ``node``'s result lives in, when it is an argument's (a view, a
-    write); None when it is new; ``_UNKNOWN`` when the op's schema does not tell."""
+    """The argument whose memory ``node``'s result lives in (a view, a write); None when
+    the result is new memory; ``_UNKNOWN`` when the op's schema does not tell."""
     target, index = node.target, node.args[1] if node.target is operator.getitem else 0
     if target is operator.getitem and isinstance(node.args[0], fx.Node):
         node = node.args[0]  # one result of topk, split...: its op's result at index
@@ -102,17 +197,8 @@ def _aliased(node: fx.Node, memory: dict[fx.Node, fx.Node]) -> fx.Node | _Unknow
     for position, arg in enumerate(target._schema.arguments):
         if arg.alias_info is not None and arg.alias_info.before_set & result.alias_info.before_set:
             value = node.args[position] if position < len(node.args) else node.kwargs.get(arg.name)
-            return memory[value] if isinstance(value, fx.Node) and value in memory else _UNKNOWN
+            return value if isinstance(value, fx.Node) and value in memory else _UNKNOWN
     return _UNKNOWN
-
-
-def _makes_fresh_memory(node: fx.Node) -> bool:
-    """Whether a memory root is new memory: an op's result (no input, weight or constant)."""
-    return node.op == "call_function" and not _writes(node)
-
-
-def _writes(node: fx.Node) -> bool:
-    return isinstance(node.target, _OpOverload) and node.target._schema.is_mutable
 
 
 def _functional_form(node: fx.Node) -> _OpOverload | None:
