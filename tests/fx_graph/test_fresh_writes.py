@@ -113,6 +113,24 @@ def write_through_transpose(x: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def copies_before_write(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``to`` another dtype and ``reshape`` of a transposed tensor copy: they keep the values
+    from before the write."""
+    y = x * 1
+    half = y.to(torch.float16)
+    flat = y.t().reshape(-1)
+    y.mul_(2.0)
+    return half, flat, y
+
+
+def write_through_same_dtype_to(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``to`` its own dtype is the tensor itself: torch records the write through it."""
+    y = x * 1
+    same = y.to(torch.float32)
+    y.mul_(2.0)
+    return same * 1, y
+
+
 def view_after_write(x: torch.Tensor) -> torch.Tensor:
     y = x * 1
     y.clamp_(-0.5, 0.5)
@@ -130,6 +148,8 @@ CASES: list[tuple[str, Callable[[], nn.Module], list[str]]] = [
     ("view_of_a_view_then_writes", lambda: Fn(view_of_a_view_then_writes), []),
     ("write_into_split", lambda: Fn(write_into_split), ["aten.neg_.default"]),
     ("write_through_transpose", lambda: Fn(write_through_transpose), ["aten.add_.Tensor"]),
+    ("copies_before_write", lambda: Fn(copies_before_write), ["aten.mul_.Tensor"]),
+    ("write_through_same_dtype_to", lambda: Fn(write_through_same_dtype_to), ["aten.mul_.Tensor"]),
 ]
 
 

@@ -17,8 +17,8 @@ shares memory with whom is read from the ops' schemas (``Tensor(a)`` results are
 their ``Tensor(a)`` argument), not from the fake values: the copied layers of repeats.py
 share those. A block is left to torch's functionalization (``capture.py`` decides) when an
 op whose aliasing the schema does not tell reads it, a view of it is not made from its
-first argument (``split``'s items), or a write goes through a view that is neither a slice
-nor a select, or has no functional form.
+first argument (``split``'s items) or may be a copy (``to``, ``reshape``), or a write goes
+through a view that is neither a slice nor a select, or has no functional form.
 """
 
 from __future__ import annotations
@@ -155,12 +155,28 @@ def _blocks(graph: fx.Graph) -> list[_Block]:
                     break
                 writes[node] = functional
                 path[node] = path[view_of]
-            else:
+            elif _always_a_view(node):
                 path[node] = [*path[view_of], node]
+            else:
+                break
         else:
             if writes:
                 blocks.append(_Block(graph, root, path, writes))
     return blocks
+
+
+def _always_a_view(node: fx.Node) -> bool:
+    """Whether a node's op always gives a view (``view``, ``slice``, ``t``... those that have
+    a ``_copy`` form), which made again on the block's current value gives the same: not
+    ``to``/``reshape``/``contiguous``, which copy when they must (whose copy keeps the values
+    from before a later write), nor the strided ``as_strided``/``_reshape_alias``."""
+    schema = node.target._schema if isinstance(node.target, _OpOverload) else None
+    if schema is None or not schema.name.startswith("aten::") or schema.name in _STRIDED:
+        return False
+    return hasattr(_aten, schema.name.removeprefix("aten::") + "_copy")
+
+
+_STRIDED = frozenset({"aten::as_strided", "aten::_reshape_alias"})
 
 
 def _written(node: fx.Node) -> list[object]:
