@@ -17,8 +17,9 @@ shares memory with whom is read from the ops' schemas (``Tensor(a)`` results are
 their ``Tensor(a)`` argument), not from the fake values: the copied layers of repeats.py
 share those. A block is left to torch's functionalization (``capture.py`` decides) when an
 op whose aliasing the schema does not tell reads it, a view of it is not made from its
-first argument (``split``'s items) or may be a copy (``to``, ``reshape``), or a write goes
-through a view that is neither a slice nor a select, or has no functional form.
+first argument (``split``'s items), a value made through an op that may copy (``to``,
+``reshape``) before a write is read after it, or a write goes through a view that is
+neither a slice nor a select, or has no functional form.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def _like(node: fx.Node, template: fx.Node) -> fx.Node:
 def _blocks(graph: fx.Graph) -> list[_Block]:
     """The blocks of memory that ops of the program made, with their views and writes,
     that can be replayed (at least one write; see the module's docstring)."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
     memory: dict[fx.Node, fx.Node] = {}
     refused: set[fx.Node] = set()
     members: dict[fx.Node, list[fx.Node]] = defaultdict(list)
@@ -155,21 +157,33 @@ def _blocks(graph: fx.Graph) -> list[_Block]:
                     break
                 writes[node] = functional
                 path[node] = path[view_of]
-            elif _always_a_view(node):
-                path[node] = [*path[view_of], node]
             else:
-                break
+                path[node] = [*path[view_of], node]
         else:
-            if writes:
+            if writes and not _stale_copies(path, writes, order):
                 blocks.append(_Block(graph, root, path, writes))
     return blocks
+
+
+def _stale_copies(path: dict[fx.Node, list[fx.Node]], writes: dict[fx.Node, _OpOverload],
+                  order: dict[fx.Node, int]) -> bool:
+    """Whether a member made through an op that may copy (``to``, ``reshape``) before a write
+    is read after it: whether it saw the write depends on whether it copied."""
+    positions = sorted(order[write] for write in writes)
+    for member, views in path.items():
+        if member in writes or all(_always_a_view(view) for view in views):
+            continue
+        made, last_read = order[member], max((order[user] for user in member.users), default=-1)
+        if any(made < position < last_read for position in positions):
+            return True
+    return False
 
 
 def _always_a_view(node: fx.Node) -> bool:
     """Whether a node's op always gives a view (``view``, ``slice``, ``t``... those that have
     a ``_copy`` form), which made again on the block's current value gives the same: not
-    ``to``/``reshape``/``contiguous``, which copy when they must (whose copy keeps the values
-    from before a later write), nor the strided ``as_strided``/``_reshape_alias``."""
+    ``to``/``reshape``/``contiguous``, which copy when they must (a copy keeps the values from
+    before a later write), nor the strided ``as_strided``/``_reshape_alias``."""
     schema = node.target._schema if isinstance(node.target, _OpOverload) else None
     if schema is None or not schema.name.startswith("aten::") or schema.name in _STRIDED:
         return False
